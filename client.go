@@ -1,0 +1,156 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client makes locks on one Redis deployment. It owns one renewal watchdog
+// and at most one pub/sub connection, shared by all its locks and waiters.
+// It is safe for concurrent use by multiple goroutines.
+type Client struct {
+	rdb  redis.UniversalClient
+	opts Options
+	ring bool // rdb is a *redis.Ring: no shared pub/sub (see notifier)
+
+	wd      *watchdog
+	notify  *notifier
+	stats   counters
+	closing chan struct{} // closed by Close
+	once    sync.Once
+
+	bgMu   sync.Mutex     // guards bgDone and the Add side of bg
+	bgDone bool           // set by Close: no new background work
+	bg     sync.WaitGroup // background releases started by the Client
+}
+
+// New returns a Client over rdb: a *redis.Client (also from
+// redis.NewFailoverClient for Sentinel), *redis.ClusterClient or
+// *redis.Ring. The Client does not close rdb. New makes no Redis call.
+func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
+	if isNil(rdb) {
+		return nil, ErrNilClient
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	_, ring := rdb.(*redis.Ring)
+	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
+	c.wd = newWatchdog(c)
+	c.notify = newNotifier(c)
+	return c, nil
+}
+
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// Options returns the Client's options with defaults filled in.
+func (c *Client) Options() Options { return c.opts }
+
+// Stats returns a snapshot of the Client's counters.
+func (c *Client) Stats() Stats { return c.stats.snapshot() }
+
+// Close stops the watchdog and the pub/sub connection, wakes every waiting
+// Lock call (they return ErrClosed), and releases every lock the Client
+// still holds, each within Options.ReleaseTimeout. It returns the release
+// errors, joined. Close is idempotent; later calls return nil.
+func (c *Client) Close() error {
+	var errs []error
+	c.once.Do(func() {
+		close(c.closing)
+		close(c.wd.stop)
+		<-c.wd.done
+		c.notify.close()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, l := range c.wd.held() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+				defer cancel()
+				if err := l.release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		c.bgMu.Lock()
+		c.bgDone = true
+		c.bgMu.Unlock()
+		c.bg.Wait()
+	})
+	return errors.Join(errs...)
+}
+
+func (c *Client) closed() bool {
+	select {
+	case <-c.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// compensate deletes, in the background, a lease whose acquire may have
+// succeeded although its reply was lost (a timeout, a cancelled context, a
+// broken connection): otherwise it would stay held, by nobody, for its TTL.
+// The delete is token-checked, so it cannot touch anyone else's lock.
+func (c *Client) compensate(rel call) {
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		defer cancel()
+		_ = rel.run(ctx, c.rdb).Err()
+	}
+	c.bgMu.Lock()
+	if c.bgDone {
+		c.bgMu.Unlock()
+		run() // Close already waited for background work: do it here
+		return
+	}
+	c.bg.Add(1)
+	c.bgMu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		run()
+	}()
+}
+
+// ambiguous reports whether err leaves unknown whether the command ran:
+// anything but an error reply from Redis itself.
+func ambiguous(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return false
+	}
+	return err != nil
+}
+
+// acquired records the end of one acquire call.
+func (c *Client) acquired(key string, start time.Time, attempts int, waited bool, fence uint64, err error) {
+	switch {
+	case err == nil:
+		c.stats.acquired.Add(1)
+		c.stats.acquireNanos.Add(int64(time.Since(start)))
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrContextDone):
+		c.stats.notAcquired.Add(1)
+	default:
+		c.stats.errors.Add(1)
+	}
+	if h := c.opts.Hooks.Acquire; h != nil {
+		h(AcquireInfo{Key: key, Fence: fence, Wait: time.Since(start), Attempts: attempts, Waited: waited, Err: err})
+	}
+}

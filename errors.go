@@ -1,0 +1,115 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Every error the package returns matches one of these sentinels with
+// errors.Is. Details are added by wrapping, never by new sentinel values.
+var (
+	// ErrNotAcquired: the lock is held by another owner. TryLock returns it
+	// as a *NotAcquiredError, which carries the holder's remaining TTL.
+	ErrNotAcquired = errors.New("dlock: not acquired: held by another owner")
+
+	// ErrNotHeld: the operation needs a lock the caller holds, and it does
+	// not (it was released, or it was lost). Every loss error matches it too.
+	ErrNotHeld = errors.New("dlock: lock not held")
+
+	// ErrLost: the lock was lost while held. Lock.Err, Unlock and Extend
+	// return it joined with the cause: ErrExpired, ErrTaken or ErrUnreachable.
+	ErrLost = errors.New("dlock: lock lost")
+
+	// ErrExpired: the lock key vanished before it was renewed or released
+	// (it expired, or somebody deleted it), or its validity ran out locally.
+	ErrExpired = errors.New("dlock: lock expired")
+
+	// ErrTaken: the lock key now holds another owner's token.
+	ErrTaken = errors.New("dlock: lock taken by another owner")
+
+	// ErrUnreachable: Redis could not be reached to renew the lock before its
+	// deadline, so the holder must assume it is gone.
+	ErrUnreachable = errors.New("dlock: redis unreachable until the lock's deadline")
+
+	// ErrContextDone: the context ended before the lock was acquired. It is
+	// joined with ctx.Err(), so errors.Is(err, context.DeadlineExceeded) works.
+	ErrContextDone = errors.New("dlock: context done before the lock was acquired")
+
+	// ErrUnavailable wraps an error from the Redis driver (network, timeout,
+	// server error reply). errors.As reaches the driver's own error.
+	ErrUnavailable = errors.New("dlock: redis unavailable")
+
+	// ErrWrongType: the key exists but is not a string, so it is not a lock
+	// this package (or any SET NX PX client) could have written.
+	ErrWrongType = errors.New("dlock: key holds a non-string value (not a lock)")
+
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("dlock: client closed")
+
+	// ErrReleased is what Lock.Err reports after a successful Unlock. It
+	// matches ErrNotHeld.
+	ErrReleased = fmt.Errorf("%w: released", ErrNotHeld)
+
+	// ErrInvalidArgument is matched by every bad-input error below. Bad input
+	// is rejected before any Redis call.
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
+	ErrNilClient   = argError("nil redis client")
+	ErrNilContext  = argError("nil context")
+	ErrEmptyKey    = argError("empty key")
+	ErrKeyTooLong  = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
+	ErrInvalidTTL  = argError("TTL must be at least 1ms")
+	ErrInvalidOpts = argError("invalid options")
+)
+
+// MaxKeyLength is the longest lock key accepted, in bytes.
+const MaxKeyLength = 64 << 10
+
+// argError is a bad-input error: distinct per kind, and all match
+// ErrInvalidArgument.
+type argError string
+
+func (e argError) Error() string        { return "dlock: invalid argument: " + string(e) }
+func (e argError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// NotAcquiredError is returned by TryLock when the key is held by another
+// owner. It matches ErrNotAcquired.
+type NotAcquiredError struct {
+	Key string
+	// TTL is the holder's remaining time to live as Redis reported it;
+	// -1 means the key has no expiry (a foreign client set it without one).
+	TTL time.Duration
+}
+
+func (e *NotAcquiredError) Error() string {
+	if e.TTL < 0 {
+		return fmt.Sprintf("%v: key %q (no expiry set by its holder)", ErrNotAcquired, e.Key)
+	}
+	return fmt.Sprintf("%v: key %q, expires in %v", ErrNotAcquired, e.Key, e.TTL)
+}
+
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// lostError reports a lost lock: it matches ErrLost, ErrNotHeld and its cause.
+type lostError struct {
+	key   string
+	cause error
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("dlock: lock %q lost: %v", e.key, e.cause)
+}
+func (e *lostError) Is(target error) bool { return target == ErrLost || target == ErrNotHeld }
+func (e *lostError) Unwrap() error        { return e.cause }
+
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+func ctxDone(ctx interface{ Err() error }) error {
+	return errors.Join(ErrContextDone, ctx.Err())
+}

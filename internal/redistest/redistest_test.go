@@ -1,0 +1,429 @@
+package redistest_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// ctxT returns a context that is cancelled after d or when the test ends.
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// shortClient returns a client to addr that fails fast: 200ms I/O timeouts
+// and no retries, so injected faults surface as errors.
+func shortClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		DialTimeout:           time.Second,
+		ReadTimeout:           200 * time.Millisecond,
+		WriteTimeout:          200 * time.Millisecond,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		PoolSize:              1,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// isTimeout reports whether err is a network or context timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// processGone reports whether no process with this pid exists any more.
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+func TestStartPing(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	ctx := ctxT(t, 5*time.Second)
+
+	if want := "127.0.0.1:"; !strings.HasPrefix(s.Addr(), want) || s.Port == 0 {
+		t.Fatalf("Addr() = %q, Port = %d", s.Addr(), s.Port)
+	}
+	if got, want := s.URL(), "redis://"+s.Addr()+"/0"; got != want {
+		t.Fatalf("URL() = %q, want %q", got, want)
+	}
+	if s.PID() <= 0 {
+		t.Fatalf("PID() = %d", s.PID())
+	}
+	if fi, err := os.Stat(s.Dir); err != nil || !fi.IsDir() {
+		t.Fatalf("Dir %q: %v", s.Dir, err)
+	}
+
+	c := s.Client(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+	// The zero Config has no persistence and allows DEBUG.
+	if v := c.ConfigGet(ctx, "appendonly").Val()["appendonly"]; v != "no" {
+		t.Errorf("appendonly = %q, want no", v)
+	}
+	if v := c.ConfigGet(ctx, "save").Val()["save"]; v != "" {
+		t.Errorf("save = %q, want empty", v)
+	}
+	if err := c.Do(ctx, "DEBUG", "SLEEP", "0").Err(); err != nil {
+		t.Errorf("DEBUG SLEEP 0: %v", err)
+	}
+	// URL works with ParseURL.
+	opt, err := redis.ParseURL(s.URL())
+	if err != nil || opt.Addr != s.Addr() || opt.DB != 0 {
+		t.Fatalf("ParseURL(%q) = %+v, %v", s.URL(), opt, err)
+	}
+
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FlushAll(ctx); err != nil {
+		t.Fatalf("FlushAll: %v", err)
+	}
+	if n := c.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("DBSIZE after FlushAll = %d", n)
+	}
+}
+
+func TestStartMainClose(t *testing.T) {
+	t.Parallel()
+	s, err := redistest.StartMain(redistest.Config{ExtraArgs: []string{"--maxmemory", "10mb"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, dir := s.PID(), s.Dir
+
+	c := s.NewClient()
+	defer c.Close()
+	ctx := ctxT(t, 5*time.Second)
+	if v := c.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]; v != "10485760" {
+		t.Errorf("maxmemory = %q, want 10485760 (ExtraArgs not applied)", v)
+	}
+
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if !processGone(pid) {
+		t.Errorf("pid %d still exists after Close", pid)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("dir %s still exists after Close (stat: %v)", dir, err)
+	}
+	if s.PID() != 0 {
+		t.Errorf("PID() after Close = %d, want 0", s.PID())
+	}
+	if err := s.Restart(); err == nil {
+		t.Errorf("Restart after Close succeeded")
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	t.Parallel()
+	_, err := redistest.StartMain(redistest.Config{ExtraArgs: []string{"--no-such-directive", "x"}})
+	if err == nil || !strings.Contains(err.Error(), "Bad directive") {
+		t.Errorf("bad ExtraArgs: err = %v, want one quoting the redis-server output", err)
+	}
+	if _, err := redistest.StartMain(redistest.Config{AOF: "sometimes"}); err == nil {
+		t.Errorf("invalid AOF mode accepted")
+	}
+}
+
+func TestKillRestartAOF(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode  string
+		sleep time.Duration
+	}{
+		{"always", 0},
+		// everysec: give the background fsync/write a second before the kill.
+		{"everysec", 1100 * time.Millisecond},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			s := redistest.Start(t, redistest.Config{AOF: tc.mode})
+			c := shortClient(t, s.Addr())
+			ctx := ctxT(t, 10*time.Second)
+			port, dir, pid := s.Port, s.Dir, s.PID()
+
+			if err := c.Set(ctx, "survivor", "yes", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(tc.sleep)
+
+			if err := s.Kill(); err != nil {
+				t.Fatalf("Kill: %v", err)
+			}
+			if !processGone(pid) {
+				t.Fatalf("pid %d still exists after Kill", pid)
+			}
+			if s.PID() != 0 {
+				t.Fatalf("PID() after Kill = %d, want 0", s.PID())
+			}
+			// A separate client: go-redis pools remember dial failures for a
+			// while, which would make c fail right after the Restart.
+			if err := shortClient(t, s.Addr()).Ping(ctx).Err(); err == nil {
+				t.Fatalf("PING succeeded on a killed server")
+			}
+			if err := s.Kill(); err != nil {
+				t.Fatalf("second Kill: %v", err)
+			}
+			if err := s.Pause(); err == nil {
+				t.Fatalf("Pause on a killed server succeeded")
+			}
+
+			if err := s.Restart(); err != nil {
+				t.Fatalf("Restart: %v", err)
+			}
+			if s.Port != port || s.Dir != dir {
+				t.Fatalf("Restart moved the server: %d %s -> %d %s", port, dir, s.Port, s.Dir)
+			}
+			if s.PID() == 0 || s.PID() == pid {
+				t.Fatalf("PID after Restart = %d (before %d)", s.PID(), pid)
+			}
+			if got, err := shortClient(t, s.Addr()).Get(ctx, "survivor").Result(); err != nil || got != "yes" {
+				t.Fatalf("GET survivor after Restart = %q, %v; want \"yes\"", got, err)
+			}
+		})
+	}
+}
+
+func TestRestartRunningNoPersistence(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	c := shortClient(t, s.Addr())
+	ctx := ctxT(t, 10*time.Second)
+	pid := s.PID()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Restart(); err != nil { // running: killed first
+		t.Fatalf("Restart: %v", err)
+	}
+	if !processGone(pid) {
+		t.Fatalf("old pid %d still exists after Restart", pid)
+	}
+	if err := c.Get(ctx, "k").Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET k after Restart without persistence: err = %v, want redis.Nil", err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	c := shortClient(t, s.Addr())
+	if err := c.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.Pause(); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err := c.Ping(ctx).Err()
+	cancel()
+	if err == nil {
+		t.Fatalf("PING to a paused server succeeded")
+	}
+	if !isTimeout(err) {
+		t.Errorf("PING to a paused server: %v, want a timeout", err)
+	}
+
+	if err := s.Resume(); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if err := c.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING after Resume: %v", err)
+	}
+}
+
+func TestCloseWhilePaused(t *testing.T) {
+	t.Parallel()
+	s, err := redistest.StartMain(redistest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := s.PID()
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close of a paused server took %v", d)
+	}
+	if !processGone(pid) {
+		t.Errorf("pid %d still exists after Close", pid)
+	}
+}
+
+func TestProxyForwards(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	p := redistest.NewProxy(t, s.Addr())
+	if p.Addr() == s.Addr() || !strings.HasPrefix(p.Addr(), "127.0.0.1:") {
+		t.Fatalf("proxy Addr() = %q", p.Addr())
+	}
+	c := shortClient(t, p.Addr())
+	ctx := ctxT(t, 5*time.Second)
+	big := strings.Repeat("x", 1<<20) // larger than one read chunk
+	if err := c.Set(ctx, "big", big, 0).Err(); err != nil {
+		t.Fatalf("SET via proxy: %v", err)
+	}
+	if got, err := s.Client(t).Get(ctx, "big").Result(); err != nil || got != big {
+		t.Fatalf("GET direct: len %d, %v", len(got), err)
+	}
+	if got, err := c.Get(ctx, "big").Result(); err != nil || got != big {
+		t.Fatalf("GET via proxy: len %d, %v", len(got), err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestProxyLatency(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	p := redistest.NewProxy(t, s.Addr())
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxT(t, 10*time.Second)
+	if err := c.Ping(ctx).Err(); err != nil { // connect before adding latency
+		t.Fatal(err)
+	}
+
+	const latency = 100 * time.Millisecond
+	p.SetLatency(latency)
+	start := time.Now()
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING with latency: %v", err)
+	}
+	// Applied in both directions, so a round trip takes at least 2*latency.
+	if d := time.Since(start); d < 2*latency {
+		t.Fatalf("PING with %v latency took %v, want >= %v", latency, d, 2*latency)
+	}
+
+	p.SetLatency(0)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after SetLatency(0): %v", err)
+	}
+}
+
+func TestProxyBlackhole(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	p := redistest.NewProxy(t, s.Addr())
+	c := shortClient(t, p.Addr())
+	if err := c.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Blackhole(true)
+	err := c.Set(ctxT(t, 2*time.Second), "lost", "1", 0).Err()
+	if err == nil {
+		t.Fatalf("SET through a blackhole succeeded")
+	}
+	if !isTimeout(err) {
+		t.Fatalf("SET through a blackhole: %v, want a timeout", err)
+	}
+	// A new connection is accepted but gets no answer either.
+	if err := shortClient(t, p.Addr()).Ping(ctxT(t, 2*time.Second)).Err(); !isTimeout(err) {
+		t.Fatalf("PING on a new connection through a blackhole: %v, want a timeout", err)
+	}
+
+	p.Blackhole(false)
+	ctx := ctxT(t, 2*time.Second)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Blackhole(false): %v", err)
+	}
+	// Nothing was forwarded while the blackhole was on.
+	if n, err := s.Client(t).Exists(ctx, "lost").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS lost = %d, %v; want 0", n, err)
+	}
+}
+
+func TestProxyCutAll(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	p := redistest.NewProxy(t, s.Addr())
+
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	if err := conn.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("raw PING via proxy = %q, %v", line, err)
+	}
+
+	p.CutAll()
+	// The existing connection is dead: the read fails promptly, not by timeout.
+	_, _ = conn.Write([]byte("PING\r\n"))
+	if line, err := br.ReadString('\n'); err == nil || isTimeout(err) {
+		t.Fatalf("read after CutAll = %q, %v; want a connection error", line, err)
+	}
+
+	// New connections still work.
+	c := shortClient(t, p.Addr())
+	if err := c.Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatalf("PING on a new connection after CutAll: %v", err)
+	}
+}
+
+func TestRestartPortTaken(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", s.Addr()) // squat on the server's port
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Restart()
+	_ = ln.Close()
+	if err == nil || !strings.Contains(err.Error(), "Address already in use") {
+		t.Fatalf("Restart with its port taken: err = %v, want one quoting the bind error", err)
+	}
+	if s.PID() != 0 {
+		t.Fatalf("PID() after failed Restart = %d, want 0", s.PID())
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("Restart after the port was freed: %v", err)
+	}
+	if err := shortClient(t, s.Addr()).Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}

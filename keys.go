@@ -1,0 +1,138 @@
+package dlock
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// keySet names every Redis key and channel one lock uses. The lock key is the
+// caller's key, untouched, so other SET NX PX clients interoperate on it; the
+// auxiliary names carry a hash tag that puts them in the lock key's Cluster
+// slot, so one script may touch them all.
+type keySet struct {
+	lock    string // the caller's key: holds the owner's token
+	fence   string // fencing counter
+	channel string // wake-up channel for waiters
+}
+
+// auxBase returns "<prefix>:<tagged key>", where the tagged key hashes to the
+// same Cluster slot as key:
+//   - key has a non-empty hash tag ("user:{42}:lock"): the key as it is;
+//   - key has no '}' at all: the key wrapped in braces ("{orders:1}");
+//   - otherwise (e.g. "a}b{" or "{}x"): wrapping would not give the key's own
+//     slot, so a short tag known to hash to that slot is put in front:
+//     "{<tag>}<key>".
+func auxBase(prefix, key string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(key) + 8)
+	b.WriteString(prefix)
+	b.WriteByte(':')
+	switch {
+	case hashTag(key) != "":
+		b.WriteString(key)
+	case !strings.Contains(key, "}"):
+		b.WriteByte('{')
+		b.WriteString(key)
+		b.WriteByte('}')
+	default:
+		b.WriteByte('{')
+		b.WriteString(slotTag(Slot(key)))
+		b.WriteByte('}')
+		b.WriteString(key)
+	}
+	return b.String()
+}
+
+func (c *Client) keysFor(key string) keySet {
+	base := auxBase(c.opts.Prefix, key)
+	return keySet{lock: key, fence: base + ":fence", channel: base + ":wake"}
+}
+
+// hashTag returns the part of key Redis Cluster hashes: the text between the
+// first '{' and the first '}' after it, if non-empty; else "".
+func hashTag(key string) string {
+	s := strings.IndexByte(key, '{')
+	if s < 0 {
+		return ""
+	}
+	e := strings.IndexByte(key[s+1:], '}')
+	if e <= 0 {
+		return ""
+	}
+	return key[s+1 : s+1+e]
+}
+
+// Slot returns the Redis Cluster hash slot (0..16383) of key, honouring hash
+// tags as Redis does.
+func Slot(key string) int {
+	if t := hashTag(key); t != "" {
+		key = t
+	}
+	return int(crc16(key) & 16383)
+}
+
+// crc16 is CRC-16/XMODEM, the checksum Redis Cluster uses for slots.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     [16384]string // slotTags[s] hashes to slot s; no braces
+)
+
+// slotTag returns a short string that hashes to slot. The table is built
+// once, on first use, by counting in base 36 until every slot has a name.
+func slotTag(slot int) string {
+	slotTagsOnce.Do(func() {
+		left := len(slotTags)
+		for n := 0; left > 0; n++ {
+			s := strconv.FormatInt(int64(n), 36)
+			if i := crc16(s) & 16383; slotTags[i] == "" {
+				slotTags[i] = s
+				left--
+			}
+		}
+	})
+	return slotTags[slot]
+}
+
+// newToken returns 128 random bits from crypto/rand, base64url-encoded.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// shortToken is how logs and hooks show a token: enough to correlate, never
+// enough to release someone else's lock.
+func shortToken(t string) string {
+	if len(t) <= 6 {
+		return t
+	}
+	return t[:6] + "…"
+}
+
+func validKey(key string) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case len(key) > MaxKeyLength:
+		return ErrKeyTooLong
+	}
+	return nil
+}

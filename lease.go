@@ -1,0 +1,268 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// leaseOps is what a primitive tells the engine about its own scripts. The
+// engine does the rest for every primitive alike: deadlines, renewal,
+// the lost-lock signal, release, hooks and stats. Extend and release
+// scripts reply with the shared codes (codeOK, codeGone, ...).
+type leaseOps interface {
+	extendCall(token string, ttl time.Duration) call
+	releaseCall(token string) call
+}
+
+type leaseState uint8
+
+const (
+	stateHeld leaseState = iota
+	stateReleased
+	stateLost
+)
+
+// lease is the client-side state of one grant: its validity deadline, its
+// renewal schedule and its lost-lock signal.
+type lease struct {
+	c          *Client
+	ops        leaseOps
+	key        string
+	token      string
+	fence      uint64
+	renew      bool
+	acquiredAt time.Time
+	done       chan struct{} // closed once, when the lease is released or lost
+
+	mu sync.Mutex // guards every field below
+	// ttl is the TTL of the last successful acquire or renewal.
+	ttl time.Duration
+	// deadline is when the holder must assume the lease is gone: the send
+	// time of the last successful acquire or renewal, plus ttl, minus drift.
+	// Monotonic clock.
+	deadline time.Time
+	// nextRenew is when the watchdog renews next. Read by the watchdog.
+	nextRenew time.Time
+	state     leaseState
+	err       error       // why the lease ended; nil while held
+	timer     *time.Timer // fires at deadline
+	renewErr  error       // last renewal's Redis error, nil after a success
+	// releaseTried: a release whose reply was lost may have deleted the key,
+	// so a retried Unlock that finds it gone has succeeded.
+	releaseTried bool
+}
+
+func (c *Client) newLease(ops leaseOps, key, token string, cfg lockConfig) *lease {
+	return &lease{
+		c: c, ops: ops, key: key, token: token, renew: cfg.renew,
+		ttl: cfg.ttl, done: make(chan struct{}),
+	}
+}
+
+// start makes the lease live after an acquire sent at sent succeeded.
+func (l *lease) start(sent time.Time, fence uint64) {
+	l.fence = fence
+	l.acquiredAt = sent
+	l.mu.Lock()
+	l.setDeadlineLocked(sent, l.ttl)
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	l.mu.Unlock()
+	l.c.stats.held.Add(1)
+	l.c.wd.add(l)
+}
+
+// setDeadlineLocked records a successful acquire or renewal sent at sent.
+func (l *lease) setDeadlineLocked(sent time.Time, ttl time.Duration) {
+	l.ttl = ttl
+	l.deadline = sent.Add(ttl - l.c.opts.drift(ttl))
+	l.nextRenew = sent.Add(l.c.opts.renewEvery(ttl))
+	l.renewErr = nil
+}
+
+// onDeadline runs when the deadline timer fires. A renewal may have moved
+// the deadline meanwhile; if not, the lease is lost.
+func (l *lease) onDeadline() {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	if d := time.Until(l.deadline); d > 0 {
+		l.timer.Reset(d)
+		l.mu.Unlock()
+		return
+	}
+	cause := ErrExpired
+	if l.renewErr != nil {
+		cause = errors.Join(ErrUnreachable, l.renewErr)
+	}
+	l.mu.Unlock()
+	l.lose(cause)
+}
+
+// renewed applies the reply of a renewal sent at sent. It returns nil, the
+// loss error, or the Redis error (the lease stays held until its deadline).
+func (l *lease) renewed(sent time.Time, ttl time.Duration, code int64, err error) error {
+	defer func() {
+		if h := l.c.opts.Hooks.Renew; h != nil {
+			h(RenewInfo{Key: l.key, Err: err})
+		}
+	}()
+	if err != nil {
+		l.c.stats.renewalFailures.Add(1)
+		l.mu.Lock()
+		if l.state == stateHeld {
+			l.renewErr = err
+		}
+		l.mu.Unlock()
+		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.key, "err", err)
+		return unavailable(err)
+	}
+	if code != codeOK {
+		err = l.lose(causeOf(code))
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld {
+		return l.err
+	}
+	if time.Now().After(sent.Add(ttl - l.c.opts.drift(ttl))) {
+		// The reply came back after the validity it bought: too late to count.
+		l.renewErr = errors.New("renewal reply arrived after its validity")
+		return nil
+	}
+	l.setDeadlineLocked(sent, ttl)
+	l.c.stats.renewals.Add(1)
+	l.c.opts.Logger.Debug("dlock: renewed", "key", l.key, "fence", l.fence, "ttl", ttl)
+	return nil
+}
+
+func causeOf(code int64) error {
+	switch code {
+	case codeGone:
+		return ErrExpired
+	case codeWrongType:
+		return errors.Join(ErrTaken, ErrWrongType)
+	default:
+		return ErrTaken
+	}
+}
+
+// lose ends a held lease with cause and returns the loss error. Only the
+// first call has effect.
+func (l *lease) lose(cause error) error {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.state = stateLost
+	l.err = &lostError{key: l.key, cause: cause}
+	l.timer.Stop()
+	err := l.err
+	l.mu.Unlock()
+
+	l.c.wd.remove(l)
+	l.c.stats.held.Add(-1)
+	l.c.stats.lost.Add(1)
+	l.c.opts.Logger.Warn("dlock: lock lost", "key", l.key, "fence", l.fence,
+		"token", shortToken(l.token), "cause", cause)
+	if h := l.c.opts.Hooks.Lost; h != nil {
+		h(LostInfo{Key: l.key, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
+	}
+	close(l.done)
+	return err
+}
+
+// extend renews the lease once, now, for ttl.
+func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if ttl < time.Millisecond {
+		return ErrInvalidTTL
+	}
+	l.mu.Lock()
+	state, err := l.state, l.err
+	l.mu.Unlock()
+	if state != stateHeld {
+		return err
+	}
+	sent := time.Now()
+	code, err := l.ops.extendCall(l.token, ttl).run(ctx, l.c.rdb).Int64()
+	return l.renewed(sent, ttl, code, err)
+}
+
+// release deletes the lease's key if it still holds our token. It is
+// idempotent, and safe to retry after a Redis error.
+func (l *lease) release(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	l.mu.Lock()
+	state, lerr := l.state, l.err
+	tried := l.releaseTried
+	l.mu.Unlock()
+	switch state {
+	case stateReleased:
+		return nil
+	case stateLost:
+		// A lease lost to an unreachable Redis may still be ours there (a
+		// renewal could have landed without its reply): delete it if so.
+		if errors.Is(lerr, ErrUnreachable) {
+			_ = l.ops.releaseCall(l.token).run(ctx, l.c.rdb).Err()
+		}
+		return lerr
+	}
+	l.c.wd.remove(l) // no renewals once the caller wants out
+
+	code, err := l.ops.releaseCall(l.token).run(ctx, l.c.rdb).Int64()
+	switch {
+	case err != nil:
+		l.mu.Lock()
+		l.releaseTried = true
+		l.mu.Unlock()
+		err = unavailable(err)
+	case code == codeOK, code == codeGone && tried:
+		l.mu.Lock()
+		if l.state == stateHeld {
+			l.state = stateReleased
+			l.err = ErrReleased
+			l.timer.Stop()
+			l.mu.Unlock()
+			l.c.stats.held.Add(-1)
+			l.c.stats.released.Add(1)
+			close(l.done)
+		} else {
+			// The deadline passed while the release was in flight. The key
+			// was ours until the delete, so the release still counts.
+			l.mu.Unlock()
+		}
+		err = nil
+	default:
+		err = l.lose(causeOf(code))
+	}
+	l.c.opts.Logger.Debug("dlock: released", "key", l.key, "fence", l.fence, "err", err)
+	if h := l.c.opts.Hooks.Release; h != nil {
+		h(ReleaseInfo{Key: l.key, Held: time.Since(l.acquiredAt), Err: err})
+	}
+	return err
+}
+
+// Deadline etc. are shared by every primitive's handle.
+
+func (l *lease) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}

@@ -1,0 +1,186 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Lock is a held mutual-exclusion lock. Its methods are safe for concurrent
+// use by multiple goroutines.
+type Lock struct {
+	l *lease
+}
+
+// mutex is the lease protocol of the plain lock: the key holds the token.
+type mutex struct{ keys keySet }
+
+func (m mutex) extendCall(token string, ttl time.Duration) call {
+	return call{extendScript, []string{m.keys.lock}, []any{token, ttl.Milliseconds()}}
+}
+
+func (m mutex) releaseCall(token string) call {
+	return call{releaseScript, []string{m.keys.lock}, []any{token, m.keys.channel}}
+}
+
+// fenceTTL is how long the fence counter outlives a grant. The counter may
+// expire after that: the next grant then starts from the server's TIME in
+// microseconds, which by then is above every fence handed out before.
+func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
+
+// Lock acquires key, waiting until it is free or ctx ends. A free key is
+// taken in one round trip. A blocked call is woken by the holder's release
+// (pub/sub), and retries on its own after min(holder's TTL, RetryInterval)
+// in case the holder never publishes (a foreign client, an expiry).
+//
+// The lock is renewed by the Client's watchdog until Unlock (unless
+// WithoutRenewal). Errors: ErrContextDone (joined with ctx.Err()),
+// ErrUnavailable, ErrWrongType, ErrClosed, or an ErrInvalidArgument.
+func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, key, true, opts)
+}
+
+// TryLock makes exactly one attempt to acquire key. If another owner holds
+// it, the error is a *NotAcquiredError (errors.Is(err, ErrNotAcquired))
+// with the holder's remaining TTL.
+func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, key, false, opts)
+}
+
+func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lock, error) {
+	start := time.Now()
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	if err := validKey(key); err != nil {
+		return nil, err
+	}
+	cfg, err := c.lockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	keys := c.keysFor(key)
+	l := c.newLease(mutex{keys}, key, newToken(), cfg)
+	acquire := call{acquireScript, []string{keys.lock, keys.fence},
+		[]any{l.token, cfg.ttl.Milliseconds(), fenceTTL(cfg.ttl).Milliseconds()}}
+
+	attempts := 0
+	attempt := func(ctx context.Context) (bool, time.Duration, error) {
+		if err := ctx.Err(); err != nil {
+			return false, 0, ctxDone(ctx)
+		}
+		attempts++
+		sent := time.Now()
+		res, err := acquire.run(ctx, c.rdb).Int64Slice()
+		if err != nil {
+			if ambiguous(err) {
+				c.compensate(l.ops.releaseCall(l.token))
+			}
+			if ctx.Err() != nil {
+				return false, 0, ctxDone(ctx)
+			}
+			return false, 0, unavailable(err)
+		}
+		switch {
+		case len(res) != 2:
+			return false, 0, unavailable(errors.New("unexpected reply from the acquire script"))
+		case res[0] == codeOK:
+			l.start(sent, uint64(res[1]))
+			return true, 0, nil
+		case res[0] == codeWrongType:
+			return false, 0, ErrWrongType
+		}
+		ttl := time.Duration(res[1]) * time.Millisecond
+		if !wait {
+			return false, 0, &NotAcquiredError{Key: key, TTL: ttl}
+		}
+		return false, ttl, nil
+	}
+
+	waited := false
+	if wait {
+		waited, err = c.wait(ctx, keys.channel, attempt)
+	} else {
+		_, _, err = attempt(ctx)
+	}
+	if err == nil && c.closed() {
+		// Close ran while we were acquiring: don't hand out a lock nobody
+		// will renew or release.
+		_ = l.release(context.Background())
+		err = ErrClosed
+	}
+	c.acquired(key, start, attempts, waited, l.fence, err)
+	if err != nil {
+		return nil, err
+	}
+	return &Lock{l}, nil
+}
+
+// Key returns the locked key.
+func (k *Lock) Key() string { return k.l.key }
+
+// Token returns the random token stored in the key while the lock is held.
+func (k *Lock) Token() string { return k.l.token }
+
+// Fence returns the fencing token of this grant: unique, and greater than
+// that of every earlier grant of the same key (by any dlock client), also
+// across expiries of the key. Pass it to the protected resource so it can
+// reject a stale holder. It is as durable as Redis: a restart without
+// persistence or a failover that loses writes can make it go back.
+func (k *Lock) Fence() uint64 { return k.l.fence }
+
+// Deadline returns the moment until which the lock is certainly held: the
+// time the last successful acquire or renewal was sent, plus its TTL, minus
+// the drift allowance. After it the holder must assume the lock is gone.
+func (k *Lock) Deadline() time.Time { return k.l.Deadline() }
+
+// Done returns a channel closed when the lock is released or lost.
+func (k *Lock) Done() <-chan struct{} { return k.l.done }
+
+// Err returns nil while the lock is held; after Unlock, ErrReleased; after a
+// loss, an error matching ErrLost and its cause (ErrExpired, ErrTaken or
+// ErrUnreachable).
+func (k *Lock) Err() error { return k.l.Err() }
+
+// Extend resets the lock's TTL to ttl now (Redis PEXPIRE, token-checked)
+// and moves the Deadline. The watchdog keeps renewing with the new TTL.
+// It returns a loss error if the lock is gone, or ErrUnavailable (the lock
+// stays held until its deadline; the watchdog keeps trying).
+func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	return k.l.extend(ctx, ttl)
+}
+
+// Unlock releases the lock if the key still holds its token, and wakes a
+// waiter. It is idempotent: after a success it returns nil again. After a
+// Redis error it can be retried. If the lock was lost, it returns the loss
+// error (matching ErrLost) and deletes nothing that is not its own.
+func (k *Lock) Unlock(ctx context.Context) error { return k.l.release(ctx) }
+
+// Do runs fn while holding key. fn's context is cancelled when the lock is
+// lost, with context.Cause set to the loss error, so fn can stop in time.
+// The lock is released when fn returns. Do returns the acquire error, or
+// fn's error joined with any loss or release error.
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	lk, err := c.Lock(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-lk.Done():
+			cancel(lk.Err())
+		case <-stop:
+		}
+	}()
+	ferr := fn(fctx)
+	close(stop)
+	cancel(nil)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
+	defer rcancel()
+	return errors.Join(ferr, lk.Unlock(rctx))
+}

@@ -1,0 +1,73 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// srv is the redis-server shared by the package's tests (start-up is paid
+// once); tests that restart or pause a server start their own.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	s, err := redistest.StartMain(redistest.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
+		os.Exit(1)
+	}
+	srv = s
+	code := m.Run()
+	_ = s.Close()
+	os.Exit(code)
+}
+
+// newClient returns a go-redis client to srv and a dlock Client over it,
+// both closed at the end of the test.
+func newClient(t testing.TB, opts dlock.Options) (*dlock.Client, *redis.Client) {
+	t.Helper()
+	return newClientOn(t, srv.NewClient(), opts)
+}
+
+func newClientOn(t testing.TB, rdb *redis.Client, opts dlock.Options) (*dlock.Client, *redis.Client) {
+	t.Helper()
+	c, err := dlock.New(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = rdb.Close()
+	})
+	return c, rdb
+}
+
+var keySeq atomic.Int64
+
+// key returns a key no other test uses.
+func key(t testing.TB) string {
+	return fmt.Sprintf("%s#%d", t.Name(), keySeq.Add(1))
+}
+
+// roundTrips counts the commands and pipelines a go-redis client sends.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.n.Add(1)
+		return next(ctx, cmds)
+	}
+}

@@ -1,0 +1,89 @@
+package dlock
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Hooks are called synchronously from the goroutine that did the work, so
+// they must be quick and must not call back into the Client. Any may be nil.
+// They are the seam metrics and tracing adapters plug into.
+type Hooks struct {
+	// Acquire is called when a Lock or TryLock call ends, won or not.
+	Acquire func(AcquireInfo)
+	// Release is called when Unlock has run its release script (or failed to).
+	Release func(ReleaseInfo)
+	// Renew is called after each watchdog or Extend renewal attempt.
+	Renew func(RenewInfo)
+	// Lost is called once when a held lock is lost, before Done closes.
+	Lost func(LostInfo)
+}
+
+// AcquireInfo describes one Lock or TryLock call.
+type AcquireInfo struct {
+	Key      string
+	Fence    uint64        // 0 unless acquired
+	Wait     time.Duration // from the call to its return
+	Attempts int           // acquire scripts run
+	Waited   bool          // the key was held at least once, so the call waited
+	Err      error         // nil: acquired
+}
+
+// ReleaseInfo describes one Unlock.
+type ReleaseInfo struct {
+	Key  string
+	Held time.Duration // from acquire to release
+	Err  error
+}
+
+// RenewInfo describes one renewal attempt.
+type RenewInfo struct {
+	Key string
+	Err error // nil: renewed; otherwise the Redis error or the loss
+}
+
+// LostInfo describes a lost lock.
+type LostInfo struct {
+	Key   string
+	Fence uint64
+	Held  time.Duration
+	Cause error // ErrExpired, ErrTaken or ErrUnreachable (wrapping the last Redis error)
+}
+
+// Stats is a snapshot of a Client's counters since New.
+type Stats struct {
+	Acquired        uint64        // successful Lock/TryLock calls
+	NotAcquired     uint64        // TryLock calls that found the key held, and Lock calls that gave up
+	Errors          uint64        // acquire calls that failed on a Redis error or bad input
+	Waits           uint64        // Lock calls that had to wait
+	Renewals        uint64        // successful renewals (watchdog and Extend)
+	RenewalFailures uint64        // renewals that failed on a Redis error
+	Lost            uint64        // locks lost while held
+	Released        uint64        // successful Unlocks
+	Held            int64         // locks held now
+	Waiting         int64         // Lock calls waiting now
+	AcquireTime     time.Duration // total time spent in successful Lock/TryLock calls
+}
+
+// counters backs Stats; every field is updated atomically.
+type counters struct {
+	acquired, notAcquired, errors, waits     atomic.Uint64
+	renewals, renewalFailures, lost, released atomic.Uint64
+	held, waiting, acquireNanos              atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	return Stats{
+		Acquired:        c.acquired.Load(),
+		NotAcquired:     c.notAcquired.Load(),
+		Errors:          c.errors.Load(),
+		Waits:           c.waits.Load(),
+		Renewals:        c.renewals.Load(),
+		RenewalFailures: c.renewalFailures.Load(),
+		Lost:            c.lost.Load(),
+		Released:        c.released.Load(),
+		Held:            c.held.Load(),
+		Waiting:         c.waiting.Load(),
+		AcquireTime:     time.Duration(c.acquireNanos.Load()),
+	}
+}

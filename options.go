@@ -1,0 +1,153 @@
+package dlock
+
+import (
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Options configures a Client. The zero value is valid: every field's
+// default is stated next to it.
+type Options struct {
+	// Prefix starts the name of every auxiliary key and channel
+	// ("<Prefix>:{key}:fence", "<Prefix>:{key}:wake"). It must not contain
+	// '{' or '}'. Default: "dlock".
+	Prefix string
+
+	// TTL is the lock time-to-live when a call does not set one with
+	// WithTTL. Default: 10s.
+	TTL time.Duration
+
+	// RenewInterval is how often the watchdog renews a held lock. It must be
+	// shorter than the lock's TTL; a value of TTL/2 or more is lowered to
+	// TTL/2. Default: a third of each lock's TTL (seed 003's TTL/3).
+	RenewInterval time.Duration
+
+	// DriftFactor and MinDrift make the drift allowance subtracted from
+	// every validity: TTL*DriftFactor + MinDrift, so Deadline() comes before
+	// Redis can expire the key even if clocks run at slightly different
+	// rates. Defaults: 0.01 and 2ms (the Redis distributed-lock spec's).
+	// A negative value means zero.
+	DriftFactor float64
+	MinDrift    time.Duration
+
+	// RetryInterval bounds how long a blocked Lock waits for a wake-up
+	// before it tries again anyway (a foreign client that publishes nothing
+	// released the key, or a message was lost). The actual wait is the
+	// smaller of this and the holder's remaining TTL, plus a little jitter.
+	// Default: 1s.
+	RetryInterval time.Duration
+
+	// ReleaseTimeout bounds each release the Client makes on its own: in
+	// Close, and the compensating release after an ambiguous acquire.
+	// Default: 5s.
+	ReleaseTimeout time.Duration
+
+	// Logger receives structured logs: lost locks at WARN, renewals and
+	// wake-ups at DEBUG. Tokens are shortened, never logged in full.
+	// Default: nil, silent.
+	Logger *slog.Logger
+
+	// Hooks are called on acquire, release, renewal and loss, for metrics
+	// and tracing adapters. Default: none.
+	Hooks Hooks
+}
+
+// Default values of Options.
+const (
+	DefaultPrefix         = "dlock"
+	DefaultTTL            = 10 * time.Second
+	DefaultDriftFactor    = 0.01
+	DefaultMinDrift       = 2 * time.Millisecond
+	DefaultRetryInterval  = time.Second
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+// withDefaults validates o and fills in defaults.
+func (o Options) withDefaults() (Options, error) {
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return o, ErrInvalidOpts
+	}
+	if o.TTL < 0 || o.RenewInterval < 0 || o.RetryInterval < 0 || o.ReleaseTimeout < 0 {
+		return o, ErrInvalidOpts
+	}
+	if o.TTL != 0 && o.TTL < time.Millisecond {
+		return o, ErrInvalidTTL
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	switch {
+	case o.DriftFactor == 0:
+		o.DriftFactor = DefaultDriftFactor
+	case o.DriftFactor < 0:
+		o.DriftFactor = 0
+	}
+	switch {
+	case o.MinDrift == 0:
+		o.MinDrift = DefaultMinDrift
+	case o.MinDrift < 0:
+		o.MinDrift = 0
+	}
+	if o.RetryInterval == 0 {
+		o.RetryInterval = DefaultRetryInterval
+	}
+	if o.ReleaseTimeout == 0 {
+		o.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// drift is the allowance subtracted from a validity of ttl.
+func (o *Options) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*o.DriftFactor) + o.MinDrift
+}
+
+// renewEvery is how often a lock with this ttl is renewed.
+func (o *Options) renewEvery(ttl time.Duration) time.Duration {
+	if o.RenewInterval > 0 && o.RenewInterval < ttl/2 {
+		return o.RenewInterval
+	}
+	if o.RenewInterval > 0 {
+		return ttl / 2
+	}
+	return ttl / 3
+}
+
+// LockOption changes one Lock, TryLock or Do call.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl   time.Duration
+	renew bool
+}
+
+// WithTTL sets the lock's time-to-live (at least 1ms). Default: Options.TTL.
+func WithTTL(ttl time.Duration) LockOption {
+	return func(c *lockConfig) { c.ttl = ttl }
+}
+
+// WithoutRenewal turns the watchdog off for this lock: it expires TTL after
+// it was acquired unless Extend is called. Default: renewed until Unlock.
+func WithoutRenewal() LockOption {
+	return func(c *lockConfig) { c.renew = false }
+}
+
+func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
+	cfg := lockConfig{ttl: c.opts.TTL, renew: true}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.ttl < time.Millisecond {
+		return cfg, ErrInvalidTTL
+	}
+	return cfg, nil
+}

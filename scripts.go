@@ -1,0 +1,82 @@
+package dlock
+
+import (
+	"context"
+	_ "embed"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every script is an embedded .lua file whose header states its KEYS, ARGV
+// and replies. Scripts run by EVALSHA; a NOSCRIPT reply (after a restart, a
+// failover or SCRIPT FLUSH) falls back to EVAL, which also reloads it.
+var (
+	//go:embed scripts/acquire.lua
+	acquireSrc string
+	//go:embed scripts/extend.lua
+	extendSrc string
+	//go:embed scripts/release.lua
+	releaseSrc string
+
+	acquireScript = redis.NewScript(acquireSrc)
+	extendScript  = redis.NewScript(extendSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+)
+
+// call is one script invocation, built by a primitive and run by the engine,
+// alone or in a renewal pipeline.
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// run executes c on rdb: EVALSHA, then EVAL on NOSCRIPT.
+func (c call) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	cmd := c.script.EvalSha(ctx, rdb, c.keys, c.args...)
+	if isNoScript(cmd.Err()) {
+		cmd = c.script.Eval(ctx, rdb, c.keys, c.args...)
+	}
+	return cmd
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
+// runBatch runs calls in pipelines of at most batchSize (go-redis splits a
+// pipeline per Cluster node or Ring shard), re-running by EVAL any call
+// that met NOSCRIPT. It returns one Cmd per call, in order.
+func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []call) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				cmds[i] = calls[i].script.Eval(ctx, p, calls[i].keys, calls[i].args...)
+			}
+			return nil
+		})
+	}
+	return cmds
+}
+
+// Reply codes shared by every extend and release script.
+const (
+	codeOK        = 1
+	codeGone      = 0
+	codeOther     = -1
+	codeWrongType = -2
+)

@@ -1,0 +1,170 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// watchdog is the one goroutine per Client that renews every held lease.
+// It wakes when the earliest renewal is due and renews, in one pipeline per
+// batch (go-redis splits it per Cluster node), every lease due within a
+// quarter of its interval, so leases acquired at different moments share
+// round trips: 10,000 leases cost a few dozen round trips per interval.
+//
+// It also keeps the registry of every held lease, renewed or not, which
+// Close releases.
+type watchdog struct {
+	c    *Client
+	wake chan struct{} // buffered(1): the earliest due time may have changed
+	stop chan struct{} // closed by Close
+	done chan struct{} // closed when the goroutine has exited
+
+	mu     sync.Mutex          // guards leases
+	leases map[*lease]struct{} // every held lease of the Client
+}
+
+// batchSize caps one renewal pipeline.
+const batchSize = 1000
+
+func newWatchdog(c *Client) *watchdog {
+	wd := &watchdog{
+		c: c, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		done: make(chan struct{}), leases: make(map[*lease]struct{}),
+	}
+	go wd.loop()
+	return wd
+}
+
+func (wd *watchdog) add(l *lease) {
+	wd.mu.Lock()
+	wd.leases[l] = struct{}{}
+	wd.mu.Unlock()
+	select {
+	case wd.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (wd *watchdog) remove(l *lease) {
+	wd.mu.Lock()
+	delete(wd.leases, l)
+	wd.mu.Unlock()
+}
+
+// held returns every lease still registered.
+func (wd *watchdog) held() []*lease {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	out := make([]*lease, 0, len(wd.leases))
+	for l := range wd.leases {
+		out = append(out, l)
+	}
+	return out
+}
+
+func (wd *watchdog) loop() {
+	defer close(wd.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, next := wd.due(time.Now())
+		if len(due) > 0 {
+			for len(due) > 0 {
+				n := min(len(due), batchSize)
+				wd.renew(due[:n])
+				due = due[n:]
+			}
+			continue // renewals moved the schedule: look again
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-wd.stop:
+			return
+		case <-wd.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// due returns the renewing leases due by now (plus a quarter of their
+// interval, for those not backing off), and the earliest renewal time of
+// the others.
+func (wd *watchdog) due(now time.Time) (due []*lease, next time.Time) {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	for l := range wd.leases {
+		if !l.renew {
+			continue
+		}
+		l.mu.Lock()
+		at, ttl, failing := l.nextRenew, l.ttl, l.renewErr != nil
+		l.mu.Unlock()
+		// Leases that renew fine may go early to share the round trip; a
+		// lease backing off after an error waits for its own time.
+		slack := wd.c.opts.renewEvery(ttl) / 4
+		if failing {
+			slack = 0
+		}
+		if !at.After(now.Add(slack)) {
+			due = append(due, l)
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return due, next
+}
+
+// renew renews leases in one pipeline and applies each reply. A lease whose
+// renewal failed on a Redis error is retried after a short back-off, never
+// later than its deadline; its deadline timer declares it lost if none
+// succeeds in time.
+func (wd *watchdog) renew(leases []*lease) {
+	calls := make([]call, len(leases))
+	ttls := make([]time.Duration, len(leases))
+	earliest := time.Time{}
+	for i, l := range leases {
+		l.mu.Lock()
+		ttls[i] = l.ttl
+		if earliest.IsZero() || l.deadline.Before(earliest) {
+			earliest = l.deadline
+		}
+		l.mu.Unlock()
+		calls[i] = l.ops.extendCall(l.token, ttls[i])
+	}
+	// A renewal that cannot land before the earliest deadline in the batch
+	// is useless to that lease; bound the round trip by it (at least 50ms).
+	ctx, cancel := context.WithDeadline(context.Background(),
+		later(earliest, time.Now().Add(50*time.Millisecond)))
+	defer cancel()
+	go func() { // stop waiting for Redis when the Client closes
+		select {
+		case <-wd.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	sent := time.Now()
+	cmds := runBatch(ctx, wd.c.rdb, calls)
+	for i, l := range leases {
+		code, err := cmds[i].Int64()
+		_ = l.renewed(sent, ttls[i], code, err)
+		l.mu.Lock()
+		if l.renewErr != nil {
+			back := min(max(wd.c.opts.renewEvery(ttls[i])/8, 10*time.Millisecond), 500*time.Millisecond)
+			l.nextRenew = time.Now().Add(back)
+		}
+		l.mu.Unlock()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
