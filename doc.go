@@ -44,11 +44,15 @@
 // K is used exactly as given, so any client that speaks SET K token NX PX
 // plus compare-and-delete (StackExchange.Redis LockTake, redis-py Lock,
 // node-redlock on one server, redsync, bsm/redislock) excludes and is
-// excluded by dlock on the same key. The auxiliary names are built so they
-// hash to K's Cluster slot: if K has a non-empty hash tag ("user:{42}:lock")
-// it is used as it is ("P:user:{42}:lock:fence"); otherwise K is wrapped in
-// braces; if K contains a '}' that would break the wrapping (e.g. "a}b{"), a
-// short tag known to hash to K's slot is put in front ("P:{tag}a}b{:fence").
+// excluded by dlock on the same key. The auxiliary names hash to K's
+// Cluster slot and decode back to K unambiguously:
+//
+//	K = "orders:1"        (no hash tag)       P:{orders:1}:fence
+//	K = "user:{42}:lock"  (own hash tag)      P:#user:{42}:lock:fence
+//	K = "a}b{"            (a '}' but no tag)  P:{<tag>}=a}b{:fence
+//
+// In the last form <tag> is a short string known to hash to K's slot
+// (wrapping K in braces would not: "{a}b{}" hashes "a").
 // Slot computes the slot of any key.
 //
 // # Fencing tokens

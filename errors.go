@@ -61,6 +61,7 @@ var (
 	ErrKeyTooLong  = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
 	ErrInvalidTTL  = argError("TTL must be at least 1ms")
 	ErrInvalidOpts = argError("invalid options")
+	ErrEmptyToken  = argError("empty token")
 )
 
 // MaxKeyLength is the longest lock key accepted, in bytes.

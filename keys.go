@@ -12,6 +12,11 @@ import (
 // caller's key, untouched, so other SET NX PX clients interoperate on it; the
 // auxiliary names carry a hash tag that puts them in the lock key's Cluster
 // slot, so one script may touch them all.
+const (
+	fenceSuffix = ":fence"
+	wakeSuffix  = ":wake"
+)
+
 type keySet struct {
 	lock    string // the caller's key: holds the owner's token
 	fence   string // fencing counter
@@ -19,12 +24,13 @@ type keySet struct {
 }
 
 // auxBase returns "<prefix>:<tagged key>", where the tagged key hashes to the
-// same Cluster slot as key:
-//   - key has a non-empty hash tag ("user:{42}:lock"): the key as it is;
+// same Cluster slot as key and can be decoded back to key (see keyOfAux):
+//   - key has a non-empty hash tag ("user:{42}:lock"): '#' then the key as
+//     it is ("#user:{42}:lock");
 //   - key has no '}' at all: the key wrapped in braces ("{orders:1}");
 //   - otherwise (e.g. "a}b{" or "{}x"): wrapping would not give the key's own
 //     slot, so a short tag known to hash to that slot is put in front:
-//     "{<tag>}<key>".
+//     "{<tag>}=<key>".
 func auxBase(prefix, key string) string {
 	var b strings.Builder
 	b.Grow(len(prefix) + len(key) + 8)
@@ -32,6 +38,7 @@ func auxBase(prefix, key string) string {
 	b.WriteByte(':')
 	switch {
 	case hashTag(key) != "":
+		b.WriteByte('#')
 		b.WriteString(key)
 	case !strings.Contains(key, "}"):
 		b.WriteByte('{')
@@ -40,15 +47,40 @@ func auxBase(prefix, key string) string {
 	default:
 		b.WriteByte('{')
 		b.WriteString(slotTag(Slot(key)))
-		b.WriteByte('}')
+		b.WriteString("}=")
 		b.WriteString(key)
 	}
 	return b.String()
 }
 
+// keyOfAux decodes an auxiliary name "<prefix>:<tagged key><suffix>" back to
+// the lock key; ok is false if name is not of that form.
+func keyOfAux(prefix, suffix, name string) (key string, ok bool) {
+	t, ok := strings.CutPrefix(name, prefix+":")
+	if !ok {
+		return "", false
+	}
+	if t, ok = strings.CutSuffix(t, suffix); !ok || t == "" {
+		return "", false
+	}
+	switch t[0] {
+	case '#':
+		return t[1:], hashTag(t[1:]) != ""
+	case '{':
+		e := strings.IndexByte(t, '}')
+		switch {
+		case e == len(t)-1 && e > 1:
+			return t[1:e], true
+		case e > 0 && e+1 < len(t) && t[e+1] == '=':
+			return t[e+2:], true
+		}
+	}
+	return "", false
+}
+
 func (c *Client) keysFor(key string) keySet {
 	base := auxBase(c.opts.Prefix, key)
-	return keySet{lock: key, fence: base + ":fence", channel: base + ":wake"}
+	return keySet{lock: key, fence: base + fenceSuffix, channel: base + wakeSuffix}
 }
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the

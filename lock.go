@@ -16,7 +16,8 @@ type Lock struct {
 type mutex struct{ keys keySet }
 
 func (m mutex) extendCall(token string, ttl time.Duration) call {
-	return call{extendScript, []string{m.keys.lock}, []any{token, ttl.Milliseconds()}}
+	return call{extendScript, []string{m.keys.lock, m.keys.fence},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}
 }
 
 func (m mutex) releaseCall(token string) call {

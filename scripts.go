@@ -18,10 +18,13 @@ var (
 	extendSrc string
 	//go:embed scripts/release.lua
 	releaseSrc string
+	//go:embed scripts/force.lua
+	forceSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	extendScript  = redis.NewScript(extendSrc)
 	releaseScript = redis.NewScript(releaseSrc)
+	forceScript   = redis.NewScript(forceSrc)
 )
 
 // call is one script invocation, built by a primitive and run by the engine,

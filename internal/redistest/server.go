@@ -149,7 +149,7 @@ func Start(t testing.TB, cfg Config) *Server {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			if tail := logTail(s.Dir); tail != "" {
+			if tail := logTail(s.Dir, nil); tail != "" {
 				t.Logf("redistest: tail of logs of redis-server on %s:\n%s", s.Addr(), tail)
 			}
 		}
@@ -221,6 +221,9 @@ func (s *Server) spawn() (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Earlier incarnations (Restart) share the log files; errors quote only
+	// what this one wrote.
+	offsets := logSizes(s.Dir)
 	stderr, err := os.OpenFile(filepath.Join(s.Dir, "stderr.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
@@ -246,7 +249,7 @@ func (s *Server) spawn() (*process, error) {
 
 	if err := waitReady(s.Addr(), p); err != nil {
 		_ = kill(p)
-		tail := logTail(s.Dir)
+		tail := logTail(s.Dir, offsets)
 		if strings.Contains(tail, "Address already in use") {
 			err = fmt.Errorf("%w: %w", errPortInUse, err)
 		}
@@ -399,14 +402,33 @@ func kill(p *process) error {
 	}
 }
 
+// logFiles are the files in a server's directory that logTail quotes.
+var logFiles = []string{"stderr.log", "redis.log"}
+
+// logSizes returns the current sizes of the logFiles in dir (missing files
+// count as 0), for use as logTail offsets.
+func logSizes(dir string) map[string]int64 {
+	sizes := make(map[string]int64, len(logFiles))
+	for _, name := range logFiles {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			sizes[name] = fi.Size()
+		}
+	}
+	return sizes
+}
+
 // logTail returns the last lines of stderr.log and redis.log in dir, for
-// error messages. It returns "" if both are empty or missing.
-func logTail(dir string) string {
+// error messages, skipping the first offsets[name] bytes of each file (nil
+// offsets: whole files). It returns "" if there is nothing to show.
+func logTail(dir string, offsets map[string]int64) string {
 	var b strings.Builder
-	for _, name := range []string{"stderr.log", "redis.log"} {
+	for _, name := range logFiles {
 		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			continue
+		}
+		if off := offsets[name]; off > 0 && off <= int64(len(data)) {
+			data = data[off:]
 		}
 		data = bytes.TrimSpace(data)
 		if len(data) == 0 {
@@ -544,7 +566,7 @@ func (s *Server) Restart() error {
 			return err
 		}
 	}
-	return err
+	return fmt.Errorf("redistest: giving up after %d attempts: %w", startAttempts, err)
 }
 
 // FlushAll runs FLUSHALL on the server over a short-lived connection.
