@@ -67,9 +67,9 @@ type Stats struct {
 
 // counters backs Stats; every field is updated atomically.
 type counters struct {
-	acquired, notAcquired, errors, waits     atomic.Uint64
+	acquired, notAcquired, errors, waits      atomic.Uint64
 	renewals, renewalFailures, lost, released atomic.Uint64
-	held, waiting, acquireNanos              atomic.Int64
+	held, waiting, acquireNanos               atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
