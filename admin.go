@@ -12,23 +12,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Protocol names what a lock key's value looks like, as Inspect sees it.
-type Protocol string
+// Kind names what a lock key's value looks like, as Inspect sees it.
+type Kind string
 
 const (
-	ProtocolNone      Protocol = ""          // the key does not exist
-	ProtocolToken     Protocol = "token"     // a dlock token (22 base64url characters)
-	ProtocolLegacy    Protocol = "legacy"    // a decimal Unix timestamp: the seeds' SETNX/GETSET lock
-	ProtocolForeign   Protocol = "foreign"   // another string: some other SET NX client's token
-	ProtocolWrongType Protocol = "wrongtype" // not a string: not a lock at all
+	KindFree      Kind = ""          // the key does not exist
+	KindToken     Kind = "token"     // a dlock token (22 base64url characters)
+	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the seeds' SETNX/GETSET lock
+	KindForeign   Kind = "foreign"   // another string: some other SET NX client's token
+	KindWrongType Kind = "wrongtype" // not a string: not a lock at all
 )
 
 // Info is what Inspect and List report about one lock key.
 type Info struct {
-	Key      string
-	Held     bool     // the key exists and is a string
-	Protocol Protocol // what its value looks like
-	Value    string   // the stored value (holder's token or timestamp); "" if free
+	Key   string
+	Held  bool   // the key exists and is a string
+	Kind  Kind   // what its value looks like
+	Value string // the stored value (holder's token or timestamp); "" if free
 	// TTL is the key's remaining time to live: -1 if it has none, 0 if free.
 	TTL time.Duration
 	// Fence is the last fencing token handed out for the key (0: none
@@ -59,8 +59,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		pttl = p.PTTL(ctx, key)
-		fence = p.Get(ctx, ks.fence)
-		subs = p.PubSubNumSub(ctx, ks.channel)
+		fence = p.Get(ctx, ks.Fence)
+		subs = p.PubSubNumSub(ctx, ks.Wake)
 		return nil
 	})
 	if typ.Err() != nil {
@@ -70,13 +70,13 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if f, err := fence.Uint64(); err == nil {
 		info.Fence = f
 	}
-	info.Subscribers = subs.Val()[ks.channel]
+	info.Subscribers = subs.Val()[ks.Wake]
 	switch typ.Val() {
 	case "none":
 		return info, nil
 	case "string":
 	default:
-		info.Protocol = ProtocolWrongType
+		info.Kind = KindWrongType
 		return info, nil
 	}
 	if val.Err() != nil {
@@ -87,7 +87,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	}
 	info.Held = true
 	info.Value = val.Val()
-	info.Protocol = classify(info.Value)
+	info.Kind = classify(info.Value)
 	switch d := pttl.Val(); {
 	case d > 0:
 		info.TTL = d
@@ -99,14 +99,14 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
 
-func classify(v string) Protocol {
+func classify(v string) Kind {
 	if tokenRE.MatchString(v) {
-		return ProtocolToken
+		return KindToken
 	}
 	if n, err := strconv.ParseInt(v, 10, 64); err == nil && n > 0 && len(v) >= 9 && len(v) <= 13 {
-		return ProtocolLegacy
+		return KindLegacy
 	}
-	return ProtocolForeign
+	return KindForeign
 }
 
 // List calls fn for the locks it finds, until fn returns false:
@@ -250,7 +250,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	ks := c.keysFor(key)
-	code, err := call{forceScript, []string{key}, []any{ks.channel}}.run(ctx, c.rdb).Int64()
+	code, err := Call{forceScript, []string{key}, []any{ks.Wake}}.Run(ctx, c.rdb).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)
@@ -275,7 +275,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if token == "" {
 		return ErrEmptyToken
 	}
-	code, err := mutex{c.keysFor(key)}.releaseCall(token).run(ctx, c.rdb).Int64()
+	code, err := tokenLock{}.Release(c.keysFor(key), token).Run(ctx, c.rdb).Int64()
 	switch {
 	case err != nil:
 		return unavailable(err)

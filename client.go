@@ -109,11 +109,11 @@ func (c *Client) closed() bool {
 // succeeded although its reply was lost (a timeout, a cancelled context, a
 // broken connection): otherwise it would stay held, by nobody, for its TTL.
 // The delete is token-checked, so it cannot touch anyone else's lock.
-func (c *Client) compensate(rel call) {
+func (c *Client) compensate(rel Call) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
 		defer cancel()
-		_ = rel.run(ctx, c.rdb).Err()
+		_ = rel.Run(ctx, c.rdb).Err()
 	}
 	c.bgMu.Lock()
 	if c.bgDone {

@@ -8,20 +8,10 @@ import (
 	"sync"
 )
 
-// keySet names every Redis key and channel one lock uses. The lock key is the
-// caller's key, untouched, so other SET NX PX clients interoperate on it; the
-// auxiliary names carry a hash tag that puts them in the lock key's Cluster
-// slot, so one script may touch them all.
 const (
 	fenceSuffix = ":fence"
 	wakeSuffix  = ":wake"
 )
-
-type keySet struct {
-	lock    string // the caller's key: holds the owner's token
-	fence   string // fencing counter
-	channel string // wake-up channel for waiters
-}
 
 // auxBase returns "<prefix>:<tagged key>", where the tagged key hashes to the
 // same Cluster slot as key and can be decoded back to key (see keyOfAux):
@@ -78,9 +68,13 @@ func keyOfAux(prefix, suffix, name string) (key string, ok bool) {
 	return "", false
 }
 
-func (c *Client) keysFor(key string) keySet {
+// keysFor names every Redis key and channel a lock on key uses. The lock key
+// is the caller's key, untouched, so other SET NX PX clients interoperate on
+// it; the auxiliary names carry a hash tag that puts them in the lock key's
+// Cluster slot, so one script may touch them all.
+func (c *Client) keysFor(key string) Keys {
 	base := auxBase(c.opts.Prefix, key)
-	return keySet{lock: key, fence: base + fenceSuffix, channel: base + wakeSuffix}
+	return Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix}
 }
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the

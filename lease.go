@@ -7,15 +7,6 @@ import (
 	"time"
 )
 
-// leaseOps is what a primitive tells the engine about its own scripts. The
-// engine does the rest for every primitive alike: deadlines, renewal,
-// the lost-lock signal, release, hooks and stats. Extend and release
-// scripts reply with the shared codes (codeOK, codeGone, ...).
-type leaseOps interface {
-	extendCall(token string, ttl time.Duration) call
-	releaseCall(token string) call
-}
-
 type leaseState uint8
 
 const (
@@ -24,26 +15,32 @@ const (
 	stateLost
 )
 
-// lease is the client-side state of one grant: its validity deadline, its
-// renewal schedule and its lost-lock signal.
+// lease is the client-side state of one grant, whatever its Protocol: its
+// validity deadline, its renewal schedule and its lost-lock signal.
 type lease struct {
 	c          *Client
-	ops        leaseOps
-	key        string
-	token      string
-	fence      uint64
+	proto      Protocol
+	keys       Keys
 	renew      bool
+	fence      uint64
 	acquiredAt time.Time
 	done       chan struct{} // closed once, when the lease is released or lost
 
+	// opMu serialises the renewals and the release of this lease, so a
+	// protocol that rotates the stored value never races itself. The
+	// watchdog holds it across a pipeline round trip.
+	opMu sync.Mutex
+
 	mu sync.Mutex // guards every field below
+	// value is what the lock key holds for us (the token).
+	value string
 	// ttl is the TTL of the last successful acquire or renewal.
 	ttl time.Duration
 	// deadline is when the holder must assume the lease is gone: the send
 	// time of the last successful acquire or renewal, plus ttl, minus drift.
 	// Monotonic clock.
 	deadline time.Time
-	// nextRenew is when the watchdog renews next. Read by the watchdog.
+	// nextRenew is when the watchdog renews next.
 	nextRenew time.Time
 	state     leaseState
 	err       error       // why the lease ended; nil while held
@@ -54,23 +51,27 @@ type lease struct {
 	releaseTried bool
 }
 
-func (c *Client) newLease(ops leaseOps, key, token string, cfg lockConfig) *lease {
-	return &lease{
-		c: c, ops: ops, key: key, token: token, renew: cfg.renew,
-		ttl: cfg.ttl, done: make(chan struct{}),
-	}
+func (c *Client) newLease(proto Protocol, keys Keys, cfg lockConfig) *lease {
+	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl, done: make(chan struct{})}
 }
 
 // start makes the lease live after an acquire sent at sent succeeded.
-func (l *lease) start(sent time.Time, fence uint64) {
-	l.fence = fence
+func (l *lease) start(sent time.Time, g Grant) {
+	l.fence = g.Fence
 	l.acquiredAt = sent
 	l.mu.Lock()
+	l.value = g.Value
 	l.setDeadlineLocked(sent, l.ttl)
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
 	l.mu.Unlock()
 	l.c.stats.held.Add(1)
 	l.c.wd.add(l)
+}
+
+func (l *lease) token() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
 }
 
 // setDeadlineLocked records a successful acquire or renewal sent at sent.
@@ -102,12 +103,18 @@ func (l *lease) onDeadline() {
 	l.lose(cause)
 }
 
-// renewed applies the reply of a renewal sent at sent. It returns nil, the
-// loss error, or the Redis error (the lease stays held until its deadline).
-func (l *lease) renewed(sent time.Time, ttl time.Duration, code int64, err error) error {
+// renewCall builds the renewal of the lease for ttl. Callers hold opMu.
+func (l *lease) renewCall(ttl time.Duration) (Call, string) {
+	return l.proto.Renew(l.keys, l.token(), ttl)
+}
+
+// renewed applies the reply of a renewal sent at sent, which stores next
+// in the key if it succeeds. Callers hold opMu. It returns nil, the loss
+// error, or the Redis error (the lease stays held until its deadline).
+func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int64, err error) error {
 	defer func() {
 		if h := l.c.opts.Hooks.Renew; h != nil {
-			h(RenewInfo{Key: l.key, Err: err})
+			h(RenewInfo{Key: l.keys.Lock, Err: err})
 		}
 	}()
 	if err != nil {
@@ -117,7 +124,7 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, code int64, err error
 			l.renewErr = err
 		}
 		l.mu.Unlock()
-		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.key, "err", err)
+		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.keys.Lock, "err", err)
 		return unavailable(err)
 	}
 	if code != codeOK {
@@ -126,6 +133,7 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, code int64, err error
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.value = next // the key holds it now, whatever we conclude below
 	if l.state != stateHeld {
 		return l.err
 	}
@@ -136,7 +144,7 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, code int64, err error
 	}
 	l.setDeadlineLocked(sent, ttl)
 	l.c.stats.renewals.Add(1)
-	l.c.opts.Logger.Debug("dlock: renewed", "key", l.key, "fence", l.fence, "ttl", ttl)
+	l.c.opts.Logger.Debug("dlock: renewed", "key", l.keys.Lock, "fence", l.fence, "ttl", ttl)
 	return nil
 }
 
@@ -161,18 +169,18 @@ func (l *lease) lose(cause error) error {
 		return err
 	}
 	l.state = stateLost
-	l.err = &lostError{key: l.key, cause: cause}
+	l.err = &lostError{key: l.keys.Lock, cause: cause}
 	l.timer.Stop()
-	err := l.err
+	err, value := l.err, l.value
 	l.mu.Unlock()
 
 	l.c.wd.remove(l)
 	l.c.stats.held.Add(-1)
 	l.c.stats.lost.Add(1)
-	l.c.opts.Logger.Warn("dlock: lock lost", "key", l.key, "fence", l.fence,
-		"token", shortToken(l.token), "cause", cause)
+	l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
+		"token", shortToken(value), "cause", cause)
 	if h := l.c.opts.Hooks.Lost; h != nil {
-		h(LostInfo{Key: l.key, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
+		h(LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
 	}
 	close(l.done)
 	return err
@@ -186,26 +194,28 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return ErrInvalidTTL
 	}
-	l.mu.Lock()
-	state, err := l.state, l.err
-	l.mu.Unlock()
-	if state != stateHeld {
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
+	if err := l.Err(); err != nil {
 		return err
 	}
+	call, next := l.renewCall(ttl)
 	sent := time.Now()
-	code, err := l.ops.extendCall(l.token, ttl).run(ctx, l.c.rdb).Int64()
-	return l.renewed(sent, ttl, code, err)
+	code, err := call.Run(ctx, l.c.rdb).Int64()
+	return l.renewed(sent, ttl, next, code, err)
 }
 
-// release deletes the lease's key if it still holds our token. It is
+// release deletes the lease's key if it still holds our value. It is
 // idempotent, and safe to retry after a Redis error.
 func (l *lease) release(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
+	l.c.wd.remove(l) // no renewals once the caller wants out
+	l.opMu.Lock()
+	defer l.opMu.Unlock()
 	l.mu.Lock()
-	state, lerr := l.state, l.err
-	tried := l.releaseTried
+	state, lerr, tried, value := l.state, l.err, l.releaseTried, l.value
 	l.mu.Unlock()
 	switch state {
 	case stateReleased:
@@ -214,13 +224,12 @@ func (l *lease) release(ctx context.Context) error {
 		// A lease lost to an unreachable Redis may still be ours there (a
 		// renewal could have landed without its reply): delete it if so.
 		if errors.Is(lerr, ErrUnreachable) {
-			_ = l.ops.releaseCall(l.token).run(ctx, l.c.rdb).Err()
+			_ = l.proto.Release(l.keys, value).Run(ctx, l.c.rdb).Err()
 		}
 		return lerr
 	}
-	l.c.wd.remove(l) // no renewals once the caller wants out
 
-	code, err := l.ops.releaseCall(l.token).run(ctx, l.c.rdb).Int64()
+	code, err := l.proto.Release(l.keys, value).Run(ctx, l.c.rdb).Int64()
 	switch {
 	case err != nil:
 		l.mu.Lock()
@@ -246,14 +255,12 @@ func (l *lease) release(ctx context.Context) error {
 	default:
 		err = l.lose(causeOf(code))
 	}
-	l.c.opts.Logger.Debug("dlock: released", "key", l.key, "fence", l.fence, "err", err)
+	l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	if h := l.c.opts.Hooks.Release; h != nil {
-		h(ReleaseInfo{Key: l.key, Held: time.Since(l.acquiredAt), Err: err})
+		h(ReleaseInfo{Key: l.keys.Lock, Held: time.Since(l.acquiredAt), Err: err})
 	}
 	return err
 }
-
-// Deadline etc. are shared by every primitive's handle.
 
 func (l *lease) Deadline() time.Time {
 	l.mu.Lock()

@@ -12,23 +12,6 @@ type Lock struct {
 	l *lease
 }
 
-// mutex is the lease protocol of the plain lock: the key holds the token.
-type mutex struct{ keys keySet }
-
-func (m mutex) extendCall(token string, ttl time.Duration) call {
-	return call{extendScript, []string{m.keys.lock, m.keys.fence},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}
-}
-
-func (m mutex) releaseCall(token string) call {
-	return call{releaseScript, []string{m.keys.lock}, []any{token, m.keys.channel}}
-}
-
-// fenceTTL is how long the fence counter outlives a grant. The counter may
-// expire after that: the next grant then starts from the server's TIME in
-// microseconds, which by then is above every fence handed out before.
-func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
-
 // Lock acquires key, waiting until it is free or ctx ends. A free key is
 // taken in one round trip. A blocked call is woken by the holder's release
 // (pub/sub), and retries on its own after min(holder's TTL, RetryInterval)
@@ -64,10 +47,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return nil, ErrClosed
 	}
 	keys := c.keysFor(key)
-	l := c.newLease(mutex{keys}, key, newToken(), cfg)
-	acquire := call{acquireScript, []string{keys.lock, keys.fence},
-		[]any{l.token, cfg.ttl.Milliseconds(), fenceTTL(cfg.ttl).Milliseconds()}}
-
+	l := c.newLease(cfg.proto, keys, cfg)
+	token := newToken()
 	attempts := 0
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
 		if err := ctx.Err(); err != nil {
@@ -75,35 +56,30 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		}
 		attempts++
 		sent := time.Now()
-		res, err := acquire.run(ctx, c.rdb).Int64Slice()
-		if err != nil {
-			if ambiguous(err) {
-				c.compensate(l.ops.releaseCall(l.token))
-			}
-			if ctx.Err() != nil {
-				return false, 0, ctxDone(ctx)
-			}
-			return false, 0, unavailable(err)
-		}
+		g, err := cfg.proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
 		switch {
-		case len(res) != 2:
-			return false, 0, unavailable(errors.New("unexpected reply from the acquire script"))
-		case res[0] == codeOK:
-			l.start(sent, uint64(res[1]))
+		case err == nil && g.Acquired:
+			l.start(sent, g)
 			return true, 0, nil
-		case res[0] == codeWrongType:
-			return false, 0, ErrWrongType
+		case err == nil && !wait:
+			return false, 0, &NotAcquiredError{Key: key, TTL: g.HolderTTL}
+		case err == nil:
+			return false, g.HolderTTL, nil
+		case errors.Is(err, ErrWrongType):
+			return false, 0, err
 		}
-		ttl := time.Duration(res[1]) * time.Millisecond
-		if !wait {
-			return false, 0, &NotAcquiredError{Key: key, TTL: ttl}
+		if ambiguous(err) && g.Value != "" {
+			c.compensate(cfg.proto.Release(keys, g.Value))
 		}
-		return false, ttl, nil
+		if ctx.Err() != nil {
+			return false, 0, ctxDone(ctx)
+		}
+		return false, 0, unavailable(err)
 	}
 
 	waited := false
 	if wait {
-		waited, err = c.wait(ctx, keys.channel, attempt)
+		waited, err = c.wait(ctx, keys.Wake, attempt)
 	} else {
 		_, _, err = attempt(ctx)
 	}
@@ -121,10 +97,11 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 }
 
 // Key returns the locked key.
-func (k *Lock) Key() string { return k.l.key }
+func (k *Lock) Key() string { return k.l.keys.Lock }
 
-// Token returns the random token stored in the key while the lock is held.
-func (k *Lock) Token() string { return k.l.token }
+// Token returns the value the key holds for this lock: the random token
+// (or, for a protocol that rotates it, the value of the last renewal).
+func (k *Lock) Token() string { return k.l.token() }
 
 // Fence returns the fencing token of this grant: unique, and greater than
 // that of every earlier grant of the same key (by any dlock client), also

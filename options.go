@@ -126,6 +126,7 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	ttl   time.Duration
 	renew bool
+	proto Protocol
 }
 
 // WithTTL sets the lock's time-to-live (at least 1ms). Default: Options.TTL.
@@ -140,7 +141,7 @@ func WithoutRenewal() LockOption {
 }
 
 func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
-	cfg := lockConfig{ttl: c.opts.TTL, renew: true}
+	cfg := lockConfig{ttl: c.opts.TTL, renew: true, proto: tokenLock{}}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)
@@ -148,6 +149,9 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	}
 	if cfg.ttl < time.Millisecond {
 		return cfg, ErrInvalidTTL
+	}
+	if isNil(cfg.proto) {
+		return cfg, ErrInvalidOpts
 	}
 	return cfg, nil
 }

@@ -27,19 +27,11 @@ var (
 	forceScript   = redis.NewScript(forceSrc)
 )
 
-// call is one script invocation, built by a primitive and run by the engine,
-// alone or in a renewal pipeline.
-type call struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-}
-
-// run executes c on rdb: EVALSHA, then EVAL on NOSCRIPT.
-func (c call) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
-	cmd := c.script.EvalSha(ctx, rdb, c.keys, c.args...)
+// Run executes c on rdb: EVALSHA, then EVAL on NOSCRIPT.
+func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	cmd := c.Script.EvalSha(ctx, rdb, c.Keys, c.Args...)
 	if isNoScript(cmd.Err()) {
-		cmd = c.script.Eval(ctx, rdb, c.keys, c.args...)
+		cmd = c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
 	}
 	return cmd
 }
@@ -51,11 +43,11 @@ func isNoScript(err error) bool {
 // runBatch runs calls in pipelines of at most batchSize (go-redis splits a
 // pipeline per Cluster node or Ring shard), re-running by EVAL any call
 // that met NOSCRIPT. It returns one Cmd per call, in order.
-func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []call) []*redis.Cmd {
+func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+			cmds[i] = c.Script.EvalSha(ctx, p, c.Keys, c.Args...)
 		}
 		return nil
 	})
@@ -68,7 +60,7 @@ func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []call) []*r
 	if len(again) > 0 {
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
-				cmds[i] = calls[i].script.Eval(ctx, p, calls[i].keys, calls[i].args...)
+				cmds[i] = calls[i].Script.Eval(ctx, p, calls[i].Keys, calls[i].Args...)
 			}
 			return nil
 		})

@@ -124,17 +124,19 @@ func (wd *watchdog) due(now time.Time) (due []*lease, next time.Time) {
 // later than its deadline; its deadline timer declares it lost if none
 // succeeds in time.
 func (wd *watchdog) renew(leases []*lease) {
-	calls := make([]call, len(leases))
+	calls := make([]Call, len(leases))
+	nexts := make([]string, len(leases))
 	ttls := make([]time.Duration, len(leases))
 	earliest := time.Time{}
 	for i, l := range leases {
+		l.opMu.Lock() // released below, once the reply is applied
 		l.mu.Lock()
 		ttls[i] = l.ttl
 		if earliest.IsZero() || l.deadline.Before(earliest) {
 			earliest = l.deadline
 		}
 		l.mu.Unlock()
-		calls[i] = l.ops.extendCall(l.token, ttls[i])
+		calls[i], nexts[i] = l.renewCall(ttls[i])
 	}
 	// A renewal that cannot land before the earliest deadline in the batch
 	// is useless to that lease; bound the round trip by it (at least 50ms).
@@ -152,13 +154,14 @@ func (wd *watchdog) renew(leases []*lease) {
 	cmds := runBatch(ctx, wd.c.rdb, calls)
 	for i, l := range leases {
 		code, err := cmds[i].Int64()
-		_ = l.renewed(sent, ttls[i], code, err)
+		_ = l.renewed(sent, ttls[i], nexts[i], code, err)
 		l.mu.Lock()
 		if l.renewErr != nil {
 			back := min(max(wd.c.opts.renewEvery(ttls[i])/8, 10*time.Millisecond), 500*time.Millisecond)
 			l.nextRenew = time.Now().Add(back)
 		}
 		l.mu.Unlock()
+		l.opMu.Unlock()
 	}
 }
 

@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,9 @@ type Proxy struct {
 	latency   atomic.Int64 // time.Duration added to each forwarded chunk
 	blackhole atomic.Bool  // drop all traffic while true
 
+	ctx    context.Context // cancelled by Close; aborts dials to the target
+	cancel context.CancelFunc
+
 	mu     sync.Mutex
 	links  map[*link]struct{} // live proxied connections
 	closed bool
@@ -39,7 +43,8 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("redistest: proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, links: make(map[*link]struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Proxy{ln: ln, target: target, ctx: ctx, cancel: cancel, links: make(map[*link]struct{})}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	t.Cleanup(func() { _ = p.Close() })
@@ -95,6 +100,7 @@ func (p *Proxy) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.cancel()
 	err := p.ln.Close()
 	for l := range p.links {
 		l.close(true)
@@ -128,7 +134,8 @@ func (p *Proxy) acceptLoop() {
 // ways until both directions are done or the link is cut.
 func (p *Proxy) handle(client net.Conn) {
 	defer p.wg.Done()
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	server, err := d.DialContext(p.ctx, "tcp", p.target)
 	if err != nil {
 		abort(client)
 		return

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -54,6 +56,8 @@ func processGone(pid int) bool {
 	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
+// TestStartPing checks a zero-Config server: it answers, has no persistence,
+// allows DEBUG, and its Addr/URL/PID/Dir and FlushAll work.
 func TestStartPing(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -103,6 +107,8 @@ func TestStartPing(t *testing.T) {
 	}
 }
 
+// TestStartMainClose checks StartMain with ExtraArgs and that Close kills
+// the process, removes the dir and is idempotent.
 func TestStartMainClose(t *testing.T) {
 	t.Parallel()
 	s, err := redistest.StartMain(redistest.Config{ExtraArgs: []string{"--maxmemory", "10mb"}})
@@ -138,6 +144,8 @@ func TestStartMainClose(t *testing.T) {
 	}
 }
 
+// TestStartErrors checks that start failures report the server's output and
+// that an invalid AOF mode is rejected.
 func TestStartErrors(t *testing.T) {
 	t.Parallel()
 	_, err := redistest.StartMain(redistest.Config{ExtraArgs: []string{"--no-such-directive", "x"}})
@@ -149,6 +157,8 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
+// TestKillRestartAOF checks that a key written before Kill survives Restart
+// with AOF on, on the same port and dir, under a new PID.
 func TestKillRestartAOF(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -208,6 +218,8 @@ func TestKillRestartAOF(t *testing.T) {
 	}
 }
 
+// TestRestartRunningNoPersistence checks that Restart kills a running server
+// first and that, without persistence, data is gone afterwards.
 func TestRestartRunningNoPersistence(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -228,6 +240,8 @@ func TestRestartRunningNoPersistence(t *testing.T) {
 	}
 }
 
+// TestPauseResume checks that a paused server times out a 200ms PING and
+// answers again after Resume.
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -257,6 +271,7 @@ func TestPauseResume(t *testing.T) {
 	}
 }
 
+// TestCloseWhilePaused checks that Close promptly kills a SIGSTOPped server.
 func TestCloseWhilePaused(t *testing.T) {
 	t.Parallel()
 	s, err := redistest.StartMain(redistest.Config{})
@@ -279,6 +294,8 @@ func TestCloseWhilePaused(t *testing.T) {
 	}
 }
 
+// TestProxyForwards checks that the proxy forwards traffic, including values
+// larger than one read chunk, and that Close is idempotent.
 func TestProxyForwards(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -306,6 +323,8 @@ func TestProxyForwards(t *testing.T) {
 	}
 }
 
+// TestProxyLatency checks that SetLatency delays a round trip by at least
+// twice the latency (once per direction) and that 0 turns it off.
 func TestProxyLatency(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -334,6 +353,8 @@ func TestProxyLatency(t *testing.T) {
 	}
 }
 
+// TestProxyBlackhole checks that a blackhole makes commands time out without
+// reaching the server, and that traffic flows again once it is off.
 func TestProxyBlackhole(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -367,6 +388,8 @@ func TestProxyBlackhole(t *testing.T) {
 	}
 }
 
+// TestProxyCutAll checks that CutAll breaks an established connection with a
+// connection error (not a timeout) while new connections still work.
 func TestProxyCutAll(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -402,6 +425,8 @@ func TestProxyCutAll(t *testing.T) {
 	}
 }
 
+// TestRestartPortTaken checks that Restart reports a bind failure when its
+// port is taken and succeeds once it is free again.
 func TestRestartPortTaken(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t, redistest.Config{})
@@ -425,5 +450,48 @@ func TestRestartPortTaken(t *testing.T) {
 	}
 	if err := shortClient(t, s.Addr()).Ping(ctxT(t, 2*time.Second)).Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// fatalTB records Fatalf instead of failing the real test.
+type fatalTB struct {
+	*testing.T
+	msg string
+}
+
+// Fatalf records the message and stops the calling goroutine, like t.Fatalf.
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// Skipf would hide a missing redis-server; it must never be called.
+func (f *fatalTB) Skipf(format string, args ...any) {
+	f.T.Errorf("Skipf called: "+format, args...)
+	runtime.Goexit()
+}
+
+// TestMissingBinaryFails checks that a missing redis-server fails (never
+// skips) with install instructions, from both StartMain and Start.
+// Not parallel: it changes PATH for the whole process (parallel tests only
+// run after all sequential ones have finished).
+func TestMissingBinaryFails(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+
+	_, err := redistest.StartMain(redistest.Config{})
+	if err == nil || !strings.Contains(err.Error(), "apt-get install -y redis-server") {
+		t.Errorf("StartMain without redis-server: err = %v, want install instructions", err)
+	}
+
+	f := &fatalTB{T: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		redistest.Start(f, redistest.Config{})
+		t.Errorf("Start without redis-server returned")
+	}()
+	<-done
+	if !strings.Contains(f.msg, "apt-get install -y redis-server") {
+		t.Errorf("Start without redis-server: Fatalf(%q), want install instructions", f.msg)
 	}
 }

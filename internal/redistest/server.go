@@ -50,7 +50,8 @@ const (
 	logTailLines = 25
 )
 
-// installHint is appended to the error reported when redis-server is missing.
+// installHint is the format (one %v: the lookup error) of the failure reported
+// when redis-server is not on PATH.
 const installHint = "redistest: redis-server not found on PATH (%v); " +
 	"these tests need a real Redis server: install it, e.g. `apt-get install -y redis-server` " +
 	"(Debian/Ubuntu) or `brew install redis` (macOS)"
@@ -258,12 +259,15 @@ func (s *Server) spawn() (*process, error) {
 	return p, nil
 }
 
-// spawnRequests feeds the spawner goroutine; see startOnSpawnerThread.
+// spawnOnce starts the spawner goroutine, which is fed by spawnRequests;
+// see startOnSpawnerThread.
 var (
 	spawnOnce     sync.Once
 	spawnRequests chan spawnRequest
 )
 
+// spawnRequest asks the spawner goroutine to start cmd and send the result
+// of cmd.Start on res.
 type spawnRequest struct {
 	cmd *exec.Cmd
 	res chan error
@@ -499,7 +503,8 @@ func (s *Server) NewClient() *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: s.Addr()})
 }
 
-// Kill sends SIGKILL to the server (by PID) and waits until it has exited.
+// Kill sends SIGKILL to the server (by PID, and to its process group so fork
+// children such as an AOF rewrite die too) and waits until it has exited.
 // The server stays dead until [Server.Restart]. Killing a server that is not
 // running is a no-op.
 func (s *Server) Kill() error {

@@ -1,0 +1,105 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Protocol decides what a lock key holds and which commands take, renew
+// and release it. The Client's engine does everything else the same way
+// for every protocol: waiting and wake-ups, the renewal watchdog, the
+// deadline, the lost-lock signal, hooks and stats. The default is the
+// token lock (SET key token NX PX); package legacy provides the seeds'
+// SETNX/GETSET timestamp lock. Select one per call with WithProtocol.
+//
+// Implementations must be safe for concurrent use. The engine never runs
+// two Renew or Release calls of one lock at the same time.
+type Protocol interface {
+	// Acquire makes one attempt to take k.Lock for ttl. token is a fresh
+	// random token the protocol may store. On success Grant.Acquired is
+	// true and Grant.Value is what the key now holds for the caller. If
+	// the key is held by someone else, Grant.HolderTTL is how long it has
+	// left (negative if unknown). If err is not nil but the attempt may
+	// have written the key (a lost reply), Grant.Value names what it would
+	// have written, so the engine can delete it if it is there.
+	Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error)
+
+	// Renew returns the script call that extends the caller's hold of
+	// k.Lock, which holds value, to ttl; and the value the key holds after
+	// it succeeds (the same value, for protocols that do not rotate it).
+	// The script must reply 1 renewed, 0 key gone, -1 another owner's
+	// value, -2 not a string.
+	Renew(k Keys, value string, ttl time.Duration) (c Call, next string)
+
+	// Release returns the script call that deletes k.Lock if it holds
+	// value, with the same replies as Renew, and publishes on k.Wake.
+	Release(k Keys, value string) Call
+}
+
+// Keys names the Redis keys of one lock (see the package doc's key layout).
+type Keys struct {
+	Lock  string // the lock key, exactly as the caller gave it
+	Fence string // the fencing counter, in Lock's Cluster slot
+	Wake  string // the wake-up channel
+}
+
+// Grant is the outcome of one Protocol.Acquire attempt.
+type Grant struct {
+	Acquired  bool
+	Value     string        // what the key holds for the caller
+	Fence     uint64        // the grant's fencing token (0: the protocol has none)
+	HolderTTL time.Duration // if not acquired: the holder's remaining TTL, negative if unknown
+}
+
+// Call is one script invocation. It runs by EVALSHA, falling back to EVAL
+// on NOSCRIPT, alone or in the watchdog's pipelines.
+type Call struct {
+	Script *redis.Script
+	Keys   []string
+	Args   []any
+}
+
+// WithProtocol makes the call use p instead of the token lock.
+func WithProtocol(p Protocol) LockOption {
+	return func(c *lockConfig) { c.proto = p }
+}
+
+// tokenLock is the default Protocol: the key holds a random token with a
+// PX TTL, fenced by a counter in the same slot.
+type tokenLock struct{}
+
+// fenceTTL is how long the fence counter outlives a grant. The counter may
+// expire after that: the next grant then starts from the server's TIME in
+// microseconds, which by then is above every fence handed out before.
+func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
+
+func (tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
+	g := Grant{Value: token}
+	res, err := Call{acquireScript, []string{k.Lock, k.Fence},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}.Run(ctx, rdb).Int64Slice()
+	switch {
+	case err != nil:
+		return g, err
+	case len(res) != 2:
+		return g, errors.New("dlock: unexpected reply from the acquire script")
+	case res[0] == codeOK:
+		g.Acquired, g.Fence = true, uint64(res[1])
+	case res[0] == codeWrongType:
+		return g, ErrWrongType
+	default:
+		g.HolderTTL = time.Duration(res[1]) * time.Millisecond
+	}
+	return g, nil
+}
+
+func (tokenLock) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
+	return Call{extendScript, []string{k.Lock, k.Fence},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+}
+
+func (tokenLock) Release(k Keys, token string) Call {
+	return Call{releaseScript, []string{k.Lock}, []any{token, k.Wake}}
+}
