@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -16,6 +17,9 @@ import (
 // once); tests that restart or pause a server start their own.
 var srv *redistest.Server
 
+// redisAddr is srv's address; the Examples connect to it.
+var redisAddr string
+
 func TestMain(m *testing.M) {
 	s, err := redistest.StartMain(redistest.Config{})
 	if err != nil {
@@ -23,6 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	srv = s
+	redisAddr = s.Addr()
 	code := m.Run()
 	_ = s.Close()
 	os.Exit(code)
@@ -71,3 +76,5 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+func runtimeProcs() int { return max(1, runtime.GOMAXPROCS(0)) }

@@ -20,8 +20,11 @@ type watchdog struct {
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the goroutine has exited
 
-	mu     sync.Mutex          // guards leases
+	mu     sync.Mutex          // guards leases and wakeAt
 	leases map[*lease]struct{} // every held lease of the Client
+	// wakeAt is when the sleeping loop will wake next (zero: not asleep or
+	// no renewal scheduled). add wakes it only for an earlier renewal.
+	wakeAt time.Time
 }
 
 // batchSize caps one renewal pipeline.
@@ -37,12 +40,21 @@ func newWatchdog(c *Client) *watchdog {
 }
 
 func (wd *watchdog) add(l *lease) {
+	l.mu.Lock()
+	at := l.nextRenew
+	l.mu.Unlock()
 	wd.mu.Lock()
 	wd.leases[l] = struct{}{}
+	wake := l.renew && (wd.wakeAt.IsZero() || at.Before(wd.wakeAt))
+	if wake {
+		wd.wakeAt = at
+	}
 	wd.mu.Unlock()
-	select {
-	case wd.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case wd.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -81,6 +93,9 @@ func (wd *watchdog) loop() {
 		if !next.IsZero() {
 			wait = max(time.Until(next), 0)
 		}
+		wd.mu.Lock()
+		wd.wakeAt = time.Now().Add(wait)
+		wd.mu.Unlock()
 		timer.Reset(wait)
 		select {
 		case <-wd.stop:
@@ -88,6 +103,11 @@ func (wd *watchdog) loop() {
 		case <-wd.wake:
 		case <-timer.C:
 		}
+		// Awake: until the next sleep, every add signals (and the signal
+		// waits in the buffer), since this scan may miss the new lease.
+		wd.mu.Lock()
+		wd.wakeAt = time.Time{}
+		wd.mu.Unlock()
 	}
 }
 

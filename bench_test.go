@@ -1,0 +1,53 @@
+package dlock_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkUncontended measures acquire+release pairs on distinct keys,
+// from 1 and from 64 goroutines, and reports Redis round trips per pair.
+func BenchmarkUncontended(b *testing.B) {
+	for _, g := range []int{1, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", g), func(b *testing.B) {
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 2 * g})
+			rt := &roundTrips{}
+			rdb.AddHook(rt)
+			c, _ := newClientOn(b, rdb, dlock.Options{})
+			var seq atomic.Int64
+			b.ResetTimer()
+			start := time.Now()
+			if g == 1 {
+				for i := 0; b.Loop(); i++ {
+					pair(b, c, fmt.Sprintf("bench:u1:%d", i%1024))
+				}
+			} else {
+				b.SetParallelism(g / runtimeProcs())
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						pair(b, c, fmt.Sprintf("bench:u64:%d", seq.Add(1)%4096))
+					}
+				})
+			}
+			el := time.Since(start)
+			b.ReportMetric(float64(b.N)/el.Seconds(), "pairs/s")
+			b.ReportMetric(float64(rt.n.Load())/float64(b.N), "roundtrips/pair")
+		})
+	}
+}
+
+func pair(b *testing.B, c *dlock.Client, k string) {
+	lk, err := c.TryLock(b.Context(), k, dlock.WithoutRenewal())
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	if err := lk.Unlock(b.Context()); err != nil {
+		b.Error(err)
+	}
+}

@@ -1,0 +1,238 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+func Example() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+
+	locks, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	// Wait for the lock, work, release. The watchdog renews it meanwhile.
+	lock, err := locks.Lock(ctx, "example:nightly-report")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("held:", lock.Err() == nil, "fence > 0:", lock.Fence() > 0)
+	if err := lock.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("released:", errors.Is(lock.Err(), dlock.ErrReleased))
+	// Output:
+	// held: true fence > 0: true
+	// released: true
+}
+
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb, dlock.Options{
+		Prefix: "myapp",          // auxiliary keys: myapp:{key}:fence, myapp:{key}:wake
+		TTL:    30 * time.Second, // renewed every 10s while held
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+	fmt.Println(locks.Options().TTL, locks.Options().RetryInterval)
+
+	_, err = dlock.New(nil, dlock.Options{})
+	fmt.Println(errors.Is(err, dlock.ErrInvalidArgument))
+	// Output:
+	// 30s 1s
+	// true
+}
+
+func ExampleClient_TryLock() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	a, _ := dlock.New(rdb, dlock.Options{})
+	defer a.Close()
+	b, _ := dlock.New(rdb, dlock.Options{})
+	defer b.Close()
+
+	held, _ := a.TryLock(ctx, "example:trylock", dlock.WithTTL(time.Minute))
+	defer held.Unlock(ctx)
+
+	_, err := b.TryLock(ctx, "example:trylock")
+	var busy *dlock.NotAcquiredError
+	if errors.As(err, &busy) {
+		fmt.Println("busy for about a minute:", busy.TTL > 55*time.Second)
+	}
+	// Output:
+	// busy for about a minute: true
+}
+
+func ExampleClient_Lock_timeout() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	first, _ := locks.Lock(context.Background(), "example:timeout")
+	defer first.Unlock(context.Background())
+
+	// Bound the wait with the context.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := locks.Lock(ctx, "example:timeout")
+	fmt.Println(errors.Is(err, dlock.ErrContextDone), errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// true true
+}
+
+func ExampleClient_Do() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	err := locks.Do(context.Background(), "example:do", func(ctx context.Context) error {
+		// ctx is cancelled, with context.Cause = the loss error, if the lock
+		// is lost; stop writing then.
+		return rdb.Incr(ctx, "example:counter").Err()
+	})
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
+func ExampleLock_Done() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	lock, _ := locks.Lock(ctx, "example:done", dlock.WithTTL(300*time.Millisecond))
+	rdb.Set(ctx, "example:done", "an operator's value", 0) // someone takes the key
+
+	<-lock.Done() // the watchdog finds out at its next renewal
+	fmt.Println(errors.Is(lock.Err(), dlock.ErrLost), errors.Is(lock.Err(), dlock.ErrTaken))
+	rdb.Del(ctx, "example:done")
+	// Output:
+	// true true
+}
+
+func ExampleLock_Extend() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	lock, _ := locks.Lock(ctx, "example:extend", dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	before := lock.Deadline()
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	fmt.Println(lock.Deadline().Sub(before) > 50*time.Second)
+	lock.Unlock(ctx)
+	// Output:
+	// true
+}
+
+func ExampleLock_Fence() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	first, _ := locks.Lock(ctx, "example:fence")
+	first.Unlock(ctx)
+	second, _ := locks.Lock(ctx, "example:fence")
+	defer second.Unlock(ctx)
+	// A resource that remembers the highest fence it has seen rejects the
+	// first holder if it comes back late.
+	fmt.Println(second.Fence() > first.Fence())
+	// Output:
+	// true
+}
+
+func ExampleClient_Inspect() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	lock, _ := locks.Lock(ctx, "example:inspect", dlock.WithTTL(time.Minute))
+	defer lock.Unlock(ctx)
+	info, _ := locks.Inspect(ctx, "example:inspect")
+	fmt.Println(info.Held, info.Kind, info.Value == lock.Token(), info.Fence == lock.Fence())
+	// Output:
+	// true token true true
+}
+
+func ExampleClient_List() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{Prefix: "listexample"})
+	defer locks.Close()
+
+	a, _ := locks.Lock(ctx, "jobs:a")
+	defer a.Unlock(ctx)
+	b, _ := locks.Lock(ctx, "jobs:b")
+	defer b.Unlock(ctx)
+	n := 0
+	_ = locks.List(ctx, "jobs:*", func(info dlock.Info) bool {
+		n++
+		return true
+	})
+	fmt.Println(n)
+	// Output:
+	// 2
+}
+
+func ExampleClient_ForceRelease() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	rdb.Set(ctx, "example:stuck", "a crashed holder's token", 0) // no TTL: stuck forever
+	deleted, err := locks.ForceRelease(ctx, "example:stuck")
+	fmt.Println(deleted, err)
+	// Output:
+	// true <nil>
+}
+
+func ExampleClient_ReleaseToken() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	lock, _ := locks.Lock(ctx, "example:token", dlock.WithoutRenewal())
+	// Another process that only knows the token (e.g. from DLOCK_TOKEN):
+	fmt.Println(locks.ReleaseToken(ctx, "example:token", "not-the-token"))
+	fmt.Println(locks.ReleaseToken(ctx, "example:token", lock.Token()))
+	// Output:
+	// dlock: lock not held
+	// dlock: lock taken by another owner
+	// <nil>
+}
+
+func ExampleSlot() {
+	fmt.Println(dlock.Slot("user:{42}:lock") == dlock.Slot("42"), dlock.Slot("foo"))
+	// Output:
+	// true 12182
+}

@@ -1,0 +1,57 @@
+package dlock_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The watchdog renews many locks in pipelined batches: 10,000 locks cost
+// about 100 round trips or fewer per renewal interval, not 10,000.
+func TestWatchdogBatchesRenewals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("acquires 10,000 locks")
+	}
+	const n = 10000
+	const ttl = 3 * time.Second // renewed every 1s
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 32})
+	rt := &roundTrips{}
+	rdb.AddHook(rt)
+	c, _ := newClientOn(t, rdb, dlock.Options{})
+	prefix := key(t)
+	locks := make([]*dlock.Lock, n)
+	for i := range locks {
+		lk, err := c.TryLock(t.Context(), fmt.Sprintf("%s:%d", prefix, i), dlock.WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = lk
+	}
+	// Count round trips over 3 renewal intervals, after acquiring is done.
+	before := rt.n.Load()
+	renewalsBefore := c.Stats().Renewals
+	time.Sleep(3 * time.Second)
+	trips := rt.n.Load() - before
+	renewals := c.Stats().Renewals - renewalsBefore
+	t.Logf("%d locks: %d renewals in %d round trips over 3 intervals", n, renewals, trips)
+	if renewals < 2*n {
+		t.Fatalf("only %d renewals of %d locks in 3 intervals", renewals, n)
+	}
+	if trips > 3*100 {
+		t.Fatalf("%d round trips for 3 intervals, want <= 300", trips)
+	}
+	for _, lk := range locks {
+		if err := lk.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil { // releases all 10,000
+		t.Fatal(err)
+	}
+	if got := c.Stats().Held; got != 0 {
+		t.Fatalf("%d still held after Close", got)
+	}
+}
