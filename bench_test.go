@@ -51,3 +51,15 @@ func pair(b *testing.B, c *dlock.Client, k string) {
 		b.Error(err)
 	}
 }
+
+// BenchmarkPing is the round-trip floor, to read the other figures against
+// (measure it in the same run).
+func BenchmarkPing(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	for b.Loop() {
+		if err := rdb.Ping(b.Context()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
