@@ -86,7 +86,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err == nil && c.closed() {
 		// Close ran while we were acquiring: don't hand out a lock nobody
 		// will renew or release.
-		_ = l.release(context.Background())
+		rctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		_ = l.release(rctx)
+		cancel()
 		err = ErrClosed
 	}
 	c.acquired(key, start, attempts, waited, l.fence, err)
