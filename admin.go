@@ -238,8 +238,9 @@ func globRE(pattern string) (*regexp.Regexp, error) {
 	return regexp.Compile(b.String())
 }
 
-// ForceRelease deletes key whoever holds it, and wakes its waiters: an
-// operator's steal. The holder finds out at its next renewal (ErrExpired).
+// ForceRelease releases key whoever holds it, handing it to the first
+// queued waiter (or waking the others): an operator's steal. The holder
+// finds out at its next renewal (ErrExpired or ErrTaken).
 // It reports whether a lock was deleted. A key that is not a string is
 // left alone (ErrWrongType).
 func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
@@ -250,7 +251,8 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	ks := c.keysFor(key)
-	code, err := Call{forceScript, []string{key}, []any{ks.Wake}}.Run(ctx, c.rdb).Int64()
+	code, err := Call{releaseScript, []string{ks.Lock, ks.Queue},
+		[]any{"", ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}.Run(ctx, c.rdb).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)
@@ -275,7 +277,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if token == "" {
 		return ErrEmptyToken
 	}
-	code, err := tokenLock{}.Release(c.keysFor(key), token).Run(ctx, c.rdb).Int64()
+	code, err := c.tokenLock("try").Release(c.keysFor(key), token).Run(ctx, c.rdb).Int64()
 	switch {
 	case err != nil:
 		return unavailable(err)

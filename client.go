@@ -42,6 +42,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	}
 	_, ring := rdb.(*redis.Ring)
 	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
+	if ring {
+		// A Ring has no connection that hears every shard's hand-offs.
+		c.opts.Barging = true
+	}
 	c.wd = newWatchdog(c)
 	c.notify = newNotifier(c)
 	return c, nil
@@ -53,6 +57,12 @@ func isNil(v any) bool {
 	}
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// tokenLock returns the default protocol configured for this Client, with
+// acquire.lua's mode.
+func (c *Client) tokenLock(mode string) tokenLock {
+	return tokenLock{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
 }
 
 // Options returns the Client's options with defaults filled in.
@@ -105,11 +115,12 @@ func (c *Client) closed() bool {
 	}
 }
 
-// compensate deletes, in the background, a lease whose acquire may have
-// succeeded although its reply was lost (a timeout, a cancelled context, a
-// broken connection): otherwise it would stay held, by nobody, for its TTL.
-// The delete is token-checked, so it cannot touch anyone else's lock.
-func (c *Client) compensate(rel Call) {
+// background runs a token-checked clean-up call in the background, bounded
+// by ReleaseTimeout: the delete after an acquire whose reply was lost (a
+// timeout, a cancelled context, a broken connection), which would
+// otherwise leave the key held by nobody for its TTL; and the withdrawal
+// of a waiter that gave up. Close waits for them.
+func (c *Client) background(rel Call) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
 		defer cancel()

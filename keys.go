@@ -11,6 +11,7 @@ import (
 const (
 	fenceSuffix = ":fence"
 	wakeSuffix  = ":wake"
+	queueSuffix = ":q"
 )
 
 // auxBase returns "<prefix>:<tagged key>", where the tagged key hashes to the
@@ -74,7 +75,7 @@ func keyOfAux(prefix, suffix, name string) (key string, ok bool) {
 // Cluster slot, so one script may touch them all.
 func (c *Client) keysFor(key string) Keys {
 	base := auxBase(c.opts.Prefix, key)
-	return Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix}
+	return Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix, Queue: base + queueSuffix}
 }
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the

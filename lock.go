@@ -47,8 +47,21 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		return nil, ErrClosed
 	}
 	keys := c.keysFor(key)
-	l := c.newLease(cfg.proto, keys, cfg)
 	token := newToken()
+	proto, spec := cfg.proto, waitSpec{token: token, channel: keys.Wake}
+	if proto == defaultProto {
+		// The token lock: queued waiters unless Barging; TryLock never queues.
+		switch {
+		case c.opts.Barging:
+			proto = c.tokenLock("barge")
+		case wait:
+			proto, spec.queued = c.tokenLock("q1"), true
+		default:
+			proto = c.tokenLock("try")
+		}
+	}
+	spec.leave = leaveCall(proto, keys, token)
+	l := c.newLease(proto, keys, cfg)
 	attempts := 0
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
 		if err := ctx.Err(); err != nil {
@@ -56,7 +69,10 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		}
 		attempts++
 		sent := time.Now()
-		g, err := cfg.proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
+		g, err := proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
+		if spec.queued {
+			proto = c.tokenLock("q") // later attempts refresh the queue entry
+		}
 		switch {
 		case err == nil && g.Acquired:
 			l.start(sent, g)
@@ -69,7 +85,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 			return false, 0, err
 		}
 		if ambiguous(err) && g.Value != "" {
-			c.compensate(cfg.proto.Release(keys, g.Value))
+			c.background(leaveCall(proto, keys, g.Value))
 		}
 		if ctx.Err() != nil {
 			return false, 0, ctxDone(ctx)
@@ -79,7 +95,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 
 	waited := false
 	if wait {
-		waited, err = c.wait(ctx, keys.Wake, attempt)
+		waited, err = c.wait(ctx, spec, attempt)
 	} else {
 		_, _, err = attempt(ctx)
 	}

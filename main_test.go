@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -21,6 +22,9 @@ var srv *redistest.Server
 var redisAddr string
 
 func TestMain(m *testing.M) {
+	if os.Getenv("DLOCK_TEST_CHILD") != "" {
+		os.Exit(runChild())
+	}
 	s, err := redistest.StartMain(redistest.Config{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
@@ -78,3 +82,27 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 func runtimeProcs() int { return max(1, runtime.GOMAXPROCS(0)) }
+
+// runChild is a waiter in its own process, for tests that kill or stop
+// one: it connects to DLOCK_TEST_ADDR, waits for DLOCK_TEST_KEY with
+// WaiterLease and PickupTimeout from DLOCK_TEST_LEASE / DLOCK_TEST_PICKUP,
+// prints "acquired <fence>" when it gets the lock, then holds it until
+// killed.
+func runChild() int {
+	lease, _ := time.ParseDuration(os.Getenv("DLOCK_TEST_LEASE"))
+	pickup, _ := time.ParseDuration(os.Getenv("DLOCK_TEST_PICKUP"))
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("DLOCK_TEST_ADDR")})
+	c, err := dlock.New(rdb, dlock.Options{WaiterLease: lease, PickupTimeout: pickup})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("waiting")
+	lk, err := c.Lock(context.Background(), os.Getenv("DLOCK_TEST_KEY"), dlock.WithTTL(time.Minute))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("acquired", lk.Fence())
+	select {}
+}

@@ -56,6 +56,7 @@ type Stats struct {
 	NotAcquired     uint64        // TryLock calls that found the key held, and Lock calls that gave up
 	Errors          uint64        // acquire calls that failed on a Redis error or bad input
 	Waits           uint64        // Lock calls that had to wait
+	Handoffs        uint64        // hand-offs received by queued waiters (FIFO)
 	Renewals        uint64        // successful renewals (watchdog and Extend)
 	RenewalFailures uint64        // renewals that failed on a Redis error
 	Lost            uint64        // locks lost while held
@@ -68,6 +69,7 @@ type Stats struct {
 // counters backs Stats; every field is updated atomically.
 type counters struct {
 	acquired, notAcquired, errors, waits      atomic.Uint64
+	handoffs                                  atomic.Uint64
 	renewals, renewalFailures, lost, released atomic.Uint64
 	held, waiting, acquireNanos               atomic.Int64
 }
@@ -78,6 +80,7 @@ func (c *counters) snapshot() Stats {
 		NotAcquired:     c.notAcquired.Load(),
 		Errors:          c.errors.Load(),
 		Waits:           c.waits.Load(),
+		Handoffs:        c.handoffs.Load(),
 		Renewals:        c.renewals.Load(),
 		RenewalFailures: c.renewalFailures.Load(),
 		Lost:            c.lost.Load(),

@@ -38,6 +38,28 @@ type Options struct {
 	// Default: 1s.
 	RetryInterval time.Duration
 
+	// Barging turns the FIFO wait queue off. By default a blocked Lock joins
+	// the key's queue and the releasing script hands the lock straight to
+	// the oldest live waiter, which confirms it with one round trip: fair,
+	// and one wake-up per release. With Barging, waiters are all woken by a
+	// pub/sub message and race for the key, as with other libraries: a
+	// little more throughput when critical sections are very short and
+	// fairness does not matter, at the cost of starvation under load.
+	// Waiters of both kinds on one key: barging ones can overtake the queue.
+	// Default: false (FIFO).
+	Barging bool
+
+	// PickupTimeout is how long a hand-off waits for the waiter to confirm
+	// it. A waiter that died or stalls holds everyone up for at most this
+	// long; then the next waiter's retry takes the lock. Keep it well under
+	// the lock TTL. Default: 1s.
+	PickupTimeout time.Duration
+
+	// WaiterLease is how long a queued waiter stays in the queue without
+	// refreshing its entry (it refreshes every third of it). A waiter that
+	// died is skipped once its lease is over. Default: 3s.
+	WaiterLease time.Duration
+
 	// ReleaseTimeout bounds each release the Client makes on its own: in
 	// Close, and the compensating release after an ambiguous acquire.
 	// Default: 5s.
@@ -61,6 +83,8 @@ const (
 	DefaultMinDrift       = 2 * time.Millisecond
 	DefaultRetryInterval  = time.Second
 	DefaultReleaseTimeout = 5 * time.Second
+	DefaultPickupTimeout  = time.Second
+	DefaultWaiterLease    = 3 * time.Second
 )
 
 // withDefaults validates o and fills in defaults.
@@ -68,7 +92,8 @@ func (o Options) withDefaults() (Options, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return o, ErrInvalidOpts
 	}
-	if o.TTL < 0 || o.RenewInterval < 0 || o.RetryInterval < 0 || o.ReleaseTimeout < 0 {
+	if o.TTL < 0 || o.RenewInterval < 0 || o.RetryInterval < 0 || o.ReleaseTimeout < 0 ||
+		o.PickupTimeout < 0 || o.WaiterLease < 0 {
 		return o, ErrInvalidOpts
 	}
 	if o.TTL != 0 && o.TTL < time.Millisecond {
@@ -97,6 +122,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ReleaseTimeout == 0 {
 		o.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	if o.PickupTimeout == 0 {
+		o.PickupTimeout = DefaultPickupTimeout
+	}
+	if o.WaiterLease == 0 {
+		o.WaiterLease = DefaultWaiterLease
+	}
+	if o.PickupTimeout < time.Millisecond || o.WaiterLease < 3*time.Millisecond {
+		return o, ErrInvalidOpts
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -129,6 +163,9 @@ type lockConfig struct {
 	proto Protocol
 }
 
+// defaultProto marks "the token lock, configured by the Client".
+var defaultProto Protocol = tokenLock{}
+
 // WithTTL sets the lock's time-to-live (at least 1ms). Default: Options.TTL.
 func WithTTL(ttl time.Duration) LockOption {
 	return func(c *lockConfig) { c.ttl = ttl }
@@ -141,7 +178,7 @@ func WithoutRenewal() LockOption {
 }
 
 func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
-	cfg := lockConfig{ttl: c.opts.TTL, renew: true, proto: tokenLock{}}
+	cfg := lockConfig{ttl: c.opts.TTL, renew: true, proto: defaultProto}
 	for _, o := range opts {
 		if o != nil {
 			o(&cfg)

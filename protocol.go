@@ -43,7 +43,8 @@ type Protocol interface {
 type Keys struct {
 	Lock  string // the lock key, exactly as the caller gave it
 	Fence string // the fencing counter, in Lock's Cluster slot
-	Wake  string // the wake-up channel
+	Wake  string // the wake-up channel for waiters that do not queue
+	Queue string // the FIFO wait queue; waiter leases are Queue+":"+token
 }
 
 // Grant is the outcome of one Protocol.Acquire attempt.
@@ -68,18 +69,28 @@ func WithProtocol(p Protocol) LockOption {
 }
 
 // tokenLock is the default Protocol: the key holds a random token with a
-// PX TTL, fenced by a counter in the same slot.
-type tokenLock struct{}
+// PX TTL, fenced by a counter in the same slot, with a FIFO wait queue and
+// direct hand-off (see scripts/acquire.lua and scripts/release.lua).
+type tokenLock struct {
+	mode    string        // acquire.lua's ARGV[4]: try, q1, q or barge
+	channel string        // the waiter's hand-off channel (q1, q)
+	lease   time.Duration // the waiter's queue lease (q1, q)
+	pickup  time.Duration // how long a hand-off waits for its confirmation
+}
 
 // fenceTTL is how long the fence counter outlives a grant. The counter may
 // expire after that: the next grant then starts from the server's TIME in
 // microseconds, which by then is above every fence handed out before.
 func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
 
-func (tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
+// Reply of acquire.lua when the key is free but live waiters are ahead.
+const freeButQueued = -2
+
+func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
 	g := Grant{Value: token}
-	res, err := Call{acquireScript, []string{k.Lock, k.Fence},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}.Run(ctx, rdb).Int64Slice()
+	res, err := Call{acquireScript, []string{k.Lock, k.Fence, k.Queue},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode, t.channel, t.lease.Milliseconds()},
+	}.Run(ctx, rdb).Int64Slice()
 	switch {
 	case err != nil:
 		return g, err
@@ -89,6 +100,8 @@ func (tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys,
 		g.Acquired, g.Fence = true, uint64(res[1])
 	case res[0] == codeWrongType:
 		return g, ErrWrongType
+	case res[1] == freeButQueued:
+		g.HolderTTL = 0
 	default:
 		g.HolderTTL = time.Duration(res[1]) * time.Millisecond
 	}
@@ -100,6 +113,26 @@ func (tokenLock) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
 		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
 }
 
-func (tokenLock) Release(k Keys, token string) Call {
-	return Call{releaseScript, []string{k.Lock}, []any{token, k.Wake}}
+func (t tokenLock) Release(k Keys, token string) Call {
+	return Call{releaseScript, []string{k.Lock, k.Queue}, []any{token, k.Wake, t.pickup.Milliseconds(), "0"}}
+}
+
+// Leave takes a waiter out of the queue and passes on a hand-off that
+// reached it too late; on a holder it releases. The engine calls it when a
+// waiter gives up, and after an acquire whose reply was lost.
+func (t tokenLock) Leave(k Keys, token string) Call {
+	return Call{releaseScript, []string{k.Lock, k.Queue}, []any{token, k.Wake, t.pickup.Milliseconds(), "1"}}
+}
+
+// leaver is implemented by protocols whose waiters queue in Redis.
+type leaver interface {
+	Leave(k Keys, value string) Call
+}
+
+// leaveCall is how the engine withdraws value from k, held or queued.
+func leaveCall(p Protocol, k Keys, value string) Call {
+	if l, ok := p.(leaver); ok {
+		return l.Leave(k, value)
+	}
+	return p.Release(k, value)
 }

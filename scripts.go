@@ -18,13 +18,10 @@ var (
 	extendSrc string
 	//go:embed scripts/release.lua
 	releaseSrc string
-	//go:embed scripts/force.lua
-	forceSrc string
 
 	acquireScript = redis.NewScript(acquireSrc)
 	extendScript  = redis.NewScript(extendSrc)
 	releaseScript = redis.NewScript(releaseSrc)
-	forceScript   = redis.NewScript(forceSrc)
 )
 
 // Run executes c on rdb: EVALSHA, then EVAL on NOSCRIPT.

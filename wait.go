@@ -17,9 +17,17 @@ import (
 // release instead of stampeding.
 type notifier struct {
 	c *Client
+	// own is this Client's hand-off channel: the release script publishes a
+	// queued waiter's token on it when it hands the lock to that waiter.
+	own string
 
 	mu sync.Mutex // guards every field below
 	ps *redis.PubSub
+	// ownConfirmed is closed when Redis confirmed the subscription to own
+	// (nil: not subscribed yet).
+	ownConfirmed chan struct{}
+	// grants maps a queued waiter's token to the waiter.
+	grants map[string]*waiter
 	// chans maps a channel to its local waiters, oldest first.
 	chans map[string]*chanWaiters
 	// pending maps a channel to the confirmations its SUBSCRIBE commands
@@ -42,12 +50,93 @@ type waiter struct {
 }
 
 func newNotifier(c *Client) *notifier {
-	return &notifier{c: c, chans: map[string]*chanWaiters{}, pending: map[string][]chan struct{}{}}
+	return &notifier{
+		c: c, own: c.opts.Prefix + ":client:" + newToken(),
+		chans: map[string]*chanWaiters{}, pending: map[string][]chan struct{}{},
+		grants: map[string]*waiter{},
+	}
 }
 
-// subscribe registers a waiter on channel and waits (up to a second, or
-// ctx) for Redis to confirm the subscription. Without confirmation the
-// waiter still works: the fallback retry covers it.
+// ensurePubSubLocked starts the shared connection and its reader.
+func (n *notifier) ensurePubSubLocked(ctx context.Context) {
+	if n.ps == nil {
+		n.ps = n.c.rdb.Subscribe(context.WithoutCancel(ctx))
+		n.loopWG.Add(1)
+		go n.loop(n.ps)
+	}
+}
+
+// subscribeLocked sends SUBSCRIBE channel and returns the channel closed
+// when Redis confirms it.
+func (n *notifier) subscribeLocked(ctx context.Context, channel string) chan struct{} {
+	n.ensurePubSubLocked(ctx)
+	confirmed := make(chan struct{})
+	if err := n.ps.Subscribe(context.WithoutCancel(ctx), channel); err != nil {
+		close(confirmed) // don't wait for what will not come
+		return confirmed
+	}
+	// The reader cannot see the confirmation before this is recorded: it
+	// needs n.mu, which the caller holds.
+	n.pending[channel] = append(n.pending[channel], confirmed)
+	return confirmed
+}
+
+// awaitConfirm waits for a subscription, at most a second: an unconfirmed
+// one still works once Redis processes it, and the fallback retry covers
+// the gap.
+func awaitConfirm(ctx context.Context, confirmed <-chan struct{}) {
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-confirmed:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// queueWaiter registers a queued waiter for token, subscribing the Client's
+// own hand-off channel on first use (it stays subscribed until Close), and
+// returns the waiter and that channel. It must be called before the waiter
+// enqueues, so no hand-off is published before anyone listens.
+func (n *notifier) queueWaiter(ctx context.Context, token string) (*waiter, string, error) {
+	w := &waiter{channel: token, wake: make(chan struct{}, 1)}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, "", ErrClosed
+	}
+	if n.ownConfirmed == nil {
+		n.ownConfirmed = n.subscribeLocked(ctx, n.own)
+	}
+	confirmed := n.ownConfirmed
+	n.grants[token] = w
+	n.mu.Unlock()
+	awaitConfirm(ctx, confirmed)
+	return w, n.own, nil
+}
+
+func (n *notifier) dropQueueWaiter(w *waiter) {
+	n.mu.Lock()
+	delete(n.grants, w.channel)
+	n.mu.Unlock()
+}
+
+// handedOff wakes the queued waiter whose token a release published.
+func (n *notifier) handedOff(token string) {
+	n.mu.Lock()
+	w := n.grants[token]
+	n.mu.Unlock()
+	if w != nil {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// subscribe registers a waiter on the key's wake-up channel (waiters that
+// do not queue: Barging, or a protocol without a queue) and waits for Redis
+// to confirm the subscription.
 func (n *notifier) subscribe(ctx context.Context, channel string) (*waiter, error) {
 	w := &waiter{channel: channel, wake: make(chan struct{}, 1)}
 	n.mu.Lock()
@@ -61,31 +150,15 @@ func (n *notifier) subscribe(ctx context.Context, channel string) (*waiter, erro
 		n.mu.Unlock()
 		return w, nil
 	}
-	if n.ps == nil {
-		n.ps = n.c.rdb.Subscribe(context.WithoutCancel(ctx))
-		n.loopWG.Add(1)
-		go n.loop(n.ps)
-	}
 	cw := n.chans[channel]
 	if cw == nil {
-		cw = &chanWaiters{confirmed: make(chan struct{})}
+		cw = &chanWaiters{confirmed: n.subscribeLocked(ctx, channel)}
 		n.chans[channel] = cw
-		n.pending[channel] = append(n.pending[channel], cw.confirmed)
-		if err := n.ps.Subscribe(context.WithoutCancel(ctx), channel); err != nil {
-			close(cw.confirmed) // don't wait for what will not come
-		}
 	}
 	cw.waiters = append(cw.waiters, w)
 	confirmed := cw.confirmed
 	n.mu.Unlock()
-
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-confirmed:
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	awaitConfirm(ctx, confirmed)
 	return w, nil
 }
 
@@ -148,6 +221,12 @@ func (n *notifier) wakeOne(channel string, except *waiter) {
 func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	for _, w := range n.grants {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
 	for _, cw := range n.chans {
 		for _, w := range cw.waiters {
 			select {
@@ -209,7 +288,11 @@ func (n *notifier) loop(ps *redis.PubSub) {
 				n.confirm(m.Channel)
 			}
 		case *redis.Message:
-			n.wakeOne(m.Channel, nil)
+			if m.Channel == n.own {
+				n.handedOff(m.Payload)
+			} else {
+				n.wakeOne(m.Channel, nil)
+			}
 		}
 	}
 }
@@ -237,48 +320,86 @@ func (n *notifier) close() {
 }
 
 // attemptFunc makes one acquire attempt. It reports whether it acquired,
-// and if not, how long the current holder still has (negative: unknown).
+// and if not, how long the current holder still has (<= 0: unknown).
 type attemptFunc func(ctx context.Context) (acquired bool, holderTTL time.Duration, err error)
 
+// waitSpec says how a blocked call is woken.
+type waitSpec struct {
+	// queued: the caller's attempts keep it in the key's FIFO queue and a
+	// release hands it the lock by publishing token on the Client's own
+	// channel. Otherwise it listens on channel, the key's wake-up channel.
+	queued  bool
+	token   string
+	channel string
+	// leave withdraws a queued waiter that gives up (and passes on a
+	// hand-off that reached it too late). Run in the background.
+	leave Call
+}
+
 // wait runs attempt until it acquires, fails, or ctx ends: the one waiting
-// loop every primitive uses. The first attempt is made before subscribing,
-// so an uncontended acquire costs one round trip.
-func (c *Client) wait(ctx context.Context, channel string, attempt attemptFunc) (waited bool, err error) {
+// loop every primitive uses. An uncontended acquire costs one round trip.
+//
+// A queued waiter registers for its hand-off before its first attempt
+// (which enqueues it if the key is held), then sleeps until the hand-off
+// arrives or its retry timer fires: every third of its queue lease (the
+// retry refreshes the lease) or when the holder's TTL runs out, whichever
+// is first. Any other waiter makes its first attempt, subscribes to the
+// key's channel, and sleeps until a release message or its retry timer.
+func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (waited bool, err error) {
+	var w *waiter
+	if spec.queued {
+		if w, _, err = c.notify.queueWaiter(ctx, spec.token); err != nil {
+			return false, err
+		}
+		defer c.notify.dropQueueWaiter(w)
+	}
 	ok, ttl, err := attempt(ctx)
+	if err != nil {
+		c.withdraw(spec) // the attempt may have enqueued us
+	}
 	if ok || err != nil {
 		return false, err
 	}
+	waited = true
 	c.stats.waits.Add(1)
 	c.stats.waiting.Add(1)
 	defer c.stats.waiting.Add(-1)
-
-	w, err := c.notify.subscribe(ctx, channel)
-	if err != nil {
-		return true, err
-	}
-	defer c.notify.unsubscribe(w)
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
-	for {
+	if !spec.queued {
+		if w, err = c.notify.subscribe(ctx, spec.channel); err != nil {
+			return waited, err
+		}
+		defer c.notify.unsubscribe(w)
 		// Subscribed now: try again before sleeping, since the holder may
 		// have released between the first attempt and the subscription.
 		if ok, ttl, err = attempt(ctx); ok || err != nil {
 			if !ok {
 				c.notify.handoff(w)
 			}
-			return true, err
+			return waited, err
 		}
-		timer.Reset(c.retryAfter(ttl))
+	}
+	timer := time.NewTimer(c.retryAfter(ttl, spec.queued))
+	defer timer.Stop()
+	for {
 		select {
 		case <-w.wake:
+			if spec.queued {
+				c.stats.handoffs.Add(1)
+			}
 		case <-timer.C:
 		case <-ctx.Done():
-			c.notify.handoff(w)
-			return true, ctxDone(ctx)
+			c.giveUp(spec, w)
+			return waited, ctxDone(ctx)
 		case <-c.closing:
-			c.notify.handoff(w)
-			return true, ErrClosed
+			c.giveUp(spec, w)
+			return waited, ErrClosed
+		}
+		if ok, ttl, err = attempt(ctx); ok {
+			return waited, nil
+		}
+		if err != nil {
+			c.giveUp(spec, w)
+			return waited, err
 		}
 		if !timer.Stop() {
 			select {
@@ -286,15 +407,36 @@ func (c *Client) wait(ctx context.Context, channel string, attempt attemptFunc) 
 			default:
 			}
 		}
+		timer.Reset(c.retryAfter(ttl, spec.queued))
+	}
+}
+
+// giveUp is how a waiter leaves without the lock: a queued one withdraws
+// from the queue; a listening one passes an unused wake-up on.
+func (c *Client) giveUp(spec waitSpec, w *waiter) {
+	if spec.queued {
+		c.withdraw(spec)
+	} else {
+		c.notify.handoff(w)
+	}
+}
+
+func (c *Client) withdraw(spec waitSpec) {
+	if spec.queued {
+		c.background(spec.leave)
 	}
 }
 
 // retryAfter is the fallback wait of a blocked caller: the holder's
-// remaining TTL, at most RetryInterval, plus up to 10% (at most 10ms) of
+// remaining TTL, at most RetryInterval (and, queued, at most a third of the
+// queue lease, which the retry refreshes), plus up to 10% (at most 10ms) of
 // jitter so waiters of different clients do not retry in lockstep.
-func (c *Client) retryAfter(holderTTL time.Duration) time.Duration {
+func (c *Client) retryAfter(holderTTL time.Duration, queued bool) time.Duration {
 	d := c.opts.RetryInterval
-	if holderTTL >= 0 && holderTTL < d {
+	if queued {
+		d = min(d, c.opts.WaiterLease/3)
+	}
+	if holderTTL > 0 && holderTTL < d {
 		d = holderTTL
 	}
 	j := min(d/10, 10*time.Millisecond)
