@@ -27,11 +27,28 @@
 // lost: Done is closed and Err says why (ErrExpired, ErrTaken,
 // ErrUnreachable, all matching ErrLost).
 //
-// A blocked Lock subscribes to the key's wake-up channel on the Client's one
-// shared pub/sub connection; the release script publishes on it. When no
-// message comes (a foreign client released, the key expired) the waiter
-// retries after the holder's remaining TTL, at most Options.RetryInterval,
-// with jitter.
+// A blocked Lock joins the key's FIFO wait queue, in the same script call
+// that found the key held. Release hands the key straight to the oldest
+// live waiter: the script sets the key to that waiter's token with a short
+// pickup TTL (Options.PickupTimeout) and publishes the token on that
+// waiter's Client channel only. The waiter confirms with one round trip,
+// which sets the full TTL and draws the fence, and dates its validity from
+// the moment it sent that confirmation, so a late message can never make
+// it believe it holds an expired lock. While waiters are queued a newcomer
+// queues behind them (no barging). Queue entries carry a lease the waiter
+// refreshes (Options.WaiterLease); dead waiters are skipped, and a hand-off
+// nobody confirms lapses and passes on at the next waiter's retry. Waiters
+// also retry on their own after min(holder's TTL, a third of their lease,
+// RetryInterval), with jitter, which covers foreign clients that know
+// nothing of the queue. Options.Barging turns the queue off: waiters then
+// listen on the key's wake-up channel and race, like other libraries.
+//
+// Each Client uses one pub/sub connection for all its waiters. On Redis
+// Cluster the hand-off is a plain PUBLISH on the waiter's Client channel,
+// which the cluster bus carries to every node. Sharded pub/sub (SPUBLISH)
+// would keep it on one shard, but its channel must hash to the lock's slot:
+// a per-key channel, so a SSUBSCRIBE and SUNSUBSCRIBE per wait and a
+// connection per shard. dlock prefers the constant connection count.
 //
 // # Key layout
 //
@@ -39,7 +56,12 @@
 //
 //	K                 string: the holder's token, with a PX TTL
 //	P:{K}:fence       string: the last fencing token handed out for K
-//	P:{K}:wake        pub/sub channel: "released" is published on it
+//	P:{K}:q           list: tokens of the queued waiters, oldest first
+//	P:{K}:q:<token>   string: a queued waiter's lease (PX), holding its
+//	                  Client's hand-off channel
+//	P:{K}:wake        pub/sub channel: "released" when K is freed with
+//	                  nobody queued (for Barging waiters)
+//	P:client:<id>     pub/sub channel of one Client: hand-offs to its waiters
 //
 // K is used exactly as given, so any client that speaks SET K token NX PX
 // plus compare-and-delete (StackExchange.Redis LockTake, redis-py Lock,
@@ -52,17 +74,21 @@
 //	K = "a}b{"            (a '}' but no tag)  P:{<tag>}=a}b{:fence
 //
 // In the last form <tag> is a short string known to hash to K's slot
-// (wrapping K in braces would not: "{a}b{}" hashes "a").
-// Slot computes the slot of any key.
+// (wrapping K in braces would not: "{a}b{}" hashes "a"). The waiter lease
+// keys are not declared to the scripts (their names depend on the queue's
+// content); they carry the queue key's hash tag, so they always live in
+// the declared keys' slot. Slot computes the slot of any key.
 //
 // # Fencing tokens
 //
-// Every grant carries Fence(): max(last fence + 1, Redis TIME in
-// microseconds). It increases strictly per key across all dlock clients,
-// is unique per grant, and keeps increasing after the counter key expires
-// (it expires TTL+10s after the last grant, so storage stays bounded). It
-// goes back if Redis loses writes: a restart without persistence whose
-// clock is behind, or a failover to a replica that missed the last grant.
+// Every grant carries Fence(): an INCR of the fence counter, which starts
+// from Redis TIME in microseconds whenever the counter does not exist. It
+// increases strictly per key across all dlock clients, is unique per grant,
+// and keeps increasing after the counter expires (TTL+10s after the last
+// grant or renewal, so storage stays bounded): by then the clock is far
+// above the last value. It goes back if Redis loses writes: a restart
+// without persistence whose clock is behind, or a failover to a replica
+// that missed the last grant.
 //
 // # Guarantees and limits
 //
