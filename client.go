@@ -120,11 +120,11 @@ func (c *Client) closed() bool {
 // timeout, a cancelled context, a broken connection), which would
 // otherwise leave the key held by nobody for its TTL; and the withdrawal
 // of a waiter that gave up. Close waits for them.
-func (c *Client) background(rel Call) {
+func (c *Client) background(fn func(ctx context.Context) error) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
 		defer cancel()
-		_ = rel.Run(ctx, c.rdb).Err()
+		_ = fn(ctx)
 	}
 	c.bgMu.Lock()
 	if c.bgDone {

@@ -108,6 +108,12 @@ func (l *lease) renewCall(ttl time.Duration) (Call, string) {
 	return l.proto.Renew(l.keys, l.token(), ttl)
 }
 
+// direct reports whether the lease's protocol renews by itself.
+func (l *lease) direct() bool {
+	_, ok := l.proto.(DirectProtocol)
+	return ok
+}
+
 // renewed applies the reply of a renewal sent at sent, which stores next
 // in the key if it succeeds. Callers hold opMu. It returns nil, the loss
 // error, or the Redis error (the lease stays held until its deadline).
@@ -199,9 +205,8 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	call, next := l.renewCall(ttl)
 	sent := time.Now()
-	code, err := call.Run(ctx, l.c.rdb).Int64()
+	next, code, err := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
 	return l.renewed(sent, ttl, next, code, err)
 }
 
@@ -224,12 +229,12 @@ func (l *lease) release(ctx context.Context) error {
 		// A lease lost to an unreachable Redis may still be ours there (a
 		// renewal could have landed without its reply): delete it if so.
 		if errors.Is(lerr, ErrUnreachable) {
-			_ = l.proto.Release(l.keys, value).Run(ctx, l.c.rdb).Err()
+			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 		}
 		return lerr
 	}
 
-	code, err := l.proto.Release(l.keys, value).Run(ctx, l.c.rdb).Int64()
+	code, err := releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 	switch {
 	case err != nil:
 		l.mu.Lock()

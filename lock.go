@@ -60,7 +60,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 			proto = c.tokenLock("try")
 		}
 	}
-	spec.leave = leaveCall(proto, keys, token)
+	spec.leave = func(ctx context.Context) error { return withdraw(ctx, c.rdb, proto, keys, token) }
 	l := c.newLease(proto, keys, cfg)
 	attempts := 0
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
@@ -85,7 +85,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 			return false, 0, err
 		}
 		if ambiguous(err) && g.Value != "" {
-			c.background(leaveCall(proto, keys, g.Value))
+			p, v := proto, g.Value
+			c.background(func(ctx context.Context) error { return withdraw(ctx, c.rdb, p, keys, v) })
 		}
 		if ctx.Err() != nil {
 			return false, 0, ctxDone(ctx)

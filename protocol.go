@@ -39,6 +39,19 @@ type Protocol interface {
 	Release(k Keys, value string) Call
 }
 
+// A DirectProtocol renews and releases by itself rather than by one script
+// call on the Client's connection, for locks that span several servers
+// (package redlock). The engine calls RenewDirect and ReleaseDirect instead
+// of running Renew's and Release's calls; the watchdog runs the renewals of
+// such locks concurrently, each bounded by the lock's deadline. Replies use
+// the same codes as the scripts (1 ok, 0 gone, -1 another owner, -2 not a
+// string).
+type DirectProtocol interface {
+	Protocol
+	RenewDirect(ctx context.Context, k Keys, value string, ttl time.Duration) (next string, code int64, err error)
+	ReleaseDirect(ctx context.Context, k Keys, value string) (code int64, err error)
+}
+
 // Keys names the Redis keys of one lock (see the package doc's key layout).
 type Keys struct {
 	Lock  string // the lock key, exactly as the caller gave it
@@ -129,10 +142,34 @@ type leaver interface {
 	Leave(k Keys, value string) Call
 }
 
-// leaveCall is how the engine withdraws value from k, held or queued.
-func leaveCall(p Protocol, k Keys, value string) Call {
-	if l, ok := p.(leaver); ok {
-		return l.Leave(k, value)
+// withdraw removes value from k, held or queued: a leaving waiter, or the
+// clean-up after an acquire whose reply was lost.
+func withdraw(ctx context.Context, rdb redis.UniversalClient, p Protocol, k Keys, value string) error {
+	if d, ok := p.(DirectProtocol); ok {
+		_, err := d.ReleaseDirect(ctx, k, value)
+		return err
 	}
-	return p.Release(k, value)
+	c := p.Release(k, value)
+	if l, ok := p.(leaver); ok {
+		c = l.Leave(k, value)
+	}
+	return c.Run(ctx, rdb).Err()
+}
+
+// renewOnce renews value on k for ttl, by script or directly.
+func renewOnce(ctx context.Context, rdb redis.UniversalClient, p Protocol, k Keys, value string, ttl time.Duration) (next string, code int64, err error) {
+	if d, ok := p.(DirectProtocol); ok {
+		return d.RenewDirect(ctx, k, value, ttl)
+	}
+	c, next := p.Renew(k, value, ttl)
+	code, err = c.Run(ctx, rdb).Int64()
+	return next, code, err
+}
+
+// releaseOnce releases value on k, by script or directly.
+func releaseOnce(ctx context.Context, rdb redis.UniversalClient, p Protocol, k Keys, value string) (int64, error) {
+	if d, ok := p.(DirectProtocol); ok {
+		return d.ReleaseDirect(ctx, k, value)
+	}
+	return p.Release(k, value).Run(ctx, rdb).Int64()
 }

@@ -333,7 +333,7 @@ type waitSpec struct {
 	channel string
 	// leave withdraws a queued waiter that gives up (and passes on a
 	// hand-off that reached it too late). Run in the background.
-	leave Call
+	leave func(ctx context.Context) error
 }
 
 // wait runs attempt until it acquires, fails, or ctx ends: the one waiting

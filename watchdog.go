@@ -82,10 +82,20 @@ func (wd *watchdog) loop() {
 	for {
 		due, next := wd.due(time.Now())
 		if len(due) > 0 {
-			for len(due) > 0 {
-				n := min(len(due), batchSize)
-				wd.renew(due[:n])
-				due = due[n:]
+			var direct []*lease
+			batch := due[:0:0]
+			for _, l := range due {
+				if l.direct() {
+					direct = append(direct, l)
+				} else {
+					batch = append(batch, l)
+				}
+			}
+			wd.renewDirect(direct)
+			for len(batch) > 0 {
+				n := min(len(batch), batchSize)
+				wd.renew(batch[:n])
+				batch = batch[n:]
 			}
 			continue // renewals moved the schedule: look again
 		}
@@ -175,13 +185,49 @@ func (wd *watchdog) renew(leases []*lease) {
 	for i, l := range leases {
 		code, err := cmds[i].Int64()
 		_ = l.renewed(sent, ttls[i], nexts[i], code, err)
-		l.mu.Lock()
-		if l.renewErr != nil {
-			back := min(max(wd.c.opts.renewEvery(ttls[i])/8, 10*time.Millisecond), 500*time.Millisecond)
-			l.nextRenew = time.Now().Add(back)
-		}
-		l.mu.Unlock()
+		wd.backoff(l, ttls[i])
 		l.opMu.Unlock()
+	}
+}
+
+// renewDirect renews leases of a DirectProtocol, each in its own
+// goroutine (each may talk to several servers), bounded by its deadline.
+func (wd *watchdog) renewDirect(leases []*lease) {
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.opMu.Lock()
+			defer l.opMu.Unlock()
+			l.mu.Lock()
+			ttl, deadline := l.ttl, l.deadline
+			l.mu.Unlock()
+			ctx, cancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(50*time.Millisecond)))
+			defer cancel()
+			go func() {
+				select {
+				case <-wd.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			sent := time.Now()
+			next, code, err := renewOnce(ctx, wd.c.rdb, l.proto, l.keys, l.token(), ttl)
+			_ = l.renewed(sent, ttl, next, code, err)
+			wd.backoff(l, ttl)
+		}()
+	}
+	wg.Wait()
+}
+
+// backoff schedules a lease whose renewal failed to retry soon.
+func (wd *watchdog) backoff(l *lease, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.renewErr != nil {
+		back := min(max(wd.c.opts.renewEvery(ttl)/8, 10*time.Millisecond), 500*time.Millisecond)
+		l.nextRenew = time.Now().Add(back)
 	}
 }
 
