@@ -277,7 +277,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if token == "" {
 		return ErrEmptyToken
 	}
-	code, err := c.tokenLock("try").Release(c.keysFor(key), token).Run(ctx, c.rdb).Int64()
+	code, err := releaseOnce(ctx, c.rdb, c.tokenLock("try"), c.keysFor(key), token)
 	switch {
 	case err != nil:
 		return unavailable(err)

@@ -41,6 +41,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		return nil, err
 	}
 	_, ring := rdb.(*redis.Ring)
+	if ring && o.MinReplicas > 0 {
+		return nil, ErrInvalidOpts // a Ring has no replicas to wait for
+	}
 	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
 	if ring {
 		// A Ring has no connection that hears every shard's hand-offs.
@@ -61,8 +64,12 @@ func isNil(v any) bool {
 
 // tokenLock returns the default protocol configured for this Client, with
 // acquire.lua's mode.
-func (c *Client) tokenLock(mode string) tokenLock {
-	return tokenLock{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
+func (c *Client) tokenLock(mode string) Protocol {
+	t := tokenLock{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
+	if c.opts.MinReplicas > 0 {
+		return ackedTokenLock{tokenLock: t, rdb: c.rdb, replicas: c.opts.MinReplicas, timeout: c.opts.ReplicaTimeout}
+	}
+	return t
 }
 
 // Options returns the Client's options with defaults filled in.

@@ -44,6 +44,10 @@ var (
 	// this package (or any SET NX PX client) could have written.
 	ErrWrongType = errors.New("dlock: key holds a non-string value (not a lock)")
 
+	// ErrReplicaAck: fewer replicas than Options.MinReplicas acknowledged a
+	// grant (which was then released) or a renewal.
+	ErrReplicaAck = errors.New("dlock: not enough replicas acknowledged the lock")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
@@ -59,7 +63,7 @@ var (
 	ErrNilContext  = argError("nil context")
 	ErrEmptyKey    = argError("empty key")
 	ErrKeyTooLong  = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
-	ErrInvalidTTL  = argError("TTL must be at least 1ms")
+	ErrInvalidTTL  = argError("TTL must be at least 1ms and longer than the drift allowance (TTL*DriftFactor + MinDrift)")
 	ErrInvalidOpts = argError("invalid options")
 	ErrEmptyToken  = argError("empty token")
 )
@@ -78,8 +82,10 @@ func (e argError) Is(target error) bool { return target == ErrInvalidArgument }
 // owner. It matches ErrNotAcquired.
 type NotAcquiredError struct {
 	Key string
-	// TTL is the holder's remaining time to live as Redis reported it;
-	// -1 means the key has no expiry (a foreign client set it without one).
+	// TTL is the holder's remaining time to live as the protocol reports
+	// it: for the token lock, Redis's PTTL; -1 means the key has no expiry
+	// (a foreign client set it without one); 0 means the key is free but
+	// waiters are queued ahead (FIFO: newcomers do not barge).
 	TTL time.Duration
 }
 

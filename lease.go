@@ -34,6 +34,11 @@ type lease struct {
 	mu sync.Mutex // guards every field below
 	// value is what the lock key holds for us (the token).
 	value string
+	// alt is what the key may hold instead of value: a renewal that would
+	// have stored it (a protocol that rotates values) got no reply. A
+	// "held by another owner" reply is checked against it before any loss
+	// is declared.
+	alt string
 	// ttl is the TTL of the last successful acquire or renewal.
 	ttl time.Duration
 	// deadline is when the holder must assume the lease is gone: the send
@@ -120,7 +125,7 @@ func (l *lease) direct() bool {
 func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int64, err error) error {
 	defer func() {
 		if h := l.c.opts.Hooks.Renew; h != nil {
-			h(RenewInfo{Key: l.keys.Lock, Err: err})
+			h(RenewInfo{Key: l.keys.Lock, Fence: l.fence, Err: err})
 		}
 	}()
 	if err != nil {
@@ -128,10 +133,16 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 		l.mu.Lock()
 		if l.state == stateHeld {
 			l.renewErr = err
+			if next != l.value && ambiguous(err) {
+				l.alt = next
+			}
 		}
 		l.mu.Unlock()
 		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.keys.Lock, "err", err)
 		return unavailable(err)
+	}
+	if code == codeOther && l.swapAlt() {
+		return errRetryAlt
 	}
 	if code != codeOK {
 		err = l.lose(causeOf(code))
@@ -139,19 +150,47 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.value = next // the key holds it now, whatever we conclude below
+	l.value, l.alt = next, "" // the key holds next now, whatever we conclude below
 	if l.state != stateHeld {
 		return l.err
 	}
 	if time.Now().After(sent.Add(ttl - l.c.opts.drift(ttl))) {
 		// The reply came back after the validity it bought: too late to count.
 		l.renewErr = errors.New("renewal reply arrived after its validity")
+		err = l.renewErr // for the hook
 		return nil
 	}
 	l.setDeadlineLocked(sent, ttl)
 	l.c.stats.renewals.Add(1)
 	l.c.opts.Logger.Debug("dlock: renewed", "key", l.keys.Lock, "fence", l.fence, "ttl", ttl)
 	return nil
+}
+
+// errRetryAlt asks the caller of renewed to renew once more: the key held
+// the value of an earlier renewal whose reply was lost, now current.
+var errRetryAlt = errors.New("dlock: retry with the value of an unanswered renewal")
+
+// swapAlt makes alt the current value, if there is one.
+func (l *lease) swapAlt() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.alt == "" {
+		return false
+	}
+	l.value, l.alt = l.alt, ""
+	return true
+}
+
+// renewNow renews the lease once for ttl, by itself (not in a batch).
+// Callers hold opMu.
+func (l *lease) renewNow(ctx context.Context, ttl time.Duration) error {
+	for {
+		sent := time.Now()
+		next, code, err := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
+		if err = l.renewed(sent, ttl, next, code, err); err != errRetryAlt {
+			return err
+		}
+	}
 }
 
 func causeOf(code int64) error {
@@ -197,7 +236,7 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	if ttl < time.Millisecond {
+	if ttl < time.Millisecond || ttl <= l.c.opts.drift(ttl) {
 		return ErrInvalidTTL
 	}
 	l.opMu.Lock()
@@ -205,9 +244,7 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	sent := time.Now()
-	next, code, err := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
-	return l.renewed(sent, ttl, next, code, err)
+	return l.renewNow(ctx, ttl)
 }
 
 // release deletes the lease's key if it still holds our value. It is
@@ -235,6 +272,9 @@ func (l *lease) release(ctx context.Context) error {
 	}
 
 	code, err := releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
+	if err == nil && code == codeOther && l.swapAlt() {
+		code, err = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, l.token())
+	}
 	switch {
 	case err != nil:
 		l.mu.Lock()
@@ -243,26 +283,28 @@ func (l *lease) release(ctx context.Context) error {
 		err = unavailable(err)
 	case code == codeOK, code == codeGone && tried:
 		l.mu.Lock()
-		if l.state == stateHeld {
-			l.state = stateReleased
-			l.err = ErrReleased
-			l.timer.Stop()
+		if l.state != stateHeld {
+			// The deadline passed while the release was in flight: Lost
+			// has reported it. The key was ours until the delete, so the
+			// release still counts.
 			l.mu.Unlock()
-			l.c.stats.held.Add(-1)
-			l.c.stats.released.Add(1)
-			close(l.done)
-		} else {
-			// The deadline passed while the release was in flight. The key
-			// was ours until the delete, so the release still counts.
-			l.mu.Unlock()
+			return nil
 		}
+		l.state = stateReleased
+		l.err = ErrReleased
+		l.timer.Stop()
+		l.mu.Unlock()
+		l.c.stats.held.Add(-1)
+		l.c.stats.released.Add(1)
+		close(l.done)
 		err = nil
 	default:
 		err = l.lose(causeOf(code))
+		return err // reported by Lost
 	}
 	l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	if h := l.c.opts.Hooks.Release; h != nil {
-		h(ReleaseInfo{Key: l.keys.Lock, Held: time.Since(l.acquiredAt), Err: err})
+		h(ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Err: err})
 	}
 	return err
 }

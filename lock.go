@@ -81,8 +81,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 			return false, 0, &NotAcquiredError{Key: key, TTL: g.HolderTTL}
 		case err == nil:
 			return false, g.HolderTTL, nil
-		case errors.Is(err, ErrWrongType):
-			return false, 0, err
+		case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrReplicaAck):
+			return false, 0, err // the protocol's own verdict, not a Redis failure
 		}
 		if ambiguous(err) && g.Value != "" {
 			p, v := proto, g.Value
@@ -124,7 +124,8 @@ func (k *Lock) Token() string { return k.l.token() }
 
 // Fence returns the fencing token of this grant: unique, and greater than
 // that of every earlier grant of the same key (by any dlock client), also
-// across expiries of the key. Pass it to the protected resource so it can
+// across expiries of the key. It is 0 for a protocol without fencing
+// (package legacy). Pass it to the protected resource so it can
 // reject a stale holder. It is as durable as Redis: a restart without
 // persistence or a failover that loses writes can make it go back.
 func (k *Lock) Fence() uint64 { return k.l.fence }
@@ -142,8 +143,8 @@ func (k *Lock) Done() <-chan struct{} { return k.l.done }
 // ErrUnreachable).
 func (k *Lock) Err() error { return k.l.Err() }
 
-// Extend resets the lock's TTL to ttl now (Redis PEXPIRE, token-checked)
-// and moves the Deadline. The watchdog keeps renewing with the new TTL.
+// Extend resets the lock's TTL to ttl now (token-checked, by the lock's
+// protocol) and moves the Deadline. The watchdog keeps renewing with the new TTL.
 // It returns a loss error if the lock is gone, or ErrUnavailable (the lock
 // stays held until its deadline; the watchdog keeps trying).
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {

@@ -486,6 +486,7 @@ func TestBadInput(t *testing.T) {
 		{"zero ttl", dlock.ErrInvalidTTL, func() error { _, err := c.Lock(ctx, "k", dlock.WithTTL(0)); return err }},
 		{"negative ttl", dlock.ErrInvalidTTL, func() error { _, err := c.Lock(ctx, "k", dlock.WithTTL(-time.Second)); return err }},
 		{"sub-ms ttl", dlock.ErrInvalidTTL, func() error { _, err := c.TryLock(ctx, "k", dlock.WithTTL(time.Microsecond)); return err }},
+		{"ttl within drift", dlock.ErrInvalidTTL, func() error { _, err := c.TryLock(ctx, "k", dlock.WithTTL(2*time.Millisecond)); return err }},
 		//lint:ignore SA1012 testing nil ctx on purpose
 		{"nil ctx", dlock.ErrNilContext, func() error { _, err := c.Lock(nil, "k"); return err }}, //nolint:staticcheck
 		{"nil ctx Do", dlock.ErrNilContext, func() error {

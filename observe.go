@@ -11,7 +11,8 @@ import (
 type Hooks struct {
 	// Acquire is called when a Lock or TryLock call ends, won or not.
 	Acquire func(AcquireInfo)
-	// Release is called when Unlock has run its release script (or failed to).
+	// Release is called when Unlock has run its release script (or failed
+	// to). It is not called for a lock already reported by Lost.
 	Release func(ReleaseInfo)
 	// Renew is called after each watchdog or Extend renewal attempt.
 	Renew func(RenewInfo)
@@ -31,15 +32,17 @@ type AcquireInfo struct {
 
 // ReleaseInfo describes one Unlock.
 type ReleaseInfo struct {
-	Key  string
-	Held time.Duration // from acquire to release
-	Err  error
+	Key   string
+	Fence uint64
+	Held  time.Duration // from acquire to release
+	Err   error
 }
 
 // RenewInfo describes one renewal attempt.
 type RenewInfo struct {
-	Key string
-	Err error // nil: renewed; otherwise the Redis error or the loss
+	Key   string
+	Fence uint64
+	Err   error // nil: renewed; otherwise the Redis error, a reply too late to count, or the loss
 }
 
 // LostInfo describes a lost lock.

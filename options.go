@@ -60,6 +60,21 @@ type Options struct {
 	// died is skipped once its lease is over. Default: 3s.
 	WaiterLease time.Duration
 
+	// MinReplicas, when above 0, makes every grant and renewal of the token
+	// lock wait (Redis WAIT, on the same connection to the key's master)
+	// until at least this many replicas acknowledged it, at most
+	// ReplicaTimeout. If fewer did, an acquire releases the lock and
+	// returns ErrReplicaAck instead of a lock a failover could lose; a
+	// renewal counts as failed (the deadline does not move, and the lock is
+	// lost at it unless a later renewal is acknowledged). Renewals then take
+	// one round trip per lock instead of pipelined batches. It narrows the
+	// failover window; it does not close it (WAIT is not consensus).
+	// Not for Ring. Default: 0, no waiting.
+	MinReplicas int
+
+	// ReplicaTimeout bounds each WAIT. Default: 100ms.
+	ReplicaTimeout time.Duration
+
 	// ReleaseTimeout bounds each release the Client makes on its own: in
 	// Close, and the compensating release after an ambiguous acquire.
 	// Default: 5s.
@@ -85,6 +100,7 @@ const (
 	DefaultReleaseTimeout = 5 * time.Second
 	DefaultPickupTimeout  = time.Second
 	DefaultWaiterLease    = 3 * time.Second
+	DefaultReplicaTimeout = 100 * time.Millisecond
 )
 
 // withDefaults validates o and fills in defaults.
@@ -128,6 +144,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.WaiterLease == 0 {
 		o.WaiterLease = DefaultWaiterLease
+	}
+	if o.MinReplicas < 0 || o.ReplicaTimeout < 0 {
+		return o, ErrInvalidOpts
+	}
+	if o.ReplicaTimeout == 0 {
+		o.ReplicaTimeout = DefaultReplicaTimeout
 	}
 	if o.PickupTimeout < time.Millisecond || o.WaiterLease < 3*time.Millisecond {
 		return o, ErrInvalidOpts
@@ -184,8 +206,8 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 			o(&cfg)
 		}
 	}
-	if cfg.ttl < time.Millisecond {
-		return cfg, ErrInvalidTTL
+	if cfg.ttl < time.Millisecond || cfg.ttl <= c.opts.drift(cfg.ttl) {
+		return cfg, ErrInvalidTTL // the lock would be expired when handed out
 	}
 	if isNil(cfg.proto) {
 		return cfg, ErrInvalidOpts

@@ -24,7 +24,8 @@ type Protocol interface {
 	// the key is held by someone else, Grant.HolderTTL is how long it has
 	// left (negative if unknown). If err is not nil but the attempt may
 	// have written the key (a lost reply), Grant.Value names what it would
-	// have written, so the engine can delete it if it is there.
+	// have written, so the engine can delete it if it is there: set it only
+	// when deleting that value, if present, is safe.
 	Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error)
 
 	// Renew returns the script call that extends the caller's hold of
@@ -99,11 +100,19 @@ func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
 // Reply of acquire.lua when the key is free but live waiters are ahead.
 const freeButQueued = -2
 
+func (t tokenLock) acquireCall(k Keys, token string, ttl time.Duration) Call {
+	return Call{acquireScript, []string{k.Lock, k.Fence, k.Queue},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode, t.channel, t.lease.Milliseconds()}}
+}
+
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
+	return t.grant(token, t.acquireCall(k, token, ttl).Run(ctx, rdb))
+}
+
+// grant decodes acquire.lua's reply.
+func (tokenLock) grant(token string, cmd *redis.Cmd) (Grant, error) {
 	g := Grant{Value: token}
-	res, err := Call{acquireScript, []string{k.Lock, k.Fence, k.Queue},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode, t.channel, t.lease.Milliseconds()},
-	}.Run(ctx, rdb).Int64Slice()
+	res, err := cmd.Int64Slice()
 	switch {
 	case err != nil:
 		return g, err
@@ -145,15 +154,14 @@ type leaver interface {
 // withdraw removes value from k, held or queued: a leaving waiter, or the
 // clean-up after an acquire whose reply was lost.
 func withdraw(ctx context.Context, rdb redis.UniversalClient, p Protocol, k Keys, value string) error {
+	if l, ok := p.(leaver); ok {
+		return l.Leave(k, value).Run(ctx, rdb).Err()
+	}
 	if d, ok := p.(DirectProtocol); ok {
 		_, err := d.ReleaseDirect(ctx, k, value)
 		return err
 	}
-	c := p.Release(k, value)
-	if l, ok := p.(leaver); ok {
-		c = l.Leave(k, value)
-	}
-	return c.Run(ctx, rdb).Err()
+	return p.Release(k, value).Run(ctx, rdb).Err()
 }
 
 // renewOnce renews value on k for ttl, by script or directly.

@@ -184,7 +184,9 @@ func (wd *watchdog) renew(leases []*lease) {
 	cmds := runBatch(ctx, wd.c.rdb, calls)
 	for i, l := range leases {
 		code, err := cmds[i].Int64()
-		_ = l.renewed(sent, ttls[i], nexts[i], code, err)
+		if l.renewed(sent, ttls[i], nexts[i], code, err) == errRetryAlt {
+			_ = l.renewNow(ctx, ttls[i])
+		}
 		wd.backoff(l, ttls[i])
 		l.opMu.Unlock()
 	}
@@ -212,9 +214,7 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 				case <-ctx.Done():
 				}
 			}()
-			sent := time.Now()
-			next, code, err := renewOnce(ctx, wd.c.rdb, l.proto, l.keys, l.token(), ttl)
-			_ = l.renewed(sent, ttl, next, code, err)
+			_ = l.renewNow(ctx, ttl)
 			wd.backoff(l, ttl)
 		}()
 	}
