@@ -1,0 +1,118 @@
+package dlockotel_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Do traced: the dlock.do span hangs from the caller's span, and holds the
+// acquire, the work fn does, and the release.
+func Example() {
+	ctx := context.Background()
+	// In a program: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter)),
+	// or nothing, to use the global TracerProvider.
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(ctx)
+
+	tel, err := dlockotel.New(dlockotel.WithTracerProvider(tp))
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb, dlock.Options{Hooks: tel.Hooks()})
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+	tel.Track(locks)
+
+	ctx, job := tp.Tracer("app").Start(ctx, "nightly-report")
+	err = tel.Do(ctx, locks, "example:otel:report", func(ctx context.Context) error {
+		_, work := tp.Tracer("app").Start(ctx, "build-report")
+		work.End()
+		return nil
+	})
+	job.End()
+	if err != nil {
+		panic(err)
+	}
+	printSpans(spans)
+	// Output:
+	// dlock.acquire  parent=dlock.do        dlock.acquire.mode=lock dlock.acquire.result=acquired dlock.acquire.attempts=1 dlock.acquire.waited=false
+	// build-report   parent=dlock.do
+	// dlock.release  parent=dlock.do        dlock.release.result=ok
+	// dlock.do       parent=nightly-report
+	// nightly-report parent=-
+}
+
+// Lock and Unlock through the Telemetry instead of the Client and the Lock;
+// WithKeyAttribute puts the key on the spans.
+func ExampleTelemetry_Lock() {
+	ctx := context.Background()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(ctx)
+
+	tel, err := dlockotel.New(dlockotel.WithTracerProvider(tp),
+		dlockotel.WithKeyAttribute(func(key string) string { return key }))
+	if err != nil {
+		panic(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, err := dlock.New(rdb, dlock.Options{Hooks: tel.Hooks()})
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	lock, err := tel.Lock(ctx, locks, "example:otel:invoice-17") // was: locks.Lock(ctx, key)
+	if err != nil {
+		panic(err)
+	}
+	_, err = tel.TryLock(ctx, locks, "example:otel:invoice-17") // busy
+	fmt.Println(err != nil)
+	if err := tel.Unlock(ctx, lock); err != nil { // was: lock.Unlock(ctx)
+		panic(err)
+	}
+	printSpans(spans)
+	// Output:
+	// true
+	// dlock.acquire  parent=-               dlock.key=example:otel:invoice-17 dlock.acquire.mode=lock dlock.acquire.result=acquired dlock.acquire.attempts=1 dlock.acquire.waited=false
+	// dlock.acquire  parent=-               dlock.key=example:otel:invoice-17 dlock.acquire.mode=try dlock.acquire.result=busy dlock.acquire.attempts=1 dlock.acquire.waited=false
+	// dlock.release  parent=-               dlock.key=example:otel:invoice-17 dlock.release.result=ok
+}
+
+// printSpans prints the ended spans with their parent's name and their
+// deterministic attributes (not durations or fences).
+func printSpans(sr *tracetest.SpanRecorder) {
+	names := map[trace.SpanID]string{}
+	for _, s := range sr.Ended() {
+		names[s.SpanContext().SpanID()] = s.Name()
+	}
+	for _, s := range sr.Ended() {
+		parent := "-"
+		if s.Parent().IsValid() {
+			parent = names[s.Parent().SpanID()]
+		}
+		line := fmt.Sprintf("%-14s %-22s", s.Name(), "parent="+parent)
+		for _, kv := range s.Attributes() {
+			switch kv.Key {
+			case "dlock.fence", "dlock.acquire.wait_duration", "dlock.hold.duration":
+				continue
+			}
+			line += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.Emit())
+		}
+		fmt.Println(strings.TrimRight(line, " "))
+	}
+}

@@ -1,0 +1,466 @@
+// Package dlockprom exports dlock metrics to Prometheus.
+//
+// A [Collector] is a [prometheus.Collector] fed by two sources:
+//
+//   - the Client's [dlock.Hooks] (acquire, release, renewal and loss
+//     events), which it provides through [Collector.Hooks], for the
+//     histograms and counters;
+//   - the Client's [dlock.Client.Stats] snapshot, read at scrape time, for
+//     the dlock_held and dlock_waiting gauges ([Collector.Track]).
+//
+// It registers nothing itself: register it on the registry you serve.
+// Hooks must be given to dlock.New, so the order is: NewCollector, dlock.New
+// with the Collector's Hooks, Track, Register:
+//
+//	m := dlockprom.NewCollector(dlockprom.Opts{})
+//	locks, err := dlock.New(rdb, dlock.Options{Hooks: m.Hooks()})
+//	...
+//	m.Track(locks)
+//	reg.MustRegister(m)
+//
+// One Collector can serve several Clients (install its Hooks in each and
+// Track each): counters and histograms then cover all of them and the gauges
+// are sums. To tell Clients apart instead, give each its own Collector with
+// distinct Opts.ConstLabels.
+//
+// # Metrics
+//
+//	dlock_acquire_duration_seconds  histogram  result     time in Lock/TryLock, per outcome
+//	dlock_wait_duration_seconds     histogram             time in calls that found the key held
+//	dlock_hold_duration_seconds     histogram             acquire to release or loss
+//	dlock_lost_total                counter    reason     locks lost while held
+//	dlock_renewals_total            counter    result     renewal attempts (watchdog and Extend)
+//	dlock_handoffs_total            counter               acquires that had waited
+//	dlock_held                      gauge                 locks held now
+//	dlock_waiting                   gauge                 Lock calls waiting now
+//
+// result of dlock_acquire_duration_seconds is one of acquired, busy
+// (TryLock found the key held), timeout (the context's deadline passed),
+// canceled (the context was cancelled) and error (a Redis error, a closed
+// Client, a key that is not a lock, bad input). reason of dlock_lost_total
+// is expired, taken or unreachable; result of dlock_renewals_total is ok,
+// error (a Redis error: the lock stays held until its deadline) or lost.
+// Without Opts.KeyLabel, every one of these label values is exported from
+// the first scrape, at 0.
+//
+// A "hand-off" is, for now, an acquire that succeeded after waiting for the
+// key: the previous holder released it (or it expired) and a waiter got it.
+// When the core hands a released lock directly to the next waiter in FIFO
+// order, the counter will count exactly those hand-offs; its meaning for a
+// dashboard (a contended key changed hands) stays the same.
+//
+// # Key label
+//
+// No metric has a lock-name label by default: lock keys are an unbounded
+// set, which Prometheus cannot store. Opts.KeyLabel opts in to a "key" label
+// on every hook-fed metric, with the value KeyLabel returns for the key; it
+// must map keys to a small, fixed set (for example the part before the first
+// ':'). The gauges never have it.
+//
+// # Cost
+//
+// The hooks run synchronously in the goroutine that did the work. Without
+// KeyLabel they make no allocation and take no lock: each event is one or
+// two atomic histogram or counter updates on series resolved in
+// NewCollector. See the package benchmark for the measured overhead.
+package dlockprom
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	"github.com/dlock-go/dlock"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of the result label of dlock_acquire_duration_seconds.
+const (
+	ResultAcquired = "acquired"
+	ResultBusy     = "busy"
+	ResultTimeout  = "timeout"
+	ResultCanceled = "canceled"
+	ResultError    = "error"
+)
+
+// Label values of the reason label of dlock_lost_total.
+const (
+	ReasonExpired     = "expired"
+	ReasonTaken       = "taken"
+	ReasonUnreachable = "unreachable"
+)
+
+// Label values of the result label of dlock_renewals_total.
+const (
+	RenewalOK    = "ok"
+	RenewalError = "error"
+	RenewalLost  = "lost"
+)
+
+// DefaultDurationBuckets are the buckets of the acquire and wait histograms,
+// in seconds: from an uncontended acquire on a local network (well under a
+// millisecond) to a five-minute wait.
+var DefaultDurationBuckets = []float64{
+	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5,
+	1, 2.5, 5, 10, 30, 60, 120, 300,
+}
+
+// DefaultHoldBuckets are the buckets of the hold histogram, in seconds: from
+// a millisecond to an hour.
+var DefaultHoldBuckets = []float64{
+	.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600,
+}
+
+// Opts configures a Collector. The zero value is valid.
+type Opts struct {
+	// ConstLabels are added to every metric, for example to tell apart the
+	// Collectors of two Clients registered on one registry. Default: none.
+	ConstLabels prometheus.Labels
+
+	// KeyLabel, if set, adds a "key" label to every metric fed by the hooks
+	// (all but dlock_held and dlock_waiting), whose value is KeyLabel(key).
+	// It must return few distinct values: each is a new series of every
+	// such metric (and each histogram series is one per bucket). It is
+	// called once per event, in the hook, so it must be fast. Default: nil,
+	// no key label.
+	KeyLabel func(key string) string
+
+	// DurationBuckets are the buckets of dlock_acquire_duration_seconds and
+	// dlock_wait_duration_seconds. Default: DefaultDurationBuckets.
+	DurationBuckets []float64
+
+	// HoldBuckets are the buckets of dlock_hold_duration_seconds.
+	// Default: DefaultHoldBuckets.
+	HoldBuckets []float64
+}
+
+// StatsSource is what the gauges read at scrape time. *dlock.Client
+// implements it.
+type StatsSource interface {
+	Stats() dlock.Stats
+}
+
+// Collector collects dlock metrics. Create it with NewCollector. It is safe
+// for concurrent use by multiple goroutines.
+type Collector struct {
+	keyLabel func(string) string
+
+	acquire  *prometheus.HistogramVec
+	wait     *prometheus.HistogramVec
+	hold     *prometheus.HistogramVec
+	lost     *prometheus.CounterVec
+	renewals *prometheus.CounterVec
+	handoffs *prometheus.CounterVec
+
+	heldDesc, waitingDesc *prometheus.Desc
+
+	// Series resolved up front, used when keyLabel is nil; indexed like
+	// acquireResults, lostReasons and renewalResults.
+	acquireBy [len(acquireResults)]prometheus.Observer
+	lostBy    [len(lostReasons)]prometheus.Counter
+	renewBy   [len(renewalResults)]prometheus.Counter
+	waitObs   prometheus.Observer
+	holdObs   prometheus.Observer
+	handoffC  prometheus.Counter
+
+	mu      sync.Mutex
+	sources map[*StatsSource]struct{} // pointer keys: sources need not be comparable
+}
+
+// NewCollector returns a Collector. Install its Hooks in the Client's
+// Options, Track the Client, and register the Collector.
+func NewCollector(opts Opts) *Collector {
+	durBuckets := opts.DurationBuckets
+	if len(durBuckets) == 0 {
+		durBuckets = DefaultDurationBuckets
+	}
+	holdBuckets := opts.HoldBuckets
+	if len(holdBuckets) == 0 {
+		holdBuckets = DefaultHoldBuckets
+	}
+	var key []string
+	if opts.KeyLabel != nil {
+		key = []string{"key"}
+	}
+	labels := func(l ...string) []string { return append(l, key...) }
+
+	c := &Collector{
+		keyLabel: opts.KeyLabel,
+		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "dlock_acquire_duration_seconds",
+			Help:        "Time spent in Lock and TryLock calls, by outcome (acquired, busy, timeout, canceled, error).",
+			ConstLabels: opts.ConstLabels,
+			Buckets:     durBuckets,
+		}, labels("result")),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "dlock_wait_duration_seconds",
+			Help:        "Time spent in Lock calls that found the key held and waited, whatever their outcome.",
+			ConstLabels: opts.ConstLabels,
+			Buckets:     durBuckets,
+		}, labels()),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        "dlock_hold_duration_seconds",
+			Help:        "Time from acquiring a lock to releasing or losing it.",
+			ConstLabels: opts.ConstLabels,
+			Buckets:     holdBuckets,
+		}, labels()),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "dlock_lost_total",
+			Help:        "Locks lost while held, by reason (expired, taken, unreachable).",
+			ConstLabels: opts.ConstLabels,
+		}, labels("reason")),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "dlock_renewals_total",
+			Help:        "Lock renewal attempts, by result (ok, error, lost).",
+			ConstLabels: opts.ConstLabels,
+		}, labels("result")),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "dlock_handoffs_total",
+			Help:        "Locks acquired after waiting for another holder to release them.",
+			ConstLabels: opts.ConstLabels,
+		}, labels()),
+		heldDesc: prometheus.NewDesc("dlock_held",
+			"Locks held now by the tracked clients.", nil, opts.ConstLabels),
+		waitingDesc: prometheus.NewDesc("dlock_waiting",
+			"Lock calls of the tracked clients waiting for a key now.", nil, opts.ConstLabels),
+		sources: make(map[*StatsSource]struct{}),
+	}
+	if c.keyLabel == nil {
+		// Resolve every series now: the hooks then never look one up, and
+		// every label value is exported at 0 from the first scrape.
+		for i, r := range acquireResults {
+			c.acquireBy[i] = c.acquire.WithLabelValues(r)
+		}
+		for i, r := range lostReasons {
+			c.lostBy[i] = c.lost.WithLabelValues(r)
+		}
+		for i, r := range renewalResults {
+			c.renewBy[i] = c.renewals.WithLabelValues(r)
+		}
+		c.waitObs = c.wait.WithLabelValues()
+		c.holdObs = c.hold.WithLabelValues()
+		c.handoffC = c.handoffs.WithLabelValues()
+	}
+	return c
+}
+
+// Hooks returns the hooks that feed the Collector, for dlock.Options.Hooks.
+// To install other hooks as well, combine them with Chain.
+func (c *Collector) Hooks() dlock.Hooks {
+	return dlock.Hooks{
+		Acquire: c.onAcquire,
+		Release: c.onRelease,
+		Renew:   c.onRenew,
+		Lost:    c.onLost,
+	}
+}
+
+// Track adds s (normally the *dlock.Client whose Options carry c's Hooks)
+// to the sources of dlock_held and dlock_waiting, which report the sum over
+// all tracked sources. The returned func stops tracking s; call it when the
+// Client is closed for good if the Collector outlives it.
+func (c *Collector) Track(s StatsSource) (untrack func()) {
+	p := &s
+	c.mu.Lock()
+	c.sources[p] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.sources, p)
+		c.mu.Unlock()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.acquire.Describe(ch)
+	c.wait.Describe(ch)
+	c.hold.Describe(ch)
+	c.lost.Describe(ch)
+	c.renewals.Describe(ch)
+	c.handoffs.Describe(ch)
+	ch <- c.heldDesc
+	ch <- c.waitingDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.acquire.Collect(ch)
+	c.wait.Collect(ch)
+	c.hold.Collect(ch)
+	c.lost.Collect(ch)
+	c.renewals.Collect(ch)
+	c.handoffs.Collect(ch)
+
+	c.mu.Lock()
+	sources := make([]StatsSource, 0, len(c.sources))
+	for p := range c.sources {
+		sources = append(sources, *p)
+	}
+	c.mu.Unlock()
+	var held, waiting int64
+	for _, s := range sources {
+		st := s.Stats()
+		held += st.Held
+		waiting += st.Waiting
+	}
+	ch <- prometheus.MustNewConstMetric(c.heldDesc, prometheus.GaugeValue, float64(held))
+	ch <- prometheus.MustNewConstMetric(c.waitingDesc, prometheus.GaugeValue, float64(waiting))
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+func (c *Collector) onAcquire(i dlock.AcquireInfo) {
+	result := acquireResult(i.Err)
+	secs := i.Wait.Seconds()
+	if c.keyLabel == nil {
+		c.acquireBy[result].Observe(secs)
+		if i.Waited {
+			c.waitObs.Observe(secs)
+			if i.Err == nil {
+				c.handoffC.Inc()
+			}
+		}
+		return
+	}
+	k := c.key(i.Key)
+	observe(c.acquire, secs, acquireResults[result], k)
+	if i.Waited {
+		observe(c.wait, secs, k)
+		if i.Err == nil {
+			inc(c.handoffs, k)
+		}
+	}
+}
+
+func (c *Collector) onRelease(i dlock.ReleaseInfo) {
+	// A release that failed on a Redis error leaves the lock held (the
+	// caller may retry); one that found the lock lost was already counted
+	// by onLost, which the core calls first.
+	if i.Err != nil {
+		return
+	}
+	c.observeHold(i.Key, i.Held.Seconds())
+}
+
+func (c *Collector) onLost(i dlock.LostInfo) {
+	reason := lostReason(i.Cause)
+	c.observeHold(i.Key, i.Held.Seconds())
+	switch {
+	case c.keyLabel == nil && reason >= 0:
+		c.lostBy[reason].Inc()
+	case c.keyLabel == nil:
+		inc(c.lost, reasonOther)
+	default:
+		inc(c.lost, LostReason(i.Cause), c.key(i.Key))
+	}
+}
+
+func (c *Collector) onRenew(i dlock.RenewInfo) {
+	result := renewalResult(i.Err)
+	if c.keyLabel == nil {
+		c.renewBy[result].Inc()
+		return
+	}
+	inc(c.renewals, renewalResults[result], c.key(i.Key))
+}
+
+func (c *Collector) observeHold(key string, secs float64) {
+	if c.keyLabel == nil {
+		c.holdObs.Observe(secs)
+		return
+	}
+	observe(c.hold, secs, c.key(key))
+}
+
+// key returns the key label value for key: KeyLabel's, made valid UTF-8
+// (client_golang rejects anything else).
+func (c *Collector) key(key string) string {
+	return strings.ToValidUTF8(c.keyLabel(key), "\uFFFD")
+}
+
+// observe and inc never panic: a hook must not take the caller down.
+func observe(v *prometheus.HistogramVec, secs float64, lvs ...string) {
+	if o, err := v.GetMetricWithLabelValues(lvs...); err == nil {
+		o.Observe(secs)
+	}
+}
+
+func inc(v *prometheus.CounterVec, lvs ...string) {
+	if ctr, err := v.GetMetricWithLabelValues(lvs...); err == nil {
+		ctr.Inc()
+	}
+}
+
+// The label values, in the order of the indexes the unexported mappers
+// below return.
+var (
+	acquireResults = [...]string{ResultAcquired, ResultBusy, ResultTimeout, ResultCanceled, ResultError}
+	lostReasons    = [...]string{ReasonExpired, ReasonTaken, ReasonUnreachable}
+	renewalResults = [...]string{RenewalOK, RenewalError, RenewalLost}
+)
+
+// reasonOther is the reason of a loss cause this package does not know.
+const reasonOther = "other"
+
+// AcquireResult maps the error of a Lock or TryLock call (AcquireInfo.Err)
+// to the result label: nil is acquired, dlock.ErrNotAcquired is busy,
+// dlock.ErrContextDone is canceled when joined with context.Canceled and
+// timeout otherwise (context.DeadlineExceeded), anything else is error.
+func AcquireResult(err error) string { return acquireResults[acquireResult(err)] }
+
+func acquireResult(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, dlock.ErrNotAcquired):
+		return 1
+	case errors.Is(err, dlock.ErrContextDone) && errors.Is(err, context.Canceled):
+		return 3
+	case errors.Is(err, dlock.ErrContextDone):
+		return 2
+	default:
+		return 4
+	}
+}
+
+// LostReason maps the cause of a loss (LostInfo.Cause) to the reason label:
+// taken (dlock.ErrTaken), unreachable (dlock.ErrUnreachable) or expired
+// (dlock.ErrExpired). A cause the core adds later and this package does not
+// know yet is reported as "other".
+func LostReason(cause error) string {
+	if r := lostReason(cause); r >= 0 {
+		return lostReasons[r]
+	}
+	return reasonOther
+}
+
+// lostReason returns the index of cause's reason, -1 for "other".
+func lostReason(cause error) int {
+	switch {
+	case errors.Is(cause, dlock.ErrTaken):
+		return 1
+	case errors.Is(cause, dlock.ErrUnreachable):
+		return 2
+	case errors.Is(cause, dlock.ErrExpired):
+		return 0
+	default:
+		return -1
+	}
+}
+
+// RenewalResult maps RenewInfo.Err to the result label: nil is ok, a loss
+// (dlock.ErrLost) is lost, anything else (a Redis error) is error.
+func RenewalResult(err error) string { return renewalResults[renewalResult(err)] }
+
+func renewalResult(err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, dlock.ErrLost):
+		return 2
+	default:
+		return 1
+	}
+}

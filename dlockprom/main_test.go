@@ -1,0 +1,68 @@
+package dlockprom_test
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// srv is the redis-server the package's tests and Examples share: a real
+// one, on a free loopback port, in its own temporary directory, without
+// persistence, killed by PID at the end.
+var srv *redistest.Server
+
+// redisAddr is srv's address; the Examples connect to it.
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	s, err := redistest.StartMain(redistest.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlockprom tests need redis-server:", err)
+		os.Exit(1)
+	}
+	srv, redisAddr = s, s.Addr()
+	code := m.Run()
+	_ = s.Close()
+	os.Exit(code)
+}
+
+// newClient returns a dlock Client over its own go-redis client to addr,
+// both closed at the end of the test.
+func newClient(t testing.TB, addr string, opts dlock.Options) (*dlock.Client, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	c, err := dlock.New(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = rdb.Close()
+	})
+	return c, rdb
+}
+
+var keySeq atomic.Int64
+
+// key returns a key no other test uses.
+func key(t testing.TB) string {
+	return fmt.Sprintf("%s#%d", t.Name(), keySeq.Add(1))
+}
+
+// eventually polls cond every 5ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
