@@ -1,0 +1,337 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// defaultAddr is where dlock looks for Redis when no URL is given.
+const defaultAddr = "127.0.0.1:6379"
+
+// testDefaultAddrEnv replaces defaultAddr. TEST-ONLY: the tests use it to
+// exercise the "no URL given" paths (the private server of demo and bench,
+// the 125 of run/status) without touching a Redis the machine may run on
+// 6379. Not a supported setting.
+const testDefaultAddrEnv = "DLOCK_TEST_DEFAULT_ADDR"
+
+func defaultAddress() string {
+	if v := os.Getenv(testDefaultAddrEnv); v != "" {
+		return v
+	}
+	return defaultAddr
+}
+
+// pingTimeout bounds the PING that checks a connection before use.
+const pingTimeout = 5 * time.Second
+
+// target is the Redis URL to use and where it came from.
+type target struct {
+	url    string
+	source string // "--redis", "$DLOCK_REDIS_URL", "$REDIS_URL" or "default"
+}
+
+func (t target) explicit() bool { return t.source != "default" }
+
+// target resolves the URL: --redis, else $DLOCK_REDIS_URL, else $REDIS_URL,
+// else redis://127.0.0.1:6379/0. Every candidate's secrets are registered
+// with the redactor.
+func (a *app) target() target {
+	if a.redisURL != "" {
+		return target{a.redisURL, "--redis"}
+	}
+	for _, env := range []string{"DLOCK_REDIS_URL", "REDIS_URL"} {
+		if v := os.Getenv(env); v != "" {
+			a.redact.addURL(v)
+			return target{v, "$" + env}
+		}
+	}
+	return target{"redis://" + defaultAddress() + "/0", "default"}
+}
+
+// endpoint is a parsed Redis URL: how to make clients for it, and how to
+// name it in messages without its password.
+type endpoint struct {
+	raw     string   // the URL as given (with its password: never print it)
+	display string   // the URL with passwords masked
+	source  string   // see target.source
+	kind    string   // "server", "sentinel" or "cluster"
+	addrs   []string // server address, Sentinel addresses or Cluster seed nodes
+	master  string   // Sentinel master name
+
+	newClient func() redis.UniversalClient
+}
+
+// where names the endpoint for messages: address(es), masked URL, source.
+func (e *endpoint) where() string {
+	var b strings.Builder
+	switch e.kind {
+	case "sentinel":
+		fmt.Fprintf(&b, "master %q via Sentinel %s", e.master, strings.Join(e.addrs, ","))
+	case "cluster":
+		fmt.Fprintf(&b, "Cluster %s", strings.Join(e.addrs, ","))
+	default:
+		b.WriteString(strings.Join(e.addrs, ","))
+	}
+	fmt.Fprintf(&b, " (%s, ", e.display)
+	switch e.source {
+	case "default":
+		b.WriteString("the default: no --redis, $DLOCK_REDIS_URL or $REDIS_URL given)")
+	case "private":
+		b.WriteString("the private server of this run)")
+	default:
+		fmt.Fprintf(&b, "from %s)", e.source)
+	}
+	return b.String()
+}
+
+// parseEndpoint parses a Redis URL with go-redis's own parsers:
+//
+//	redis://, rediss://, unix://          redis.ParseURL (one server)
+//	redis://...?master_name=M             redis.ParseFailoverURL (Sentinel)
+//	redis+sentinel://, rediss+sentinel:// redis.ParseFailoverURL, scheme without "+sentinel"
+//	redis+cluster://, rediss+cluster://   redis.ParseClusterURL, scheme without "+cluster"
+func parseEndpoint(t target) (*endpoint, error) {
+	e := &endpoint{raw: t.url, display: redactURL(t.url), source: t.source}
+	scheme, rest, ok := strings.Cut(t.url, "://")
+	if !ok {
+		return e, errors.New("not a URL: want e.g. redis://host:6379/0")
+	}
+	if _, err := url.Parse(t.url); err != nil {
+		return e, fmt.Errorf("not a valid URL: %s", urlErrorReason(err))
+	}
+	scheme = strings.ToLower(scheme)
+	base, mode := scheme, ""
+	if b, m, ok := strings.Cut(scheme, "+"); ok {
+		base, mode = b, m
+	}
+	if base != "redis" && base != "rediss" && !(base == "unix" && mode == "") {
+		return e, fmt.Errorf("unsupported scheme %q: want redis, rediss, unix, redis+sentinel or redis+cluster", scheme)
+	}
+	plain := base + "://" + rest
+	if mode == "" && base != "unix" && hasQueryParam(t.url, "master_name") {
+		mode = "sentinel"
+	}
+	switch mode {
+	case "":
+		o, err := redis.ParseURL(plain)
+		if err != nil {
+			return e, err
+		}
+		e.kind, e.addrs = "server", []string{o.Addr}
+		e.newClient = func() redis.UniversalClient { return redis.NewClient(o) }
+	case "sentinel":
+		o, err := redis.ParseFailoverURL(plain)
+		if err != nil {
+			return e, err
+		}
+		if o.MasterName == "" {
+			return e, errors.New("a Sentinel URL needs ?master_name=NAME")
+		}
+		e.kind, e.addrs, e.master = "sentinel", o.SentinelAddrs, o.MasterName
+		e.newClient = func() redis.UniversalClient { return redis.NewFailoverClient(o) }
+	case "cluster":
+		o, err := redis.ParseClusterURL(plain)
+		if err != nil {
+			return e, err
+		}
+		e.kind, e.addrs = "cluster", o.Addrs
+		e.newClient = func() redis.UniversalClient { return redis.NewClusterClient(o) }
+	default:
+		return e, fmt.Errorf("unsupported scheme %q: want redis, rediss, unix, redis+sentinel or redis+cluster", scheme)
+	}
+	return e, nil
+}
+
+func hasQueryParam(raw, name string) bool {
+	_, q, ok := strings.Cut(raw, "?")
+	if !ok {
+		return false
+	}
+	v, err := url.ParseQuery(q)
+	return err == nil && v.Has(name)
+}
+
+var quoted = regexp.MustCompile(`"[^"]*"`)
+
+// urlErrorReason describes a url.Parse error without quoting the URL or
+// any part of it (the part could be a piece of a password).
+func urlErrorReason(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return quoted.ReplaceAllString(err.Error(), "(…)")
+}
+
+// connect parses the target URL and checks the connection with a PING.
+// On failure it prints why, naming the address but no password, and
+// returns exitFailed.
+func (a *app) connect(ctx context.Context, t target) (*endpoint, redis.UniversalClient, int) {
+	e, err := parseEndpoint(t)
+	if err != nil {
+		a.errorf("invalid Redis URL %s (from %s): %v", e.display, sourceName(t.source), err)
+		return nil, nil, exitFailed
+	}
+	rdb := e.newClient()
+	drvLog.lastLine()
+	if err := ping(ctx, rdb); err != nil {
+		_ = rdb.Close()
+		detail := err.Error()
+		if l := drvLog.lastLine(); l != "" && !strings.Contains(l, detail) && !strings.Contains(detail, l) {
+			detail += " (driver: " + l + ")"
+		}
+		a.errorf("cannot reach Redis at %s: %s", e.where(), detail)
+		if !t.explicit() {
+			fmt.Fprintln(a.stderr, "Give the Redis to use with --redis URL or $DLOCK_REDIS_URL / $REDIS_URL.")
+		}
+		return nil, nil, exitFailed
+	}
+	return e, rdb, exitOK
+}
+
+func sourceName(s string) string {
+	if s == "default" {
+		return "the default"
+	}
+	return s
+}
+
+func ping(ctx context.Context, rdb redis.UniversalClient) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	return rdb.Ping(ctx).Err()
+}
+
+// redactURL returns raw with the password of its userinfo and the values
+// of query parameters whose name contains "password" replaced by "xxxxx".
+// It works on URLs net/url rejects too, masking generously.
+func redactURL(raw string) string {
+	const mask = "xxxxx"
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		if strings.Contains(raw, "@") || strings.Contains(raw, ":") {
+			return mask // not a URL at all: show nothing of it
+		}
+		return raw
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), mask)
+		}
+		u.RawQuery = maskQuery(u.RawQuery)
+		return u.String()
+	}
+	// Unparseable: everything up to the last '@' is userinfo.
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user, _, hasPass := strings.Cut(rest[:at], ":")
+		if hasPass {
+			rest = user + ":" + mask + rest[at:]
+		}
+	}
+	if base, q, ok := strings.Cut(rest, "?"); ok {
+		rest = base + "?" + maskQuery(q)
+	}
+	return scheme + "://" + rest
+}
+
+// maskQuery masks the values of the parameters whose name contains
+// "password", keeping the query as it was otherwise.
+func maskQuery(q string) string {
+	if q == "" {
+		return q
+	}
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		if k, _, ok := strings.Cut(p, "="); ok && strings.Contains(strings.ToLower(k), "password") {
+			parts[i] = k + "=xxxxx"
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// redactor masks known secrets in messages. It learns them from every URL
+// dlock was given, so even an error text from a library that quoted a
+// password cannot print it.
+type redactor struct {
+	mu      sync.Mutex
+	secrets []string // longest first
+}
+
+// minSecret is the shortest secret masked inside free text: shorter ones
+// would garble messages, and display URLs are masked structurally anyway.
+const minSecret = 4
+
+func (r *redactor) addURL(raw string) {
+	for _, s := range urlSecrets(raw) {
+		r.add(s)
+	}
+}
+
+func (r *redactor) add(s string) {
+	if len(s) < minSecret {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if slices.Contains(r.secrets, s) {
+		return
+	}
+	r.secrets = append(r.secrets, s)
+	slices.SortFunc(r.secrets, func(a, b string) int { return len(b) - len(a) })
+}
+
+func (r *redactor) clean(s string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sec := range r.secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
+}
+
+// urlSecrets returns the passwords in raw, raw and unescaped, whether or
+// not raw parses.
+func urlSecrets(raw string) []string {
+	var out []string
+	addBoth := func(s string) {
+		out = append(out, s)
+		if u, err := url.PathUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+		if u, err := url.QueryUnescape(s); err == nil && u != s {
+			out = append(out, u)
+		}
+	}
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		rest = raw
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
+			addBoth(pass)
+		}
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if p, ok := u.User.Password(); ok {
+			addBoth(p)
+		}
+	}
+	if _, q, ok := strings.Cut(rest, "?"); ok {
+		for p := range strings.SplitSeq(q, "&") {
+			if k, v, ok := strings.Cut(p, "="); ok && strings.Contains(strings.ToLower(k), "password") {
+				addBoth(v)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints nothing itself: every command has a hand-written help text.
+// Go's flag package accepts -name and --name alike, and stops at the first
+// non-flag argument, which is what `run` needs (flags of COMMAND stay
+// COMMAND's).
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+
+// globalFlags registers --redis and --prefix on fs. They are accepted
+// before the command name and after it.
+func (a *app) globalFlags(fs *flag.FlagSet) {
+	fs.Func("redis", "", func(s string) error {
+		a.redact.addURL(s)
+		a.redisURL = s
+		return nil
+	})
+	fs.Func("prefix", "", func(s string) error {
+		if strings.ContainsAny(s, "{}") || s == "" {
+			return fmt.Errorf("--prefix %q: must be non-empty and must not contain '{' or '}'", s)
+		}
+		a.prefix = s
+		return nil
+	})
+}
+
+// parseInterspersed parses flags anywhere among the positional arguments
+// (`dlock release KEY --force`), up to a "--", after which everything is
+// positional. It returns the positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var tail []string
+	for i, s := range args {
+		if s == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+	return append(pos, tail...), nil
+}
+
+// durationValue is a flag.Value for a duration that also accepts a plain
+// number of seconds ("5", "0.5"), as flock -w does.
+type durationValue struct {
+	d   time.Duration
+	set bool
+}
+
+func (v *durationValue) String() string { return v.d.String() }
+
+func (v *durationValue) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	v.d, v.set = d, true
+	return nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 {
+			return 0, fmt.Errorf("negative duration %q", s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (want e.g. 500ms, 5s, 1m or a number of seconds)", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("negative duration %q", s)
+	}
+	return d, nil
+}
+
+// boolFlags registers one bool under several names (-n, --no-wait).
+func boolFlags(fs *flag.FlagSet, p *bool, names ...string) {
+	for _, n := range names {
+		fs.BoolVar(p, n, *p, "")
+	}
+}
+
+func durationFlags(fs *flag.FlagSet, p *durationValue, names ...string) {
+	for _, n := range names {
+		fs.Var(p, n, "")
+	}
+}
+
+func intFlags(fs *flag.FlagSet, p *int, names ...string) {
+	for _, n := range names {
+		fs.IntVar(p, n, *p, "")
+	}
+}
+
+func stringFlags(fs *flag.FlagSet, p *string, names ...string) {
+	for _, n := range names {
+		fs.StringVar(p, n, *p, "")
+	}
+}
+
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" {
+		return "(devel)"
+	}
+	return bi.Main.Version
+}

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+const usageStatus = `Usage:
+  dlock status KEY [--json]
+
+Shows whether KEY is held and by what: the protocol its value looks like
+(token: a dlock token or another SET NX PX client's; legacy: the seeds'
+SETNX/GETSET expiry timestamp; foreign: some other string; not a lock: the
+key holds a list, hash, ...), the holder's value, the remaining TTL, the
+last fencing token granted, and the number of clients waiting (subscribed
+to its wake-up channel).
+
+Flags:
+  --json    one JSON object: key, state (held|free|not-a-lock), held, kind,
+            value, ttl_ms (-1: no expiry), fence, waiters, and for legacy
+            values legacy_unit and legacy_expires_at
+  --redis URL, --prefix P   see 'dlock help'
+
+Exit codes: 0 held, 3 free, 4 not a lock, 2 usage, 125 bad URL or Redis unreachable.
+`
+
+const usageList = `Usage:
+  dlock list [PATTERN] [--json]
+
+Lists held locks, with the columns of 'dlock status'. Without PATTERN: every
+key dlock locked recently (found by SCAN over dlock's fence counters, never
+KEYS). With PATTERN (Redis glob: * ? [abc]): those matching it, plus every
+string key matching it, so locks of other clients and of the legacy protocol
+show too (dlock's own auxiliary keys, <prefix>:{...}, are left out). On a
+Cluster every master is scanned.
+
+Flags:
+  --json    a JSON array of the objects 'dlock status --json' prints
+  --redis URL, --prefix P   see 'dlock help'
+
+Exit codes: 0 some found, 3 none found, 2 usage, 125 bad URL or Redis unreachable.
+`
+
+const usageRelease = `Usage:
+  dlock release KEY --token TOKEN
+  dlock release KEY --force
+
+--token: releases KEY only if it holds TOKEN (what DLOCK_TOKEN was for the
+command, or the holder column of 'dlock status'), as the holder's own
+release would: safe, it never deletes someone else's lock.
+--force: deletes KEY whoever holds it (an operator's steal) and wakes its
+waiters. The holder finds out at its next renewal; a 'dlock run' holder
+then terminates its command and exits 124.
+
+Either way, a key that is not a string (not a lock) is left alone.
+
+Flags:
+  --redis URL, --prefix P   see 'dlock help'
+
+Exit codes:
+  0    released
+  1    not released: KEY is held by another owner (--token did not match)
+  3    not released: KEY is not held (free, or already expired)
+  4    not released: KEY is not a lock (holds a non-string value)
+  2    usage error
+  125  bad URL or Redis unreachable
+`
+
+// lockView is one lock as status and list show it.
+type lockView struct {
+	Key             string `json:"key"`
+	State           string `json:"state"` // held, free, not-a-lock
+	Held            bool   `json:"held"`
+	Kind            string `json:"kind,omitempty"`
+	Value           string `json:"value,omitempty"`
+	TTLms           int64  `json:"ttl_ms"`
+	Fence           uint64 `json:"fence"`
+	Waiters         int64  `json:"waiters"`
+	LegacyUnit      string `json:"legacy_unit,omitempty"`
+	LegacyExpiresAt string `json:"legacy_expires_at,omitempty"`
+
+	legacyExpiry time.Time
+}
+
+func viewOf(info dlock.Info) lockView {
+	v := lockView{Key: info.Key, Held: info.Held, Kind: string(info.Kind), Value: info.Value,
+		Fence: info.Fence, Waiters: info.Subscribers}
+	switch {
+	case info.Kind == dlock.KindWrongType:
+		v.State = "not-a-lock"
+	case info.Held:
+		v.State = "held"
+	default:
+		v.State = "free"
+	}
+	switch {
+	case info.TTL < 0:
+		v.TTLms = -1
+	default:
+		v.TTLms = info.TTL.Milliseconds()
+	}
+	if info.Kind == dlock.KindLegacy {
+		if n, err := strconv.ParseInt(info.Value, 10, 64); err == nil {
+			// The legacy value is the expiry: seconds (10 digits today) or
+			// milliseconds (13 digits). The lock can be taken over once the
+			// clock passes it, that is one unit after it.
+			if n > 1e11 {
+				v.LegacyUnit, v.legacyExpiry = "ms", time.UnixMilli(n+1)
+			} else {
+				v.LegacyUnit, v.legacyExpiry = "s", time.Unix(n+1, 0)
+			}
+			v.LegacyExpiresAt = v.legacyExpiry.UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return v
+}
+
+func (v lockView) kindText() string {
+	switch dlock.Kind(v.Kind) {
+	case dlock.KindToken:
+		return "token (SET NX PX: dlock or a compatible client)"
+	case dlock.KindLegacy:
+		return "legacy (SETNX/GETSET expiry timestamp)"
+	case dlock.KindForeign:
+		return "foreign (a string of some other client)"
+	}
+	return v.Kind
+}
+
+func (v lockView) ttlText() string {
+	switch {
+	case v.TTLms < 0:
+		return "none (no expiry)"
+	case !v.Held:
+		return "-"
+	}
+	return (time.Duration(v.TTLms) * time.Millisecond).String()
+}
+
+func (a *app) cmdStatus(args []string) int {
+	var asJSON bool
+	fs := newFlagSet("status")
+	a.globalFlags(fs)
+	boolFlags(fs, &asJSON, "json")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if isHelp(err) {
+			return a.helpFor("status")
+		}
+		return a.usageErr("status", "status: %v", err)
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return a.usageErr("status", "status: want exactly one KEY")
+	}
+	ctx := context.Background()
+	c, e, done, code := a.adminClient(ctx)
+	if code != exitOK {
+		return code
+	}
+	defer done()
+	info, err := c.Inspect(ctx, pos[0])
+	if err != nil {
+		return a.redisFailed(e, "status", err)
+	}
+	v := viewOf(info)
+	if asJSON {
+		a.printJSON(v)
+	} else {
+		a.printStatus(v)
+	}
+	switch v.State {
+	case "held":
+		return exitOK
+	case "not-a-lock":
+		return exitNotLock
+	}
+	return exitFree
+}
+
+func (a *app) printStatus(v lockView) {
+	w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+	defer w.Flush()
+	switch v.State {
+	case "not-a-lock":
+		fmt.Fprintf(w, "%s\tnot a lock (the key holds a non-string value)\n", v.Key)
+		return
+	case "free":
+		fmt.Fprintf(w, "%s\tfree\n", v.Key)
+		if v.Fence > 0 {
+			fmt.Fprintf(w, "  fence\t%d (last granted)\n", v.Fence)
+		}
+		if v.Waiters > 0 {
+			fmt.Fprintf(w, "  waiters\t%d\n", v.Waiters)
+		}
+		return
+	}
+	fmt.Fprintf(w, "%s\theld\n", v.Key)
+	fmt.Fprintf(w, "  protocol\t%s\n", v.kindText())
+	fmt.Fprintf(w, "  holder\t%s\n", v.Value)
+	fmt.Fprintf(w, "  ttl\t%s\n", v.ttlText())
+	if !v.legacyExpiry.IsZero() {
+		left := time.Until(v.legacyExpiry)
+		when := v.legacyExpiry.Local().Format("2006-01-02 15:04:05.000 MST")
+		if left > 0 {
+			fmt.Fprintf(w, "  expires\t%s (in %v, by this machine's clock; unit %s)\n", when, left.Round(time.Millisecond), v.LegacyUnit)
+		} else {
+			fmt.Fprintf(w, "  expires\t%s (%v ago: stale, the next locker takes it over; unit %s)\n", when, (-left).Round(time.Millisecond), v.LegacyUnit)
+		}
+	}
+	if v.Fence > 0 {
+		fmt.Fprintf(w, "  fence\t%d\n", v.Fence)
+	} else {
+		fmt.Fprintf(w, "  fence\t-\n")
+	}
+	fmt.Fprintf(w, "  waiters\t%d\n", v.Waiters)
+}
+
+func (a *app) cmdList(args []string) int {
+	var asJSON bool
+	fs := newFlagSet("list")
+	a.globalFlags(fs)
+	boolFlags(fs, &asJSON, "json")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if isHelp(err) {
+			return a.helpFor("list")
+		}
+		return a.usageErr("list", "list: %v", err)
+	}
+	if len(pos) > 1 {
+		return a.usageErr("list", "list: at most one PATTERN")
+	}
+	pattern := ""
+	if len(pos) == 1 {
+		pattern = pos[0]
+	}
+	ctx := context.Background()
+	c, e, done, code := a.adminClient(ctx)
+	if code != exitOK {
+		return code
+	}
+	defer done()
+	views := []lockView{}
+	aux := c.Options().Prefix + ":"
+	err = c.List(ctx, pattern, func(info dlock.Info) bool {
+		// With a pattern, List also reports every string key matching it,
+		// which includes dlock's own auxiliary keys ("<prefix>:{key}:fence",
+		// "<prefix>:#key:fence", queue entries): they are not locks.
+		if rest, ok := strings.CutPrefix(info.Key, aux); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, "#")) {
+			return true
+		}
+		views = append(views, viewOf(info))
+		return true
+	})
+	if err != nil {
+		if errors.Is(err, dlock.ErrInvalidArgument) {
+			return a.usageErr("list", "list: bad PATTERN %q: %v", pattern, err)
+		}
+		return a.redisFailed(e, "list", err)
+	}
+	if asJSON {
+		a.printJSON(views)
+	} else if len(views) > 0 {
+		w := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "KEY\tPROTOCOL\tHOLDER\tTTL\tFENCE\tWAITERS")
+		for _, v := range views {
+			fence := "-"
+			if v.Fence > 0 {
+				fence = strconv.FormatUint(v.Fence, 10)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Key, v.Kind, short(v.Value), v.ttlText(), fence, v.Waiters)
+		}
+		w.Flush()
+	}
+	if len(views) == 0 {
+		if !asJSON {
+			fmt.Fprintln(a.stderr, "dlock: no locks found")
+		}
+		return exitFree
+	}
+	return exitOK
+}
+
+// short shortens a holder value for the list's column.
+func short(s string) string {
+	if r := []rune(s); len(r) > 12 {
+		return string(r[:10]) + "…"
+	}
+	return s
+}
+
+func (a *app) cmdRelease(args []string) int {
+	var token string
+	var force bool
+	fs := newFlagSet("release")
+	a.globalFlags(fs)
+	stringFlags(fs, &token, "token")
+	boolFlags(fs, &force, "force", "f")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if isHelp(err) {
+			return a.helpFor("release")
+		}
+		return a.usageErr("release", "release: %v", err)
+	}
+	switch {
+	case len(pos) != 1 || pos[0] == "":
+		return a.usageErr("release", "release: want exactly one KEY")
+	case force == (token != ""):
+		return a.usageErr("release", "release: give either --token TOKEN or --force")
+	}
+	key := pos[0]
+	ctx := context.Background()
+	c, e, done, code := a.adminClient(ctx)
+	if code != exitOK {
+		return code
+	}
+	defer done()
+	if force {
+		deleted, err := c.ForceRelease(ctx, key)
+		switch {
+		case errors.Is(err, dlock.ErrWrongType):
+			a.errorf("release: %q is not a lock (it holds a non-string value); left alone", key)
+			return exitNotLock
+		case err != nil:
+			return a.redisFailed(e, "release", err)
+		case !deleted:
+			a.errorf("release: %q is not held; nothing to release", key)
+			return exitFree
+		}
+		fmt.Fprintf(a.stdout, "released %s (forced; its holder finds out at its next renewal)\n", key)
+		return exitOK
+	}
+	err = c.ReleaseToken(ctx, key, token)
+	switch {
+	case err == nil:
+		fmt.Fprintf(a.stdout, "released %s\n", key)
+		return exitOK
+	case errors.Is(err, dlock.ErrWrongType):
+		a.errorf("release: %q is not a lock (it holds a non-string value); left alone", key)
+		return exitNotLock
+	case errors.Is(err, dlock.ErrTaken):
+		a.errorf("release: %q is held by another owner (the token does not match); not released", key)
+		return exitNotAcquired
+	case errors.Is(err, dlock.ErrExpired), errors.Is(err, dlock.ErrNotHeld):
+		a.errorf("release: %q is not held (free, or already expired); nothing to release", key)
+		return exitFree
+	}
+	return a.redisFailed(e, "release", err)
+}
+
+// adminClient connects for status, list and release. done closes both.
+func (a *app) adminClient(ctx context.Context) (*dlock.Client, *endpoint, func(), int) {
+	e, rdb, code := a.connect(ctx, a.target())
+	if code != exitOK {
+		return nil, nil, nil, code
+	}
+	opts := dlock.Options{}
+	if a.prefix != "" {
+		opts.Prefix = a.prefix
+	}
+	c, err := dlock.New(rdb, opts)
+	if err != nil {
+		_ = rdb.Close()
+		a.errorf("%v", err)
+		return nil, nil, nil, exitFailed
+	}
+	return c, e, func() { _ = c.Close(); _ = rdb.Close() }, exitOK
+}
+
+func (a *app) redisFailed(e *endpoint, cmd string, err error) int {
+	a.errorf("%s: Redis at %s failed: %v", cmd, e.where(), err)
+	return exitFailed
+}
+
+func (a *app) printJSON(v any) {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

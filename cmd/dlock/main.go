@@ -1,0 +1,187 @@
+// Command dlock runs a command under a distributed lock on Redis, inspects
+// and releases locks, demonstrates what locks are for, and benchmarks them.
+//
+//	dlock run [flags] KEY [--] COMMAND [ARG...]
+//	dlock status KEY
+//	dlock list [PATTERN]
+//	dlock release KEY (--token T | --force)
+//	dlock demo [flashsale | ids | ratelimit]
+//	dlock bench
+//
+// Run `dlock help` or see README.md for flags, URL forms and exit codes.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes. `dlock run` passes the command's own status through; these
+// are the codes dlock itself uses (see usageMain).
+const (
+	exitOK          = 0
+	exitNotAcquired = 1   // default of -E; also "check failed" for demo and bench
+	exitUsage       = 2   // bad flags or arguments
+	exitFree        = 3   // status/release/list: nothing is held
+	exitNotLock     = 4   // status/release: the key holds a non-string value
+	exitLost        = 124 // the lock was lost while the command ran
+	exitFailed      = 125 // dlock failed before the command ran (Redis unreachable, bad URL)
+	exitNoExec      = 126 // the command was found but could not be executed
+	exitNotFound    = 127 // the command was not found
+)
+
+const usageMain = `dlock: distributed locks on Redis.
+
+Usage:
+  dlock [global flags] COMMAND [flags] [ARGS]
+
+Commands:
+  run      run a command while holding a lock:  dlock run KEY [--] COMMAND [ARG...]
+  status   show who holds a lock:                dlock status KEY [--json]
+  list     list locks:                           dlock list [PATTERN] [--json]
+  release  release a lock:                       dlock release KEY (--token T | --force)
+  demo     show what locks are for (flash sale, ids, rate limit), against a real Redis
+  bench    contention benchmark of dlock against the configured Redis
+  help     help on a command:                    dlock help run
+
+Global flags (also accepted after the command name):
+  --redis URL     Redis to use. Default: $DLOCK_REDIS_URL, else $REDIS_URL,
+                  else redis://127.0.0.1:6379/0. Forms:
+                    redis://[user:password@]host:port/db      one server
+                    rediss://...                              the same over TLS
+                    unix://[user:password@]/path/redis.sock?db=N
+                    redis+sentinel://[user:password@]sentinel:26379/db?master_name=NAME[&addr=host:port...]
+                      (a redis:// URL with master_name=... is a Sentinel URL too; the
+                       master's password goes in &password=..., the user:password in
+                       front is the Sentinels')
+                    redis+cluster://[user:password@]node:port[?addr=host:port...]
+                  go-redis options go in the query: ?dial_timeout=3s&read_timeout=2s...
+                  Passwords are never printed.
+  --prefix P      prefix of dlock's auxiliary keys (fence counters). Default: dlock.
+
+Exit codes of dlock run:
+  the command's own status   the command ran and exited
+  128+N                      the command was killed by signal N (or dlock got signal N
+                             while waiting for the lock)
+  1 (or -E CODE)             the lock was not acquired (-n: held; -w: still held at the end)
+  2                          usage error
+  124                        the lock was lost while the command ran: the command was sent
+                             SIGTERM, and SIGKILL after --kill-after
+  125                        dlock failed before running the command (Redis unreachable,
+                             bad URL, key is not a lock)
+  126                        the command was found but could not be executed
+  127                        the command was not found
+Other commands: 0 ok, 1 a check failed, 2 usage, 3 nothing held, 4 not a lock,
+125 Redis unreachable or bad URL. See 'dlock help COMMAND'.
+`
+
+func main() {
+	os.Exit(newApp(os.Stdout, os.Stderr).main(os.Args[1:]))
+}
+
+// app is one invocation of the command: its output streams, global flags
+// and the redactor that keeps passwords out of every message.
+type app struct {
+	stdout, stderr io.Writer
+	redisURL       string // --redis, "" if not given
+	prefix         string // --prefix
+	redact         *redactor
+}
+
+func newApp(stdout, stderr io.Writer) *app {
+	return &app{stdout: stdout, stderr: stderr, redact: &redactor{}}
+}
+
+// errorf prints "dlock: <message>" on stderr, with every known secret masked.
+func (a *app) errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintln(a.stderr, a.redact.clean("dlock: "+msg))
+}
+
+// usageErr reports a usage error and returns exitUsage.
+func (a *app) usageErr(cmd, format string, args ...any) int {
+	a.errorf(format, args...)
+	if cmd != "" {
+		fmt.Fprintf(a.stderr, "Run 'dlock help %s' for usage.\n", cmd)
+	} else {
+		fmt.Fprintln(a.stderr, "Run 'dlock help' for usage.")
+	}
+	return exitUsage
+}
+
+// main runs the command line args (without the program name) and returns
+// the exit code.
+func (a *app) main(args []string) int {
+	fs := newFlagSet("dlock")
+	a.globalFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if isHelp(err) {
+			fmt.Fprint(a.stdout, usageMain)
+			return exitOK
+		}
+		return a.usageErr("", "%v", err)
+	}
+	args = fs.Args()
+	if len(args) == 0 {
+		fmt.Fprint(a.stderr, usageMain)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return a.cmdRun(rest)
+	case "status":
+		return a.cmdStatus(rest)
+	case "list", "ls":
+		return a.cmdList(rest)
+	case "release":
+		return a.cmdRelease(rest)
+	case "demo":
+		return a.cmdDemo(rest)
+	case "bench":
+		return a.cmdBench(rest)
+	case workerCommand:
+		return a.cmdWorker(rest)
+	case "help":
+		return a.cmdHelp(rest)
+	case "version":
+		fmt.Fprintln(a.stdout, "dlock", version())
+		return exitOK
+	}
+	return a.usageErr("", "unknown command %q", cmd)
+}
+
+var helpTexts = map[string]string{
+	"run":     usageRun,
+	"status":  usageStatus,
+	"list":    usageList,
+	"ls":      usageList,
+	"release": usageRelease,
+	"demo":    usageDemo,
+	"bench":   usageBench,
+}
+
+func (a *app) cmdHelp(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(a.stdout, usageMain)
+		return exitOK
+	}
+	text, ok := helpTexts[args[0]]
+	if !ok {
+		return a.usageErr("", "no help for %q", args[0])
+	}
+	fmt.Fprint(a.stdout, text)
+	return exitOK
+}
+
+// helpFor prints a command's help on stdout (for -h) and returns exitOK.
+func (a *app) helpFor(cmd string) int {
+	fmt.Fprint(a.stdout, helpTexts[cmd])
+	return exitOK
+}
+
+func version() string {
+	return strings.TrimSpace(buildVersion())
+}

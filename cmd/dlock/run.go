@@ -1,0 +1,427 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+const usageRun = `Usage:
+  dlock run [flags] KEY [--] COMMAND [ARG...]
+  dlock run [flags] -c 'SHELL COMMAND' KEY
+
+Acquires the lock KEY (waiting until it is free, like flock), runs COMMAND
+with its arguments as given (no shell unless -c), keeps the lock renewed
+while it runs, and releases it when it exits. Flags go before KEY.
+
+Flags:
+  -n, --no-wait             fail at once if KEY is held
+  -w, --wait DURATION       wait at most DURATION (5s, 500ms, or seconds: 2.5);
+                            -w 0 is -n. Default: wait as long as it takes
+  -E, --conflict-exit-code CODE
+                            exit code when the lock was not acquired. Default: 1
+  --ttl DURATION            lock time-to-live; renewed every TTL/3 while COMMAND
+                            runs. Default: 10s
+  --kill-after DURATION     if the lock is lost, COMMAND gets SIGTERM, and SIGKILL
+                            this long after. Default: 10s
+  -c, --command STRING      run STRING with /bin/sh -c instead of COMMAND
+  --protocol token|legacy   token: SET KEY <random token> NX PX (default).
+                            legacy: the seeds' SETNX/GETSET lock whose value is an
+                            expiry timestamp, for sharing keys with old code
+  --legacy-unit s|ms        unit of the legacy timestamp. Default: s
+  -s, --shared              take a shared (read) lock        } not available yet: they
+  --limit N                 take one of N permits (semaphore) } come with those primitives
+  -v, --verbose             report acquisition (wait time, fence) on stderr
+  -q, --quiet               don't report a conflict (-n, -w) on stderr
+  --redis URL, --prefix P   see 'dlock help'
+
+COMMAND's environment is dlock's, plus (appended last, so they win over
+inherited values):
+  DLOCK_KEY     the key
+  DLOCK_TOKEN   the value the key holds for this lock (legacy: the first
+                timestamp; it changes at each renewal)
+  DLOCK_FENCE   the fencing token: larger for every grant of KEY; pass it to
+                the resource you write so it can reject a stale holder
+                (0 if the protocol has none)
+
+Signals INT, TERM, HUP, QUIT, USR1 and USR2 are passed on to COMMAND. A
+signal that arrives while dlock waits for the lock ends the wait (exit 128+N).
+If dlock is killed outright (SIGKILL), COMMAND gets SIGTERM (Linux), since
+nobody renews the lock any more.
+
+If the lock is lost while COMMAND runs (it expired because Redis could not be
+reached, or someone deleted or took it), dlock says why on stderr, sends
+COMMAND SIGTERM, SIGKILL after --kill-after, and exits 124, never 0.
+
+Exit codes:
+  COMMAND's status   COMMAND ran and exited
+  128+N              COMMAND was killed by signal N, or dlock got signal N while
+                     waiting for the lock
+  1 (or -E CODE)     the lock was not acquired: held (-n), or still held when -w ran out
+  2                  usage error
+  124                the lock was lost while COMMAND ran; COMMAND was terminated
+  125                dlock failed before running COMMAND: bad URL, Redis unreachable,
+                     KEY holds a non-string value
+  126                COMMAND was found but could not be executed
+  127                COMMAND was not found
+
+Examples:
+  dlock run nightly-report -- ./report.sh --full
+  dlock run -n -E 0 cron:cleanup -- ./cleanup     # skip quietly if it is running
+  dlock run -w 30s --ttl 1m deploy -c 'make deploy && make smoke'
+`
+
+// forwarded are the signals dlock passes on to the command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
+	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// releaseTimeout bounds the release after the command exits.
+const releaseTimeout = 5 * time.Second
+
+type runFlags struct {
+	noWait, shared, verbose, quiet bool
+	wait, ttl, killAfter           durationValue
+	conflict, limit                int
+	shellCmd, protocol, unit       string
+}
+
+func (a *app) cmdRun(args []string) int {
+	f := runFlags{
+		conflict:  1,
+		ttl:       durationValue{d: dlock.DefaultTTL},
+		killAfter: durationValue{d: 10 * time.Second},
+		protocol:  "token",
+		unit:      "s",
+	}
+	fs := newFlagSet("run")
+	a.globalFlags(fs)
+	boolFlags(fs, &f.noWait, "n", "no-wait", "nonblock")
+	durationFlags(fs, &f.wait, "w", "wait", "timeout")
+	intFlags(fs, &f.conflict, "E", "conflict-exit-code")
+	durationFlags(fs, &f.ttl, "ttl")
+	durationFlags(fs, &f.killAfter, "kill-after")
+	stringFlags(fs, &f.shellCmd, "c", "command")
+	boolFlags(fs, &f.shared, "s", "shared")
+	intFlags(fs, &f.limit, "limit")
+	stringFlags(fs, &f.protocol, "protocol")
+	stringFlags(fs, &f.unit, "legacy-unit")
+	boolFlags(fs, &f.verbose, "v", "verbose")
+	boolFlags(fs, &f.quiet, "q", "quiet")
+	if err := fs.Parse(args); err != nil {
+		if isHelp(err) {
+			return a.helpFor("run")
+		}
+		return a.usageErr("run", "run: %v", err)
+	}
+	args = fs.Args()
+
+	// Validate everything before touching Redis.
+	switch {
+	case f.shared:
+		return a.usageErr("run", "run: -s/--shared (read locks) is not available yet: it comes with the read-write lock primitive")
+	case f.limit != 0:
+		return a.usageErr("run", "run: --limit (semaphores) is not available yet: it comes with the semaphore primitive")
+	case f.noWait && f.wait.set && f.wait.d > 0:
+		return a.usageErr("run", "run: -n and -w exclude each other")
+	case f.conflict < 0 || f.conflict > 255:
+		return a.usageErr("run", "run: -E %d: an exit code is 0..255", f.conflict)
+	case f.ttl.d < time.Millisecond:
+		return a.usageErr("run", "run: --ttl %v: at least 1ms", f.ttl.d)
+	case len(args) == 0:
+		return a.usageErr("run", "run: missing KEY")
+	case args[0] == "":
+		return a.usageErr("run", "run: empty KEY")
+	}
+	key, argv := args[0], args[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	switch {
+	case f.shellCmd != "" && len(argv) > 0:
+		return a.usageErr("run", "run: give either -c STRING or COMMAND, not both")
+	case f.shellCmd != "":
+		argv = []string{"/bin/sh", "-c", f.shellCmd}
+	case len(argv) == 0:
+		return a.usageErr("run", "run: missing COMMAND after KEY (or use -c STRING)")
+	}
+	lockOpts := []dlock.LockOption{dlock.WithTTL(f.ttl.d)}
+	switch f.protocol {
+	case "token":
+	case "legacy":
+		opt, err := legacyProtocol(f.unit)
+		if err != nil {
+			return a.usageErr("run", "run: %v", err)
+		}
+		lockOpts = append(lockOpts, opt)
+	default:
+		return a.usageErr("run", "run: --protocol %q: want token or legacy", f.protocol)
+	}
+
+	// Find the command before taking the lock: a typo should not cost a
+	// lock round trip, nor hold the lock for nothing.
+	path, code := a.lookCommand(argv[0])
+	if code != exitOK {
+		return code
+	}
+
+	// Signals: from now on they are ours. While waiting they end the wait;
+	// while the command runs they are forwarded to it.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+
+	ctx := context.Background()
+	e, rdb, code := a.connect(ctx, a.target())
+	if code != exitOK {
+		return code
+	}
+	defer rdb.Close()
+	opts := dlock.Options{TTL: f.ttl.d}
+	if a.prefix != "" {
+		opts.Prefix = a.prefix
+	}
+	client, err := dlock.New(rdb, opts)
+	if err != nil {
+		a.errorf("run: %v", err)
+		return exitFailed
+	}
+	defer client.Close()
+
+	lk, code := a.acquire(ctx, client, e, key, &f, lockOpts, sigs)
+	if lk == nil {
+		return code
+	}
+	return a.supervise(client, lk, key, path, argv, &f, sigs)
+}
+
+// lookCommand resolves argv0 like a shell would: 127 if it is not found,
+// 126 if it is not executable.
+func (a *app) lookCommand(argv0 string) (string, int) {
+	path, err := exec.LookPath(argv0)
+	if err == nil {
+		return path, exitOK
+	}
+	if errors.Is(err, exec.ErrDot) {
+		return path, exitOK // found through "." in $PATH: a shell would run it too
+	}
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		a.errorf("run: %s: permission denied (not executable)", argv0)
+		return "", exitNoExec
+	case strings.Contains(argv0, "/") && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, exec.ErrNotFound):
+		a.errorf("run: %s: %v", argv0, unwrapExec(err))
+		return "", exitNoExec
+	}
+	a.errorf("run: %s: command not found", argv0)
+	return "", exitNotFound
+}
+
+func unwrapExec(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}
+
+// acquire takes the lock as the flags say. It returns the lock, or nil and
+// the exit code (having printed why).
+func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key string, f *runFlags,
+	opts []dlock.LockOption, sigs <-chan os.Signal) (*dlock.Lock, int) {
+	try := f.noWait || (f.wait.set && f.wait.d == 0)
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !try && f.wait.set {
+		actx, cancel = context.WithTimeout(actx, f.wait.d)
+		defer cancel()
+	}
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		var r result
+		if try {
+			r.lk, r.err = c.TryLock(actx, key, opts...)
+		} else {
+			r.lk, r.err = c.Lock(actx, key, opts...)
+		}
+		done <- r
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case sig := <-sigs:
+		cancel()
+		r = <-done
+		if r.lk != nil {
+			rctx, rcancel := context.WithTimeout(context.Background(), releaseTimeout)
+			_ = r.lk.Unlock(rctx)
+			rcancel()
+		}
+		a.errorf("run: got %v while waiting for %q; not running the command", sig, key)
+		return nil, 128 + signum(sig)
+	}
+	if r.err == nil {
+		if f.verbose {
+			a.errorf("run: acquired %q after %v (fence %d, ttl %v)", key, time.Since(start).Round(time.Millisecond), r.lk.Fence(), f.ttl.d)
+		}
+		return r.lk, exitOK
+	}
+	err := r.err
+	var na *dlock.NotAcquiredError
+	switch {
+	case errors.As(err, &na):
+		if !f.quiet {
+			a.errorf("run: %q is held by another owner (%s); not running the command", key, holderTTL(na.TTL))
+		}
+		return nil, f.conflict
+	case errors.Is(err, dlock.ErrContextDone) && errors.Is(err, context.DeadlineExceeded):
+		if !f.quiet {
+			a.errorf("run: %q still held after waiting %v; not running the command", key, f.wait.d)
+		}
+		return nil, f.conflict
+	case errors.Is(err, dlock.ErrWrongType):
+		// A non-string value, or (legacy) a value that is not a timestamp.
+		a.errorf("run: %q: %v; not touching it", key, err)
+		return nil, exitFailed
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return nil, a.usageErr("run", "run: %v", err)
+	case errors.Is(err, dlock.ErrUnavailable):
+		a.errorf("run: Redis at %s failed while acquiring %q: %v", e.where(), key, err)
+		return nil, exitFailed
+	}
+	a.errorf("run: acquiring %q: %v", key, err)
+	return nil, exitFailed
+}
+
+func holderTTL(d time.Duration) string {
+	if d < 0 {
+		return "no expiry set by its holder"
+	}
+	return "expires in " + d.Round(time.Millisecond).String()
+}
+
+// supervise runs the command while lk is held and returns dlock's exit code.
+func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv []string, f *runFlags, sigs <-chan os.Signal) int {
+	cmd := &exec.Cmd{Path: path, Args: argv}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Appended after the inherited environment: for duplicate names the
+	// last value wins (os/exec), so a nested `dlock run` sees its own key.
+	cmd.Env = append(os.Environ(),
+		"DLOCK_KEY="+key,
+		"DLOCK_TOKEN="+lk.Token(),
+		"DLOCK_FENCE="+strconv.FormatUint(lk.Fence(), 10))
+	cmd.SysProcAttr = childAttr()
+	release := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		defer cancel()
+		return lk.Unlock(ctx)
+	}
+	if err := cmd.Start(); err != nil {
+		_ = release()
+		err = unwrapExec(err)
+		if errors.Is(err, fs.ErrNotExist) {
+			a.errorf("run: %s: command not found", argv[0])
+			return exitNotFound
+		}
+		a.errorf("run: %s: cannot execute: %v", argv[0], err)
+		return exitNoExec
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var (
+		lost    error
+		lostCh  = lk.Done()
+		killC   <-chan time.Time
+		waitErr error
+	)
+loop:
+	for {
+		select {
+		case sig := <-sigs:
+			_ = cmd.Process.Signal(sig)
+		case <-lostCh:
+			lostCh = nil
+			lost = lk.Err()
+			if lost == nil || errors.Is(lost, dlock.ErrReleased) {
+				lost = nil // cannot happen: we have not released
+				continue
+			}
+			a.errorf("run: lost the lock %q while %s was running: %s; sending SIGTERM (SIGKILL in %v)",
+				key, argv[0], lossReason(lost), f.killAfter.d)
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			killC = time.After(f.killAfter.d)
+		case <-killC:
+			killC = nil
+			a.errorf("run: %s did not exit within %v of SIGTERM; sending SIGKILL", argv[0], f.killAfter.d)
+			_ = cmd.Process.Kill()
+		case waitErr = <-waited:
+			break loop
+		}
+	}
+	code := exitStatus(cmd.ProcessState, waitErr)
+	if lost != nil {
+		_ = release()
+		return exitLost
+	}
+	switch err := release(); {
+	case err == nil:
+	case errors.Is(err, dlock.ErrLost):
+		a.errorf("run: the lock %q was lost before %s exited (%s): it ran unprotected for a while", key, argv[0], lossReason(err))
+		return exitLost
+	default:
+		a.errorf("run: could not release %q (%v); it expires by itself within %v", key, err, f.ttl.d)
+	}
+	if f.verbose {
+		a.errorf("run: released %q; %s exited with %d", key, argv[0], code)
+	}
+	return code
+}
+
+// lossReason explains a loss error in words.
+func lossReason(err error) string {
+	switch {
+	case errors.Is(err, dlock.ErrTaken):
+		return "another owner holds it now"
+	case errors.Is(err, dlock.ErrUnreachable):
+		return "Redis could not be reached to renew it before it expired (" + err.Error() + ")"
+	case errors.Is(err, dlock.ErrExpired):
+		return "the key was deleted, or its TTL ran out before a renewal was confirmed"
+	}
+	return err.Error()
+}
+
+// exitStatus is the exit code that reflects how the command ended:
+// its status, or 128+N if signal N killed it.
+func exitStatus(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return exitFailed
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+	return ps.ExitCode()
+}
+
+func signum(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return int(n)
+	}
+	return 1
+}

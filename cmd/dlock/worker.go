@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// A demo worker is this program started again by `dlock demo` with the
+// hidden subcommand __demo-worker: a separate process, like a separate
+// application server, with its own connections and its own dlock Client.
+// It connects, prints "ready", waits for "go" on stdin, runs its buyers,
+// and prints one JSON demoResult line.
+
+// saleScript is the atomic mode of the flash sale: check and decrement in
+// one step inside Redis.
+var saleScript = redis.NewScript(`
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n <= 0 then return 0 end
+redis.call('SET', KEYS[1], n - 1)
+return 1`)
+
+// limitScript is the atomic mode of the rate limit: count the request if
+// the IP is below the limit (ARGV[1]) in a window of ARGV[2] seconds.
+var limitScript = redis.NewScript(`
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+if n >= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], n + 1, 'EX', ARGV[2])
+return 1`)
+
+func (a *app) cmdWorker(args []string) int {
+	var specJSON string
+	fs := newFlagSet(workerCommand)
+	fs.StringVar(&specJSON, "spec", "", "")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	var spec demoSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil || spec.Buyers < 1 {
+		a.errorf("%s: bad --spec", workerCommand)
+		return exitUsage
+	}
+	// The parent owns the terminal and stops us; a Ctrl-C must not kill us
+	// before it has collected or cleaned up.
+	signal.Ignore(syscall.SIGINT)
+
+	ctx := context.Background()
+	_, rdb, code := a.connect(ctx, a.target())
+	if code != exitOK {
+		return code
+	}
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.Options{Prefix: spec.NS, TTL: spec.TTL})
+	if err != nil {
+		a.errorf("%s: %v", workerCommand, err)
+		return exitFailed
+	}
+	defer c.Close()
+	w := &demoWorker{spec: spec, rdb: rdb, c: c}
+	w.customers.Store(int64(spec.Customers))
+	buy, err := w.buyer()
+	if err != nil {
+		a.errorf("%s: %v", workerCommand, err)
+		return exitUsage
+	}
+	// Load the scripts now so the timed part does not pay for it.
+	_ = saleScript.Load(ctx, rdb).Err()
+	_ = limitScript.Load(ctx, rdb).Err()
+
+	fmt.Fprintln(a.stdout, "ready")
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil || line != "go\n" {
+		return exitFailed // the parent went away
+	}
+
+	var wg sync.WaitGroup
+	results := make([]demoResult, spec.Buyers)
+	errs := make([]error, spec.Buyers)
+	for i := range spec.Buyers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].PerIP = map[string]int64{}
+			errs[i] = buy(ctx, rand.New(rand.NewPCG(rand.Uint64(), uint64(i))), &results[i])
+		}()
+	}
+	wg.Wait()
+
+	var total demoResult
+	total.PerIP = map[string]int64{}
+	for i, r := range results {
+		total.Ops += r.Ops
+		total.Requests += r.Requests
+		total.IDs = append(total.IDs, r.IDs...)
+		for ip, n := range r.PerIP {
+			total.PerIP[ip] += n
+		}
+		if errs[i] != nil && total.Err == "" {
+			total.Err = a.redact.clean(errs[i].Error())
+		}
+	}
+	total.Waits = c.Stats().Waits
+	out, _ := json.Marshal(total)
+	fmt.Fprintln(a.stdout, string(out))
+	return exitOK
+}
+
+type demoWorker struct {
+	spec      demoSpec
+	rdb       redis.UniversalClient
+	c         *dlock.Client
+	customers atomic.Int64 // flash sale: customers of this worker not served yet
+}
+
+// nextCustomer takes the next customer of this worker, if any is left.
+func (w *demoWorker) nextCustomer() bool { return w.customers.Add(-1) >= 0 }
+
+// buyFunc is one buyer (client) of a worker: it runs until its part of the
+// scenario is done and adds what it did to res.
+type buyFunc func(ctx context.Context, rnd *rand.Rand, res *demoResult) error
+
+func (w *demoWorker) work() {
+	if w.spec.Work > 0 {
+		time.Sleep(w.spec.Work)
+	}
+}
+
+// locked runs fn while holding the lock on key.
+func (w *demoWorker) locked(ctx context.Context, key string, fn func(*dlock.Lock) error) error {
+	lk, err := w.c.Lock(ctx, lockKeyOf(key))
+	if err != nil {
+		return err
+	}
+	return w.unlockAfter(ctx, lk, fn)
+}
+
+func (w *demoWorker) unlockAfter(ctx context.Context, lk *dlock.Lock, fn func(*dlock.Lock) error) error {
+	err := fn(lk)
+	return errors.Join(err, lk.Unlock(ctx))
+}
+
+func (w *demoWorker) buyer() (buyFunc, error) {
+	s := w.spec
+	switch s.Scenario + "/" + s.Mode {
+	case "flashsale/none", "flashsale/lock", "flashsale/atomic":
+		return func(ctx context.Context, _ *rand.Rand, res *demoResult) error {
+			key := stockKey(s.NS, s.Mode)
+			buy := func() (ok bool, err error) {
+				switch s.Mode {
+				case "none":
+					return w.sellOnce(ctx, key)
+				case "lock":
+					err = w.locked(ctx, key, func(*dlock.Lock) (err error) {
+						ok, err = w.sellOnce(ctx, key)
+						return err
+					})
+					return ok, err
+				}
+				n, err := saleScript.Run(ctx, w.rdb, []string{key}).Int64()
+				return n == 1, err
+			}
+			soldOut := false
+			for w.nextCustomer() {
+				if soldOut {
+					continue // this handler saw the stock at 0: no more calls
+				}
+				ok, err := buy()
+				if err != nil {
+					return err
+				}
+				if ok {
+					res.Ops++
+				} else {
+					soldOut = true
+				}
+			}
+			return nil
+		}, nil
+	case "flashsale/segmented":
+		return w.segmentedBuyer, nil
+	case "ids/none", "ids/lock":
+		return func(ctx context.Context, _ *rand.Rand, res *demoResult) error {
+			key := idKey(s.NS, s.Mode)
+			for range s.IDs {
+				var id int64
+				next := func(*dlock.Lock) (err error) {
+					id, err = w.nextID(ctx, key)
+					return err
+				}
+				var err error
+				if s.Mode == "lock" {
+					err = w.locked(ctx, key, next)
+				} else {
+					err = next(nil)
+				}
+				if err != nil {
+					return err
+				}
+				res.IDs = append(res.IDs, id)
+				res.Ops++
+			}
+			return nil
+		}, nil
+	case "ids/atomic":
+		return func(ctx context.Context, _ *rand.Rand, res *demoResult) error {
+			for range s.IDs {
+				id, err := w.rdb.Incr(ctx, idKey(s.NS, s.Mode)).Result()
+				if err != nil {
+					return err
+				}
+				res.IDs = append(res.IDs, id)
+				res.Ops++
+			}
+			return nil
+		}, nil
+	case "ratelimit/none", "ratelimit/lock", "ratelimit/atomic":
+		return func(ctx context.Context, rnd *rand.Rand, res *demoResult) error {
+			off := rnd.IntN(s.IPs)
+			for r := range s.Requests {
+				ip := ipName((off + r) % s.IPs)
+				key := rateKey(s.NS, s.Mode, ip)
+				var allowed bool
+				var err error
+				switch s.Mode {
+				case "none":
+					allowed, err = w.admit(ctx, key)
+				case "lock":
+					err = w.locked(ctx, key, func(*dlock.Lock) (err error) {
+						allowed, err = w.admit(ctx, key)
+						return err
+					})
+				default:
+					var n int64
+					n, err = limitScript.Run(ctx, w.rdb, []string{key}, s.Limit, 60).Int64()
+					allowed = n == 1
+				}
+				if err != nil {
+					return err
+				}
+				res.Requests++
+				if allowed {
+					res.Ops++
+					res.PerIP[ip]++
+				}
+			}
+			return nil
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown scenario/mode %s/%s", s.Scenario, s.Mode)
+}
+
+// sellOnce is the seeds' read-check-write: read the stock, and if there is
+// some, write back one less. It reports whether it sold one.
+func (w *demoWorker) sellOnce(ctx context.Context, key string) (bool, error) {
+	n, err := w.rdb.Get(ctx, key).Int64()
+	if err != nil {
+		return false, err
+	}
+	if n <= 0 {
+		return false, nil
+	}
+	w.work()
+	return true, w.rdb.Set(ctx, key, n-1, 0).Err()
+}
+
+// nextID reads the last id and writes back the next, which it returns.
+func (w *demoWorker) nextID(ctx context.Context, key string) (int64, error) {
+	n, err := w.rdb.Get(ctx, key).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	w.work()
+	return n + 1, w.rdb.Set(ctx, key, n+1, 0).Err()
+}
+
+// admit is a fixed-window rate limit by read-check-write.
+func (w *demoWorker) admit(ctx context.Context, key string) (bool, error) {
+	n, err := w.rdb.Get(ctx, key).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	if n >= int64(w.spec.Limit) {
+		return false, nil
+	}
+	w.work()
+	return true, w.rdb.Set(ctx, key, n+1, time.Minute).Err()
+}
+
+// segmentedBuyer serves customers from S segments of the stock, each with
+// its own lock (seed 003's 分段锁). For each customer it tries a random
+// segment that still has stock, and if that lock is busy the next ones,
+// without waiting; only when all are busy does it wait, for the first. A
+// segment found empty is not tried again by this handler.
+func (w *demoWorker) segmentedBuyer(ctx context.Context, rnd *rand.Rand, res *demoResult) error {
+	s := w.spec
+	empty := make([]bool, s.Segments)
+	left := s.Segments
+	for w.nextCustomer() {
+		for left > 0 {
+			seg, sold, err := w.buyFromSegments(ctx, rnd, empty, left)
+			if err != nil {
+				return err
+			}
+			if sold {
+				res.Ops++
+				break
+			}
+			empty[seg] = true
+			left--
+		}
+	}
+	return nil
+}
+
+// buyFromSegments makes one purchase attempt on some segment that is not
+// known to be empty (left of them), and reports which segment it used and
+// whether it sold an item.
+func (w *demoWorker) buyFromSegments(ctx context.Context, rnd *rand.Rand, empty []bool, left int) (int, bool, error) {
+	s := w.spec
+	// The k-th segment that still has stock.
+	k, first := rnd.IntN(left), 0
+	for i := range empty {
+		if !empty[i] {
+			if k == 0 {
+				first = i
+				break
+			}
+			k--
+		}
+	}
+	var lk *dlock.Lock
+	seg := first
+	for i := range s.Segments {
+		j := (first + i) % s.Segments
+		if empty[j] {
+			continue
+		}
+		l, err := w.c.TryLock(ctx, lockKeyOf(segmentKey(s.NS, s.Mode, j)))
+		if errors.Is(err, dlock.ErrNotAcquired) {
+			continue
+		}
+		if err != nil {
+			return 0, false, err
+		}
+		lk, seg = l, j
+		break
+	}
+	if lk == nil { // every segment busy: wait for the first choice
+		l, err := w.c.Lock(ctx, lockKeyOf(segmentKey(s.NS, s.Mode, first)))
+		if err != nil {
+			return 0, false, err
+		}
+		lk, seg = l, first
+	}
+	var sold bool
+	err := w.unlockAfter(ctx, lk, func(*dlock.Lock) (err error) {
+		sold, err = w.sellOnce(ctx, segmentKey(s.NS, s.Mode, seg))
+		return err
+	})
+	return seg, sold, err
+}

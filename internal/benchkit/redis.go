@@ -1,0 +1,147 @@
+package benchkit
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CommandCalls returns the calls= counter of every cmdstat_* line of INFO
+// commandstats, by lower-case command name ("evalsha", "get", "client|setinfo"),
+// summed over every master of a Cluster or every shard of a Ring. Commands
+// run inside scripts are counted by Redis under their own names.
+func CommandCalls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
+	var mu sync.Mutex
+	total := map[string]int64{}
+	one := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		m := ParseCommandStats(info)
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range m {
+			total[k] += v
+		}
+		return nil
+	}
+	var err error
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		err = r.ForEachMaster(ctx, one)
+	case *redis.Ring:
+		err = r.ForEachShard(ctx, one)
+	case *redis.Client:
+		err = one(ctx, r)
+	default:
+		var info string
+		if info, err = rdb.Info(ctx, "commandstats").Result(); err == nil {
+			total = ParseCommandStats(info)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return total, nil
+}
+
+// ParseCommandStats parses the text of INFO commandstats:
+//
+//	cmdstat_get:calls=21,usec=175,usec_per_call=8.33,rejected_calls=0,failed_calls=0
+func ParseCommandStats(info string) map[string]int64 {
+	m := map[string]int64{}
+	for line := range strings.Lines(info) {
+		line = strings.TrimSpace(line)
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "calls="); ok {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+					m[strings.ToLower(name)] += n
+				}
+			}
+		}
+	}
+	return m
+}
+
+// DeleteMatching deletes every key matching the glob pattern (SCAN, never
+// KEYS; on a Cluster every master, on a Ring every shard) and returns how
+// many it deleted.
+func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) (int64, error) {
+	var mu sync.Mutex
+	var n int64
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
+			if err != nil {
+				return err
+			}
+			for _, k := range keys {
+				// One key per call: on a Cluster the keys of one SCAN page
+				// may sit in different slots.
+				d, err := c.Del(ctx, k).Result()
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				n += d
+				mu.Unlock()
+			}
+			if cursor = next; cursor == 0 {
+				return nil
+			}
+		}
+	}
+	var err error
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		err = r.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
+	case *redis.Ring:
+		err = r.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return one(ctx, c) })
+	default:
+		err = one(ctx, rdb)
+	}
+	return n, err
+}
+
+// Percentiles summarises a set of latency samples.
+type Percentiles struct {
+	N                  int
+	P50, P90, P99, Max time.Duration
+}
+
+// NewPercentiles computes the percentiles of samples (nearest rank). It
+// sorts samples in place.
+func NewPercentiles(samples []time.Duration) Percentiles {
+	if len(samples) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(samples)
+	return Percentiles{
+		N:   len(samples),
+		P50: Quantile(samples, 0.50),
+		P90: Quantile(samples, 0.90),
+		P99: Quantile(samples, 0.99),
+		Max: samples[len(samples)-1],
+	}
+}
+
+// Quantile returns the q-quantile (0 < q <= 1) of sorted samples by the
+// nearest-rank method, or 0 if there are none.
+func Quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(q*float64(len(sorted))+0.999999999) - 1
+	return sorted[max(0, min(rank, len(sorted)-1))]
+}
