@@ -34,9 +34,12 @@ type Info struct {
 	// Fence is the last fencing token handed out for the key (0: none
 	// recorded, or the counter expired).
 	Fence uint64
+	// Queued counts the entries of the key's FIFO wait queue (waiters whose
+	// lease lapsed stay counted until a release skips them).
+	Queued int64
 	// Subscribers counts connections subscribed to the key's wake-up channel
-	// (PUBSUB NUMSUB on the node answering), about the number of clients
-	// with a Lock call waiting.
+	// (PUBSUB NUMSUB on the node answering): clients with a Barging or
+	// non-queueing Lock call waiting.
 	Subscribers int64
 }
 
@@ -55,12 +58,14 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	var pttl *redis.DurationCmd
 	var fence *redis.StringCmd
 	var subs *redis.MapStringIntCmd
+	var queued *redis.IntCmd
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		pttl = p.PTTL(ctx, key)
 		fence = p.Get(ctx, ks.Fence)
 		subs = p.PubSubNumSub(ctx, ks.Wake)
+		queued = p.LLen(ctx, ks.Queue)
 		return nil
 	})
 	if typ.Err() != nil {
@@ -71,6 +76,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		info.Fence = f
 	}
 	info.Subscribers = subs.Val()[ks.Wake]
+	info.Queued = queued.Val()
 	switch typ.Val() {
 	case "none":
 		return info, nil
@@ -115,7 +121,7 @@ func classify(v string) Kind {
 //     plus 10s), whose key matches pattern ("" or "*": all);
 //   - if pattern is not empty, also every string key matching pattern
 //     (SCAN MATCH pattern), so locks of other clients and of the legacy
-//     protocol show too.
+//     protocol show too; dlock's own auxiliary keys are skipped.
 //
 // Free keys are skipped. On a Cluster every master is scanned, on a Ring
 // every shard. Never KEYS. Pattern is Redis glob syntax.
@@ -173,6 +179,9 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 				return unavailable(err)
 			}
 			for _, k := range keys {
+				if c.isAux(k) {
+					continue
+				}
 				if err := visit(k); err != nil {
 					return err
 				}
@@ -183,6 +192,22 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 		}
 	}
 	return c.forEachNode(ctx, scan)
+}
+
+// isAux reports whether name is one of this Client's auxiliary keys.
+func (c *Client) isAux(name string) bool {
+	for _, suffix := range []string{fenceSuffix, queueSuffix} {
+		if _, ok := keyOfAux(c.opts.Prefix, suffix, name); ok {
+			return true
+		}
+	}
+	// A waiter lease: "<queue key>:<token>".
+	if i := strings.LastIndexByte(name, ':'); i > 0 {
+		if _, ok := keyOfAux(c.opts.Prefix, queueSuffix, name[:i]); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // forEachNode runs fn on every master of a Cluster, every shard of a Ring,

@@ -655,3 +655,55 @@ func TestStatsAndHooks(t *testing.T) {
 		t.Fatalf("hooks: %d acquires, %d releases", acquires.Load(), releases.Load())
 	}
 }
+
+func TestInspectAndList(t *testing.T) {
+	c, rdb := newClient(t, dlock.Options{Prefix: "inspect"})
+	k := "jobs:" + key(t)
+	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := newClient(t, dlock.Options{Prefix: "inspect"})
+	go w.Lock(t.Context(), k)
+	deadline := time.Now().Add(5 * time.Second)
+	var info dlock.Info
+	for info.Queued != 1 && time.Now().Before(deadline) {
+		info, err = c.Inspect(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !info.Held || info.Kind != dlock.KindToken || info.Value != lk.Token() || info.Fence != lk.Fence() ||
+		info.Queued != 1 || info.TTL <= 50*time.Second {
+		t.Fatalf("Inspect = %+v", info)
+	}
+	rdb.Set(t.Context(), "jobs:foreign", "someone", time.Minute)
+	rdb.Set(t.Context(), "jobs:legacy", "1700000000", 0)
+	var got []dlock.Info
+	if err := c.List(t.Context(), "jobs:*", func(i dlock.Info) bool { got = append(got, i); return true }); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]dlock.Kind{}
+	for _, i := range got {
+		kinds[i.Key] = i.Kind
+	}
+	want := map[string]dlock.Kind{k: dlock.KindToken, "jobs:foreign": dlock.KindForeign, "jobs:legacy": dlock.KindLegacy}
+	if len(kinds) != len(want) {
+		t.Fatalf("List = %v, want %v (no auxiliary keys)", kinds, want)
+	}
+	for key, kind := range want {
+		if kinds[key] != kind {
+			t.Fatalf("List = %v, want %v", kinds, want)
+		}
+	}
+	if err := c.List(t.Context(), "*", func(i dlock.Info) bool {
+		if strings.HasPrefix(i.Key, "inspect:") {
+			t.Errorf("List(*) reported an auxiliary key %q", i.Key)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(t.Context(), "jobs:foreign", "jobs:legacy")
+}
