@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -92,7 +91,7 @@ type lockView struct {
 
 func viewOf(info dlock.Info) lockView {
 	v := lockView{Key: info.Key, Held: info.Held, Kind: string(info.Kind), Value: info.Value,
-		Fence: info.Fence, Waiters: info.Subscribers}
+		Fence: info.Fence, Waiters: info.Queued + info.Subscribers}
 	switch {
 	case info.Kind == dlock.KindWrongType:
 		v.State = "not-a-lock"
@@ -249,14 +248,7 @@ func (a *app) cmdList(args []string) int {
 	}
 	defer done()
 	views := []lockView{}
-	aux := c.Options().Prefix + ":"
 	err = c.List(ctx, pattern, func(info dlock.Info) bool {
-		// With a pattern, List also reports every string key matching it,
-		// which includes dlock's own auxiliary keys ("<prefix>:{key}:fence",
-		// "<prefix>:#key:fence", queue entries): they are not locks.
-		if rest, ok := strings.CutPrefix(info.Key, aux); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, "#")) {
-			return true
-		}
 		views = append(views, viewOf(info))
 		return true
 	})

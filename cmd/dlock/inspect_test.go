@@ -36,6 +36,21 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status --json: %+v; want held by %s, fence %d, ttl ~30s", v, lk.Token(), lk.Fence())
 	}
 
+	// A queued waiter shows in the waiters column.
+	waiter, _ := lib(t)
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _, _ = waiter.Lock(wctx, key) }()
+	waitFor(t, 5*time.Second, "a queued waiter", func() bool {
+		info, _ := waiter.Inspect(ctx, key)
+		return info.Queued == 1
+	})
+	r = dlockRun(t, nil, onSrv("status", key, "--json")...)
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.Waiters != 1 {
+		t.Errorf("status --json with one waiter queued: waiters %d (%v)\n%v", v.Waiters, err, r)
+	}
+	cancel()
+
 	free := testKey(t)
 	r = dlockRun(t, nil, onSrv("status", free)...)
 	expectCode(t, r, 3)
