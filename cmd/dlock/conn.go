@@ -79,6 +79,9 @@ func (e *endpoint) where() string {
 		fmt.Fprintf(&b, "master %q via Sentinel %s", e.master, strings.Join(e.addrs, ","))
 	case "cluster":
 		fmt.Fprintf(&b, "Cluster %s", strings.Join(e.addrs, ","))
+	case "redlock":
+		fmt.Fprintf(&b, "Redlock nodes %s", e.display)
+		return b.String()
 	default:
 		b.WriteString(strings.Join(e.addrs, ","))
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 const usageRun = `Usage:
@@ -38,6 +39,9 @@ Flags:
                             legacy: the seeds' SETNX/GETSET lock whose value is an
                             expiry timestamp, for sharing keys with old code
   --legacy-unit s|ms        unit of the legacy timestamp. Default: s
+  --redlock URL,URL,...     Redlock: take the lock on a majority of these
+                            independent masters (an odd number, at least 3)
+                            instead of on --redis
   -s, --shared              take a shared (read) lock        } not available yet: they
   --limit N                 take one of N permits (semaphore) } come with those primitives
   -v, --verbose             report acquisition (wait time, fence) on stderr
@@ -92,6 +96,7 @@ type runFlags struct {
 	wait, ttl, killAfter           durationValue
 	conflict, limit                int
 	shellCmd, protocol, unit       string
+	redlock                        string
 }
 
 func (a *app) cmdRun(args []string) int {
@@ -114,6 +119,7 @@ func (a *app) cmdRun(args []string) int {
 	intFlags(fs, &f.limit, "limit")
 	stringFlags(fs, &f.protocol, "protocol")
 	stringFlags(fs, &f.unit, "legacy-unit")
+	stringFlags(fs, &f.redlock, "redlock")
 	boolFlags(fs, &f.verbose, "v", "verbose")
 	boolFlags(fs, &f.quiet, "q", "quiet")
 	if err := fs.Parse(args); err != nil {
@@ -165,6 +171,9 @@ func (a *app) cmdRun(args []string) int {
 	default:
 		return a.usageErr("run", "run: --protocol %q: want token or legacy", f.protocol)
 	}
+	if f.redlock != "" && f.protocol != "token" {
+		return a.usageErr("run", "run: --redlock takes the token protocol only")
+	}
 
 	// Find the command before taking the lock: a typo should not cost a
 	// lock round trip, nor hold the lock for nothing.
@@ -180,19 +189,34 @@ func (a *app) cmdRun(args []string) int {
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
-	e, rdb, code := a.connect(ctx, a.target())
-	if code != exitOK {
-		return code
-	}
-	defer rdb.Close()
 	opts := dlock.Options{TTL: f.ttl.d}
 	if a.prefix != "" {
 		opts.Prefix = a.prefix
 	}
-	client, err := dlock.New(rdb, opts)
-	if err != nil {
-		a.errorf("run: %v", err)
-		return exitFailed
+	var client *dlock.Client
+	var e *endpoint
+	if f.redlock != "" {
+		c, p, closeNodes, code := a.redlockClient(ctx, f.redlock, opts)
+		if code != exitOK {
+			return code
+		}
+		defer closeNodes()
+		client, e = c, &endpoint{display: redactURLs(f.redlock), kind: "redlock", source: "--redlock"}
+		lockOpts = append(lockOpts, dlock.WithProtocol(p))
+	} else {
+		var rdb redis.UniversalClient
+		var code int
+		e, rdb, code = a.connect(ctx, a.target())
+		if code != exitOK {
+			return code
+		}
+		defer rdb.Close()
+		c, err := dlock.New(rdb, opts)
+		if err != nil {
+			a.errorf("run: %v", err)
+			return exitFailed
+		}
+		client = c
 	}
 	defer client.Close()
 
