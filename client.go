@@ -17,6 +17,9 @@ type Client struct {
 	rdb  redis.UniversalClient
 	opts Options
 	ring bool // rdb is a *redis.Ring: no shared pub/sub (see notifier)
+	// splitSlots makes multi-key locks group keys by slot even on one
+	// server, as on a Cluster (tests of the cross-slot path).
+	splitSlots bool
 
 	wd      *watchdog
 	notify  *notifier
@@ -65,7 +68,7 @@ func isNil(v any) bool {
 // tokenLock returns the default protocol configured for this Client, with
 // acquire.lua's mode.
 func (c *Client) tokenLock(mode string) Protocol {
-	t := tokenLock{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
+	t := tokenLock{c.queueMode(mode)}
 	if c.opts.MinReplicas > 0 {
 		return ackedTokenLock{tokenLock: t, rdb: c.rdb, replicas: c.opts.MinReplicas, timeout: c.opts.ReplicaTimeout}
 	}

@@ -12,6 +12,18 @@
 //		return build(ctx) // ctx is cancelled, with the cause, if the lock is lost
 //	})
 //
+// The same calls take the other kinds of lock, chosen by an option; each
+// returns a *Lock with the same lease, renewal, Done/Err loss signal,
+// fencing token and errors:
+//
+//	c.Lock(ctx, "config", dlock.Shared())           // read lock; writers: Lock without Shared
+//	c.Lock(ctx, "job:42", dlock.Reentrant(jobID))   // reentrant for an owner
+//	c.Lock(ctx, "pool", dlock.Semaphore(3))         // one of 3 permits (Permits(n) for n)
+//	c.LockMulti(ctx, []string{"acct:a", "acct:b"})  // several keys, all or nothing
+//
+// NewStripes maps many logical keys onto a fixed set of lock keys, and
+// Counter splits a count over segments with a lock each (seed 003's 分段锁).
+//
 // # How it works
 //
 // Acquire is one script call: SET key token NX PX ttl, plus a fencing
@@ -43,6 +55,28 @@
 // nothing of the queue. Options.Barging turns the queue off: waiters then
 // listen on the key's wake-up channel and race, like other libraries.
 //
+// The other kinds of lock reuse the queue, the hand-off and the lease:
+//   - A shared (read) lock: the key holds SharedValue while read, and a
+//     sorted set beside it has one member per reader, scored with the end
+//     of that reader's lease; each reader's renewal moves its own score, and
+//     the key expires with the last lease. A crashed reader expires alone.
+//     Writers are plain exclusive locks. A reader does not get in while a
+//     writer is queued ahead of it; a writer's release hands the key to the
+//     first queued reader, which lets in the readers queued behind it.
+//   - A reentrant lock is the same structure with the owner id as the
+//     key's value: the owner's acquisitions join the hold (without queueing),
+//     other owners queue; the hold count is the number of live handles.
+//   - A semaphore's key is a sorted set of holders scored with their lease
+//     ends; a release hands the permits it frees to the queued waiters they
+//     let in, in order, publishing to each: as many wake-ups as grants.
+//   - A multi-key lock puts the same token in every key. Keys in one slot
+//     are taken by one script; across slots, slot by slot in a canonical
+//     order. A waiting multi-key lock keeps the keys it has (in that order)
+//     while it queues for the next, which cannot deadlock.
+//
+// Every shared script (fencing, the queue, leased handle sets) is a Lua
+// function in scripts/lib, prepended to the scripts that use it.
+//
 // Each Client uses one pub/sub connection for all its waiters. On Redis
 // Cluster the hand-off is a plain PUBLISH on the waiter's Client channel,
 // which the cluster bus carries to every node. Sharded pub/sub (SPUBLISH)
@@ -54,14 +88,31 @@
 //
 // For a lock on key K with Options.Prefix P (default "dlock"):
 //
-//	K                 string: the holder's token, with a PX TTL
+//	K                 string: the holder's token, with a PX TTL; read-locked:
+//	                  SharedValue ("dlock:shared"); reentrant: the owner id
+//	                  (both expire with the last live handle's lease)
 //	P:{K}:fence       string: the last fencing token handed out for K
 //	P:{K}:q           list: tokens of the queued waiters, oldest first
 //	P:{K}:q:<token>   string: a queued waiter's lease (PX), holding its
-//	                  Client's hand-off channel
+//	                  Client's hand-off channel, then "{r" for a reader or
+//	                  "{<n>" for a semaphore waiter of n permits
 //	P:{K}:wake        pub/sub channel: "released" when K is freed with
 //	                  nobody queued (for Barging waiters)
+//	P:{K}:readers     sorted set: the readers of a read-locked K, each
+//	                  scored with its lease end (server time, ms)
+//	P:{K}:holds       sorted set: a reentrant owner's handles, likewise
 //	P:client:<id>     pub/sub channel of one Client: hand-offs to its waiters
+//
+// A semaphore named K uses K itself and three more:
+//
+//	K                 sorted set: holder token -> lease end (server ms)
+//	P:{K}:permits     hash: holder token -> permits held; "#used": their sum
+//	P:{K}:limit       string: the limit set by SetLimit (no TTL)
+//
+// (with P:{K}:fence, :q, :q:<token> and :wake as above). A Counter's
+// segment i is the lock key "<name>:<i>" plus P:{<name>:<i>}:count, the
+// segment's count (no TTL). The sorted sets, the hash and the lock key of
+// a shared hold expire with the last lease in them.
 //
 // K is used exactly as given, so any client that speaks SET K token NX PX
 // plus compare-and-delete (StackExchange.Redis LockTake, redis-py Lock,
@@ -110,8 +161,11 @@
 // Every error matches a sentinel in errors.go with errors.Is: ErrNotAcquired
 // (TryLock found it held; *NotAcquiredError carries the TTL), ErrContextDone
 // (joined with ctx.Err()), ErrLost and its causes, ErrNotHeld, ErrUnavailable
-// (wrapping the driver error), ErrWrongType, ErrClosed, and the bad-input
+// (wrapping the driver error), ErrWrongType (also: a semaphore and a plain
+// lock on one key), ErrExhausted (Counter), ErrClosed, and the bad-input
 // errors matching ErrInvalidArgument (ErrNilClient, ErrNilContext,
-// ErrEmptyKey, ErrKeyTooLong, ErrInvalidTTL, ErrInvalidOpts). Bad input is
-// rejected before any Redis call; no input makes the package panic.
+// ErrEmptyKey, ErrKeyTooLong, ErrInvalidTTL, ErrInvalidOpts, ErrInvalidOwner,
+// ErrInvalidLimit, ErrInvalidPermits, ErrInvalidCount). Bad input is
+// rejected before any Redis call (except Permits above a limit lowered by
+// SetLimit, found by the acquire); no input makes the package panic.
 package dlock

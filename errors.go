@@ -48,6 +48,9 @@ var (
 	// grant (which was then released) or a renewal.
 	ErrReplicaAck = errors.New("dlock: not enough replicas acknowledged the lock")
 
+	// ErrExhausted: a Counter has no segment with enough left (Take).
+	ErrExhausted = errors.New("dlock: counter exhausted")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
@@ -66,6 +69,17 @@ var (
 	ErrInvalidTTL  = argError("TTL must be at least 1ms and longer than the drift allowance (TTL*DriftFactor + MinDrift)")
 	ErrInvalidOpts = argError("invalid options")
 	ErrEmptyToken  = argError("empty token")
+
+	// ErrInvalidOwner: Reentrant without an owner (none given, none bound
+	// to the context), or with the reserved SharedValue.
+	ErrInvalidOwner = argError("reentrant owner empty (pass one, or bind one with ContextWithOwner) or reserved")
+	// ErrInvalidLimit: a semaphore limit below 1 (SetLimit: below 0).
+	ErrInvalidLimit = argError("semaphore limit must be at least 1")
+	// ErrInvalidPermits: Permits below 1 or above the semaphore's limit
+	// (the limit given to Semaphore, or a lower one set with SetLimit).
+	ErrInvalidPermits = argError("permits must be at least 1 and at most the semaphore's limit")
+	// ErrInvalidCount: a stripe or segment count, or an amount, below 1.
+	ErrInvalidCount = argError("count must be at least 1")
 )
 
 // MaxKeyLength is the longest lock key accepted, in bytes.

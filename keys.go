@@ -78,6 +78,12 @@ func (c *Client) keysFor(key string) Keys {
 	return Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix, Queue: base + queueSuffix}
 }
 
+// auxOf names another auxiliary key of the lock k: "<prefix>:<tagged
+// key><suffix>", in the lock key's slot like k.Fence. It needs no Client.
+func auxOf(k Keys, suffix string) string {
+	return strings.TrimSuffix(k.Fence, fenceSuffix) + suffix
+}
+
 // hashTag returns the part of key Redis Cluster hashes: the text between the
 // first '{' and the first '}' after it, if non-empty; else "".
 func hashTag(key string) string {

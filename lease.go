@@ -23,6 +23,8 @@ type lease struct {
 	keys       Keys
 	renew      bool
 	fence      uint64
+	keyList    []string // a multi-key lock's keys (nil: keys.Lock alone)
+	fences     []uint64 // the fence of each of keyList
 	acquiredAt time.Time
 	done       chan struct{} // closed once, when the lease is released or lost
 
@@ -63,6 +65,7 @@ func (c *Client) newLease(proto Protocol, keys Keys, cfg lockConfig) *lease {
 // start makes the lease live after an acquire sent at sent succeeded.
 func (l *lease) start(sent time.Time, g Grant) {
 	l.fence = g.Fence
+	l.keyList, l.fences = g.keys, g.fences
 	l.acquiredAt = sent
 	l.mu.Lock()
 	l.value = g.Value
@@ -264,8 +267,10 @@ func (l *lease) release(ctx context.Context) error {
 		return nil
 	case stateLost:
 		// A lease lost to an unreachable Redis may still be ours there (a
-		// renewal could have landed without its reply): delete it if so.
-		if errors.Is(lerr, ErrUnreachable) {
+		// renewal could have landed without its reply), and a multi-key
+		// lock that lost one key still holds the others: delete what is
+		// ours (the release is token-checked).
+		if errors.Is(lerr, ErrUnreachable) || len(l.keyList) > 1 {
 			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 		}
 		return lerr

@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// Lock is a held mutual-exclusion lock. Its methods are safe for concurrent
-// use by multiple goroutines.
+// Lock is a held lock: exclusive, or (by the option it was taken with) a
+// read lock, a reentrant owner's handle, semaphore permits, or several
+// keys (LockMulti). Its methods are safe for concurrent use by multiple
+// goroutines.
 type Lock struct {
 	l *lease
 }
@@ -43,23 +45,53 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
+	proto, err := c.primitive(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	if c.closed() {
 		return nil, ErrClosed
 	}
-	keys := c.keysFor(key)
-	token := newToken()
-	proto, spec := cfg.proto, waitSpec{token: token, channel: keys.Wake}
-	if proto == defaultProto {
-		// The token lock: queued waiters unless Barging; TryLock never queues.
-		switch {
-		case c.opts.Barging:
-			proto = c.tokenLock("barge")
-		case wait:
-			proto, spec.queued = c.tokenLock("q1"), true
-		default:
-			proto = c.tokenLock("try")
+	return c.obtain(ctx, start, c.keysFor(key), proto, cfg, wait)
+}
+
+// primitive returns the protocol the call's options chose.
+func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error) {
+	switch cfg.kinds {
+	case kindShared:
+		return sharedLock{holdSet{group: SharedValue, suffix: readersSuffix}}, nil
+	case kindReentrant:
+		owner := cfg.owner
+		if owner == "" {
+			owner, _ = OwnerFromContext(ctx)
 		}
+		if owner == "" || owner == SharedValue {
+			return nil, ErrInvalidOwner
+		}
+		return reentrantLock{holdSet{group: owner, suffix: holdsSuffix}}, nil
+	case kindSemaphore:
+		return semaphore{limit: cfg.limit, permits: cfg.permits}, nil
 	}
+	return cfg.proto, nil
+}
+
+// obtain acquires the lock keys names with proto: the attempt and wait
+// loop every kind of lock shares. Inputs are already validated.
+func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto Protocol, cfg lockConfig, wait bool) (*Lock, error) {
+	token := newToken()
+	spec := waitSpec{token: token, channel: keys.Wake}
+	// A protocol whose waiters queue in Redis: queued waiters unless
+	// Barging; TryLock never queues.
+	mode := "try"
+	switch {
+	case c.opts.Barging:
+		mode = "barge"
+	case wait:
+		mode = "q1"
+	}
+	base := proto
+	proto, q := c.modal(base, mode)
+	spec.queued = q && mode == "q1"
 	spec.leave = func(ctx context.Context) error { return withdraw(ctx, c.rdb, proto, keys, token) }
 	l := c.newLease(proto, keys, cfg)
 	attempts := 0
@@ -70,22 +102,23 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		attempts++
 		sent := time.Now()
 		g, err := proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
+		p := proto
 		if spec.queued {
-			proto = c.tokenLock("q") // later attempts refresh the queue entry
+			proto, _ = c.modal(base, "q") // later attempts refresh the queue entry
 		}
 		switch {
 		case err == nil && g.Acquired:
 			l.start(sent, g)
 			return true, 0, nil
 		case err == nil && !wait:
-			return false, 0, &NotAcquiredError{Key: key, TTL: g.HolderTTL}
+			return false, 0, &NotAcquiredError{Key: keys.Lock, TTL: g.HolderTTL}
 		case err == nil:
 			return false, g.HolderTTL, nil
 		case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrReplicaAck):
 			return false, 0, err // the protocol's own verdict, not a Redis failure
 		}
 		if ambiguous(err) && g.Value != "" {
-			p, v := proto, g.Value
+			v := g.Value
 			c.background(func(ctx context.Context) error { return withdraw(ctx, c.rdb, p, keys, v) })
 		}
 		if ctx.Err() != nil {
@@ -95,6 +128,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	}
 
 	waited := false
+	var err error
 	if wait {
 		waited, err = c.wait(ctx, spec, attempt)
 	} else {
@@ -108,7 +142,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 		cancel()
 		err = ErrClosed
 	}
-	c.acquired(key, start, attempts, waited, l.fence, err)
+	c.acquired(keys.Lock, start, attempts, waited, l.fence, err)
 	if err != nil {
 		return nil, err
 	}
@@ -118,15 +152,45 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 // Key returns the locked key.
 func (k *Lock) Key() string { return k.l.keys.Lock }
 
-// Token returns the value the key holds for this lock: the random token
-// (or, for a protocol that rotates it, the value of the last renewal).
+// Keys returns every key the lock holds: the one key of Lock and TryLock,
+// or the keys of LockMulti in the order they are taken.
+func (k *Lock) Keys() []string {
+	if k.l.keyList != nil {
+		return append([]string(nil), k.l.keyList...)
+	}
+	return []string{k.l.keys.Lock}
+}
+
+// Token returns the value that identifies this grant in Redis: the random
+// token the key holds (or, for a protocol that rotates it, the value of the
+// last renewal). For a shared, reentrant or semaphore lock it is this
+// handle's member in the hold set (the key itself holds SharedValue or the
+// owner id).
 func (k *Lock) Token() string { return k.l.token() }
+
+// FenceOf returns the fencing token of key, one of the lock's Keys (0 for
+// another key). For a single-key lock it is Fence.
+func (k *Lock) FenceOf(key string) uint64 {
+	if k.l.keyList == nil {
+		if key == k.l.keys.Lock {
+			return k.l.fence
+		}
+		return 0
+	}
+	for i, kk := range k.l.keyList {
+		if kk == key {
+			return k.l.fences[i]
+		}
+	}
+	return 0
+}
 
 // Fence returns the fencing token of this grant: unique, and greater than
 // that of every earlier grant of the same key (by any dlock client), also
 // across expiries of the key. It is 0 for a protocol without fencing
-// (package legacy). Pass it to the protected resource so it can
-// reject a stale holder. It is as durable as Redis: a restart without
+// (package legacy). Every handle of one reentrant hold has the hold's
+// fence; a multi-key lock returns that of Keys()[0] (see FenceOf). Pass it
+// to the protected resource so it can reject a stale holder. It is as durable as Redis: a restart without
 // persistence or a failover that loses writes can make it go back.
 func (k *Lock) Fence() uint64 { return k.l.fence }
 
@@ -166,6 +230,11 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
+	return c.run(ctx, lk, fn)
+}
+
+// run runs fn under lk (see Do) and releases lk.
+func (c *Client) run(ctx context.Context, lk *Lock, fn func(ctx context.Context) error) error {
 	fctx, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	go func() {

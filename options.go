@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -183,7 +184,23 @@ type lockConfig struct {
 	ttl   time.Duration
 	renew bool
 	proto Protocol
+	// kinds records the options that chose what kind of lock this is
+	// (WithProtocol, Shared, Reentrant, Semaphore); two kinds conflict.
+	kinds   lockKind
+	owner   string // Reentrant's owner ("": the context's)
+	limit   int    // Semaphore's limit
+	permits int    // Permits (0: not given, so 1)
 }
+
+// lockKind is a bit set of the lock kinds an option chose.
+type lockKind uint8
+
+const (
+	kindProtocol lockKind = 1 << iota
+	kindShared
+	kindReentrant
+	kindSemaphore
+)
 
 // defaultProto marks "the token lock, configured by the Client".
 var defaultProto Protocol = tokenLock{}
@@ -211,6 +228,29 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	}
 	if isNil(cfg.proto) {
 		return cfg, ErrInvalidOpts
+	}
+	if cfg.kinds&(cfg.kinds-1) != 0 {
+		return cfg, fmt.Errorf("%w: more than one of WithProtocol, Shared, Reentrant, Semaphore", ErrInvalidOpts)
+	}
+	if cfg.permits != 0 && cfg.kinds != kindSemaphore {
+		return cfg, fmt.Errorf("%w: Permits without Semaphore", ErrInvalidOpts)
+	}
+	if cfg.kinds == kindSemaphore {
+		if cfg.limit < 1 {
+			return cfg, ErrInvalidLimit
+		}
+		if cfg.permits == 0 {
+			cfg.permits = 1
+		}
+		if cfg.permits < 1 || cfg.permits > cfg.limit {
+			return cfg, ErrInvalidPermits
+		}
+	}
+	if cfg.kinds == kindReentrant && cfg.owner == SharedValue {
+		return cfg, ErrInvalidOwner
+	}
+	if cfg.kinds&^kindProtocol != 0 && c.opts.MinReplicas > 0 {
+		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not Shared, Reentrant or Semaphore)", ErrInvalidOpts)
 	}
 	return cfg, nil
 }

@@ -67,6 +67,11 @@ type Grant struct {
 	Value     string        // what the key holds for the caller
 	Fence     uint64        // the grant's fencing token (0: the protocol has none)
 	HolderTTL time.Duration // if not acquired: the holder's remaining TTL, negative if unknown
+
+	// keys and fences: a multi-key grant's keys, in order, and the fence of
+	// each (Fence is fences[0]).
+	keys   []string
+	fences []uint64
 }
 
 // Call is one script invocation. It runs by EVALSHA, falling back to EVAL
@@ -77,19 +82,55 @@ type Call struct {
 	Args   []any
 }
 
-// WithProtocol makes the call use p instead of the token lock.
+// WithProtocol makes the call use p instead of the token lock. It cannot
+// be combined with Shared, Reentrant or Semaphore (ErrInvalidOpts).
 func WithProtocol(p Protocol) LockOption {
-	return func(c *lockConfig) { c.proto = p }
+	return func(c *lockConfig) { c.proto, c.kinds = p, c.kinds|kindProtocol }
+}
+
+// queueMode configures one acquire call of a protocol whose waiters queue
+// in Redis (scripts/lib/queue.lua): the token lock and the primitives of
+// this package (shared, reentrant, semaphore, multi-key). The engine picks
+// the mode per attempt; see Client.modal.
+type queueMode struct {
+	mode    string        // try, q1, q or barge (see scripts/acquire.lua)
+	channel string        // the waiter's hand-off channel (q1, q)
+	lease   time.Duration // the waiter's queue lease (q1, q)
+	pickup  time.Duration // how long a hand-off waits for its confirmation
+}
+
+// queued is implemented by the protocols whose waiters queue in Redis.
+// withMode returns the protocol for one acquire mode. A queued protocol
+// uses the same token as its queue entry, its held value and its hand-off
+// message, and withdraw (its Leave call, or ReleaseDirect) removes that
+// token from wherever it is: queued, handed a lock, or holding one.
+type queued interface {
+	Protocol
+	withMode(m queueMode) Protocol
+}
+
+// queueMode returns the queue settings of this Client for mode.
+func (c *Client) queueMode(mode string) queueMode {
+	return queueMode{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
+}
+
+// modal returns proto set up for acquire mode m, and whether its waiters
+// queue in Redis. The token lock gets the Client's replica settings.
+func (c *Client) modal(proto Protocol, m string) (Protocol, bool) {
+	switch p := proto.(type) {
+	case tokenLock:
+		return c.tokenLock(m), true
+	case queued:
+		return p.withMode(c.queueMode(m)), true
+	}
+	return proto, false
 }
 
 // tokenLock is the default Protocol: the key holds a random token with a
 // PX TTL, fenced by a counter in the same slot, with a FIFO wait queue and
 // direct hand-off (see scripts/acquire.lua and scripts/release.lua).
 type tokenLock struct {
-	mode    string        // acquire.lua's ARGV[4]: try, q1, q or barge
-	channel string        // the waiter's hand-off channel (q1, q)
-	lease   time.Duration // the waiter's queue lease (q1, q)
-	pickup  time.Duration // how long a hand-off waits for its confirmation
+	queueMode
 }
 
 // fenceTTL is how long the fence counter outlives a grant. The counter may
@@ -110,7 +151,11 @@ func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Key
 }
 
 // grant decodes acquire.lua's reply.
-func (tokenLock) grant(token string, cmd *redis.Cmd) (Grant, error) {
+func (tokenLock) grant(token string, cmd *redis.Cmd) (Grant, error) { return grantOf(token, cmd) }
+
+// grantOf decodes the reply of acquire.lua, and of every acquire script
+// with the same replies: {1, fence}, {0, pttl or -2}, {-2, 0}.
+func grantOf(token string, cmd *redis.Cmd) (Grant, error) {
 	g := Grant{Value: token}
 	res, err := cmd.Int64Slice()
 	switch {

@@ -11,7 +11,18 @@ import (
 // Every script is an embedded .lua file whose header states its KEYS, ARGV
 // and replies. Scripts run by EVALSHA; a NOSCRIPT reply (after a restart, a
 // failover or SCRIPT FLUSH) falls back to EVAL, which also reloads it.
+//
+// The scripts/lib/*.lua files define the Lua functions the scripts share
+// (fencing, the FIFO wait queue, leased handle sets); libScript prepends
+// them, so each script is still sent as one self-contained body.
 var (
+	//go:embed scripts/lib/fence.lua
+	libFenceSrc string
+	//go:embed scripts/lib/queue.lua
+	libQueueSrc string
+	//go:embed scripts/lib/holds.lua
+	libHoldsSrc string
+
 	//go:embed scripts/acquire.lua
 	acquireSrc string
 	//go:embed scripts/extend.lua
@@ -19,10 +30,22 @@ var (
 	//go:embed scripts/release.lua
 	releaseSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
+	acquireScript = libScript(acquireSrc)
 	extendScript  = redis.NewScript(extendSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	releaseScript = libScript(releaseSrc)
 )
+
+// libScript returns the script src with the shared Lua library in front.
+// extra are further library files, for scripts of one primitive.
+func libScript(src string, extra ...string) *redis.Script {
+	var b strings.Builder
+	for _, lib := range append([]string{libFenceSrc, libQueueSrc, libHoldsSrc}, extra...) {
+		b.WriteString(lib)
+		b.WriteByte('\n')
+	}
+	b.WriteString(src)
+	return redis.NewScript(b.String())
+}
 
 // Run executes c on rdb: EVALSHA, then EVAL on NOSCRIPT.
 func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {

@@ -1,12 +1,11 @@
 -- acquire.lua: take a lock (SET NX PX semantics) with FIFO queueing, or
 -- confirm a lock handed to us, and draw the grant's fencing token.
+-- Uses lib/fence.lua and lib/queue.lua (prepended).
 --
 -- KEYS[1]  the lock key: holds the owner's token, with a PX TTL
 -- KEYS[2]  the fence counter (same Cluster slot as KEYS[1])
--- KEYS[3]  the wait queue: a list of waiter tokens, oldest first. Each live
---          waiter also has a lease key KEYS[3]..':'..token (same slot: it
---          carries KEYS[3]'s hash tag) holding the pub/sub channel its
---          hand-off is pushed to; it expires unless the waiter refreshes it.
+-- KEYS[3]  the wait queue (see lib/queue.lua): waiter tokens, oldest first,
+--          each live waiter with a lease key KEYS[3]..':'..token
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the lock TTL in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds (longer than ARGV[2])
@@ -18,29 +17,17 @@
 --                       the tail if it had lapsed); take a free key if it
 --                       is at the head of the live queue
 --                'barge' ignore the queue: take the key whenever it is free
--- ARGV[5]  (q1, q) the waiter's hand-off channel
+-- ARGV[5]  (q1, q) the waiter's queue payload: its hand-off channel
 -- ARGV[6]  (q1, q) the waiter's lease in milliseconds
 --
 -- Returns {1, fence}  acquired (or the key already held our token: a hand-off
 --                     being confirmed, or a retried acquire). The key's TTL is
---                     set to ARGV[2]. fence = INCR of the counter; when the
---                     counter is absent it restarts from the server's TIME in
---                     microseconds, above every fence handed out before.
+--                     set to ARGV[2]. fence = the counter's next value (see
+--                     lib/fence.lua).
 --         {0, pttl}   not acquired; pttl = the holder's remaining TTL in ms
 --                     (-1: no TTL; -2: the key is free but waiters are ahead)
 --         {-2, 0}     KEYS[1] exists but is not a string (not a lock)
 local token, mode = ARGV[1], ARGV[4]
-
-local function grant()
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  local f = redis.call('INCR', KEYS[2])
-  if f == 1 then
-    local t = redis.call('TIME')
-    f = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', KEYS[2], string.format('%d', f), 'PX', ARGV[3])
-  end
-  return {1, f}
-end
 
 local v = redis.pcall('GET', KEYS[1])
 if type(v) == 'table' and v.err then
@@ -48,36 +35,14 @@ if type(v) == 'table' and v.err then
 end
 if v == token then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return grant()
+  return {1, fence_next(KEYS[2], ARGV[3])}
 end
-if not v then
-  local ahead = false
-  if mode ~= 'barge' then
-    -- Drop dead waiters at the head; a live one other than us goes first.
-    local head = redis.call('LINDEX', KEYS[3], 0)
-    while head do
-      if head == token then
-        redis.call('LPOP', KEYS[3])
-        break
-      end
-      if redis.call('EXISTS', KEYS[3] .. ':' .. head) == 1 then
-        ahead = true
-        break
-      end
-      redis.call('LPOP', KEYS[3])
-      head = redis.call('LINDEX', KEYS[3], 0)
-    end
-  end
-  if not ahead then
-    redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-    return grant()
-  end
+if not v and (mode == 'barge' or not q_ahead(KEYS[3], token)) then
+  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  return {1, fence_next(KEYS[2], ARGV[3])}
 end
 if mode == 'q1' or mode == 'q' then
-  local had = redis.call('SET', KEYS[3] .. ':' .. token, ARGV[5], 'PX', ARGV[6], 'GET')
-  if mode == 'q1' or (not had and not redis.call('LPOS', KEYS[3], token)) then
-    redis.call('RPUSH', KEYS[3], token)
-  end
+  q_join(KEYS[3], token, ARGV[5], ARGV[6], mode == 'q1')
 end
 if not v then
   return {0, -2}

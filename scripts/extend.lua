@@ -1,26 +1,33 @@
--- extend.lua: reset the TTL of a lock we own (compare-and-expire).
+-- extend.lua: reset the TTL of a lock we own (compare-and-expire), on one
+-- key or on every key of a multi-key lock (all-or-nothing).
 --
--- KEYS[1]  the lock key
--- KEYS[2]  the fence counter key: its TTL is pushed out too, so the
---          counter (which `dlock list` finds locks by) lives as long as the lock
+-- KEYS     pairs: KEYS[2i-1] a lock key, KEYS[2i] its fence counter, whose
+--          TTL is pushed out too, so the counter (which `dlock list` finds
+--          locks by) lives as long as the lock. A pair's keys share a slot;
+--          a multi-key lock sends one call per slot.
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the new TTL in milliseconds
--- ARGV[3]  the fence counter's TTL in milliseconds (longer than ARGV[2])
+-- ARGV[3]  the fence counters' TTL in milliseconds (longer than ARGV[2])
 --
--- Returns  1  extended
---          0  the key is gone (expired or deleted): the lock is lost
---         -1  the key holds another owner's token: the lock is lost
---         -2  the key exists but is not a string
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  return -2
+-- Returns  1  extended (every key held our token)
+--          0  a key is gone (expired or deleted): the lock is lost
+--         -1  a key holds another owner's token: the lock is lost
+--         -2  a key exists but is not a string
+-- Nothing is extended unless every key holds our token.
+for i = 1, #KEYS, 2 do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' and v.err then
+    return -2
+  end
+  if not v then
+    return 0
+  end
+  if v ~= ARGV[1] then
+    return -1
+  end
 end
-if not v then
-  return 0
+for i = 1, #KEYS, 2 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  redis.call('PEXPIRE', KEYS[i + 1], ARGV[3])
 end
-if v ~= ARGV[1] then
-  return -1
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1

@@ -1,0 +1,370 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// exampleClient returns a Client for an Example and its clean-up.
+func exampleClient() (*dlock.Client, *redis.Client, func()) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	locks, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		panic(err)
+	}
+	return locks, rdb, func() { locks.Close(); rdb.Close() }
+}
+
+func ExampleReentrant() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	// job-42 takes the lock, then (in a helper, or a retried step) again.
+	outer, _ := locks.Lock(ctx, "example:reentrant", dlock.Reentrant("job-42"))
+	inner, err := locks.Lock(ctx, "example:reentrant", dlock.Reentrant("job-42"))
+	fmt.Println(err, outer.Fence() == inner.Fence())
+
+	// Another owner is excluded until every handle of job-42 is unlocked.
+	_, err = locks.TryLock(ctx, "example:reentrant", dlock.Reentrant("job-7"))
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	inner.Unlock(ctx)
+	_, err = locks.TryLock(ctx, "example:reentrant", dlock.Reentrant("job-7"))
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	outer.Unlock(ctx)
+	other, err := locks.TryLock(ctx, "example:reentrant", dlock.Reentrant("job-7"))
+	fmt.Println(err)
+	other.Unlock(ctx)
+	// Output:
+	// <nil> true
+	// true
+	// true
+	// <nil>
+}
+
+func ExampleContextWithOwner() {
+	locks, _, done := exampleClient()
+	defer done()
+
+	// Everything done under ctx is one owner: nested Do calls on the same
+	// key go straight in instead of deadlocking on themselves.
+	ctx := dlock.ContextWithOwner(context.Background(), "")
+	err := locks.Do(ctx, "example:owner", func(ctx context.Context) error {
+		return locks.Do(ctx, "example:owner", func(ctx context.Context) error {
+			fmt.Println("nested")
+			return nil
+		}, dlock.Reentrant(""))
+	}, dlock.Reentrant(""))
+	fmt.Println(err)
+	// Output:
+	// nested
+	// <nil>
+}
+
+func ExampleOwnerFromContext() {
+	ctx := dlock.ContextWithOwner(context.Background(), "request-17")
+	owner, ok := dlock.OwnerFromContext(ctx)
+	fmt.Println(owner, ok)
+	_, ok = dlock.OwnerFromContext(context.Background())
+	fmt.Println(ok)
+	// Output:
+	// request-17 true
+	// false
+}
+
+func ExampleShared() {
+	ctx := context.Background()
+	locks, rdb, done := exampleClient()
+	defer done()
+
+	// Readers share the key...
+	r1, _ := locks.Lock(ctx, "example:config", dlock.Shared())
+	r2, err := locks.Lock(ctx, "example:config", dlock.Shared())
+	fmt.Println(err, rdb.Get(ctx, "example:config").Val() == dlock.SharedValue)
+
+	// ...and exclude writers: any exclusive lock on the key.
+	_, err = locks.TryLock(ctx, "example:config")
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	w, err := locks.TryLock(ctx, "example:config")
+	fmt.Println(err, w.Fence() > r2.Fence())
+	w.Unlock(ctx)
+	// Output:
+	// <nil> true
+	// true
+	// <nil> true
+}
+
+func ExampleSemaphore() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	// At most 2 holders of "example:pool" at a time.
+	a, _ := locks.Lock(ctx, "example:pool", dlock.Semaphore(2))
+	b, _ := locks.Lock(ctx, "example:pool", dlock.Semaphore(2))
+	_, err := locks.TryLock(ctx, "example:pool", dlock.Semaphore(2))
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	a.Unlock(ctx) // gives a permit back
+	c, err := locks.TryLock(ctx, "example:pool", dlock.Semaphore(2))
+	fmt.Println(err)
+	b.Unlock(ctx)
+	c.Unlock(ctx)
+	// Output:
+	// true
+	// <nil>
+}
+
+func ExamplePermits() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	// A budget of 10 units; a big job takes 7 at once.
+	big, _ := locks.Lock(ctx, "example:budget", dlock.Semaphore(10), dlock.Permits(7))
+	_, err := locks.TryLock(ctx, "example:budget", dlock.Semaphore(10), dlock.Permits(4))
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	small, err := locks.TryLock(ctx, "example:budget", dlock.Semaphore(10), dlock.Permits(3))
+	fmt.Println(err)
+	big.Unlock(ctx)
+	small.Unlock(ctx)
+	// Output:
+	// true
+	// <nil>
+}
+
+func ExampleClient_SetLimit() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	a, _ := locks.Lock(ctx, "example:workers", dlock.Semaphore(1))
+	_, err := locks.TryLock(ctx, "example:workers", dlock.Semaphore(1))
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+
+	// Raise the limit for every client, at run time.
+	fmt.Println(locks.SetLimit(ctx, "example:workers", 2))
+	b, err := locks.TryLock(ctx, "example:workers", dlock.Semaphore(1))
+	fmt.Println(err)
+	a.Unlock(ctx)
+	b.Unlock(ctx)
+	fmt.Println(locks.SetLimit(ctx, "example:workers", 0)) // back to the callers' limit
+	// Output:
+	// true
+	// <nil>
+	// <nil>
+	// <nil>
+}
+
+func ExampleClient_LockMulti() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	// Move money between two accounts: hold both, in any order given.
+	lk, err := locks.LockMulti(ctx, []string{"example:acct:{b}", "example:acct:{a}"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(lk.Keys())
+	lk.Unlock(ctx)
+	// Output:
+	// [example:acct:{a} example:acct:{b}]
+}
+
+func ExampleClient_TryLockMulti() {
+	ctx := context.Background()
+	locks, rdb, done := exampleClient()
+	defer done()
+
+	held, _ := locks.Lock(ctx, "example:multi:b")
+	_, err := locks.TryLockMulti(ctx, []string{"example:multi:a", "example:multi:b"})
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	fmt.Println(rdb.Exists(ctx, "example:multi:a").Val()) // all or nothing
+	held.Unlock(ctx)
+	// Output:
+	// true
+	// 0
+}
+
+func ExampleClient_DoMulti() {
+	locks, _, done := exampleClient()
+	defer done()
+
+	err := locks.DoMulti(context.Background(), []string{"example:do:a", "example:do:b"}, func(ctx context.Context) error {
+		// Both held; ctx is cancelled if either is lost.
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// <nil>
+}
+
+func ExampleLock_Keys() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	one, _ := locks.Lock(ctx, "example:keys")
+	fmt.Println(one.Keys())
+	one.Unlock(ctx)
+	// Output:
+	// [example:keys]
+}
+
+func ExampleLock_FenceOf() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	lk, _ := locks.LockMulti(ctx, []string{"example:fence:{x}1", "example:fence:{x}2"})
+	defer lk.Unlock(ctx)
+	// Each protected resource checks the fence of its own key.
+	fmt.Println(lk.FenceOf("example:fence:{x}1") > 0, lk.FenceOf("example:fence:{x}2") > 0, lk.FenceOf("other"))
+	// Output:
+	// true true 0
+}
+
+func ExampleNewStripes() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	// One lock per SKU, but never more than 64 lock keys.
+	stripes, err := dlock.NewStripes("example:sku-locks", 64)
+	if err != nil {
+		panic(err)
+	}
+	lk, err := locks.Lock(ctx, stripes.Key("sku:1234"))
+	fmt.Println(err, lk.Key())
+	lk.Unlock(ctx)
+	// Output:
+	// <nil> example:sku-locks:12
+}
+
+func ExampleStripes_Key() {
+	s, _ := dlock.NewStripes("inv", 8)
+	fmt.Println(s.Key("sku:1"), s.Key("sku:2"))
+	// Keys with the same hash tag share a stripe.
+	fmt.Println(s.Key("user:{42}:cart") == s.Key("user:{42}:orders"))
+	// Output:
+	// inv:3 inv:6
+	// true
+}
+
+func ExampleStripes_Keys() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	s, _ := dlock.NewStripes("example:inv", 8)
+	// Lock every item of an order at once, without deadlock. sku:1 and
+	// sku:9 share stripe 3, which is locked once.
+	lk, err := locks.LockMulti(ctx, s.Keys("sku:1", "sku:2", "sku:9"))
+	fmt.Println(err, lk.Keys())
+	lk.Unlock(ctx)
+	// Output:
+	// <nil> [example:inv:3 example:inv:6]
+}
+
+func ExampleStripes_Index() {
+	s, _ := dlock.NewStripes("inv", 8)
+	fmt.Println(s.Index("sku:1"), s.Len())
+	// Output:
+	// 3 8
+}
+
+func ExampleStripes_Stripe() {
+	s, _ := dlock.NewStripes("inv", 4)
+	for i := range s.Len() {
+		fmt.Print(s.Stripe(i), " ")
+	}
+	fmt.Println()
+	// Output:
+	// inv:0 inv:1 inv:2 inv:3
+}
+
+func ExampleStripes_Len() {
+	var zero dlock.Stripes
+	s, _ := dlock.NewStripes("inv", 16)
+	fmt.Println(s.Len(), zero.Len())
+	// Output:
+	// 16 1
+}
+
+func ExampleClient_Counter() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	// A flash sale: 100 items split over 8 segments, each with its own lock.
+	stock, _ := locks.Counter("example:flash-sale", 8)
+	stock.Set(ctx, 100)
+	sold := 0
+	for {
+		_, err := stock.Take(ctx, 1, nil)
+		if errors.Is(err, dlock.ErrExhausted) {
+			break
+		}
+		sold++
+	}
+	fmt.Println(sold)
+	// Output:
+	// 100
+}
+
+func ExampleCounter_Set() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	stock, _ := locks.Counter("example:counter-set", 4)
+	fmt.Println(stock.Set(ctx, 10)) // 3, 3, 2, 2
+	total, _ := stock.Total(ctx)
+	fmt.Println(total)
+	// Output:
+	// <nil>
+	// 10
+}
+
+func ExampleCounter_Take() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	stock, _ := locks.Counter("example:counter-take", 2)
+	stock.Set(ctx, 2)
+	// Take one, and create the order under the segment's lock; if that
+	// fails, the unit goes back.
+	_, err := stock.Take(ctx, 1, func(ctx context.Context, segment int) error {
+		return errors.New("payment declined")
+	})
+	fmt.Println(err)
+	_, err = stock.Take(ctx, 1, func(ctx context.Context, segment int) error { return nil })
+	fmt.Println(err)
+	total, _ := stock.Total(ctx)
+	fmt.Println(total)
+	// Output:
+	// payment declined
+	// <nil>
+	// 1
+}
+
+func ExampleCounter_Total() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	stock, _ := locks.Counter("example:counter-total", 3)
+	stock.Set(ctx, 7)
+	stock.Take(ctx, 2, nil)
+	total, _ := stock.Total(ctx)
+	fmt.Println(total)
+	// Output:
+	// 5
+}

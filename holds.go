@@ -1,0 +1,60 @@
+package dlock
+
+import (
+	_ "embed"
+	"time"
+)
+
+// A shared hold is how the reentrant lock and the read side of the
+// read-write lock keep one lock key held by several handles at once: the
+// key holds a string naming the hold's group (the owner id, or
+// SharedValue), and a sorted set next to it has one member per handle,
+// scored with the server time at which that handle's lease ends (see
+// scripts/lib/holds.lua). Each handle is an ordinary lease of the engine:
+// the watchdog renews its own member (holds_extend.lua), so a handle whose
+// process died expires alone; the key expires with the last live lease;
+// releasing the last handle frees the key or hands it to the first queued
+// waiter (holds_release.lua), exactly like a token lock's release.
+
+var (
+	//go:embed scripts/holds_extend.lua
+	holdsExtendSrc string
+	//go:embed scripts/holds_release.lua
+	holdsReleaseSrc string
+
+	holdsExtendScript  = libScript(holdsExtendSrc)
+	holdsReleaseScript = libScript(holdsReleaseSrc)
+)
+
+// Suffixes of the hold sets (see the package doc's key layout).
+const (
+	holdsSuffix   = ":holds"   // a reentrant owner's handles
+	readersSuffix = ":readers" // the readers of a read phase
+)
+
+// holdSet is the part of the reentrant and shared protocols they share:
+// renewing and releasing one handle. Acquiring differs (the protocols
+// embedding it define Acquire).
+type holdSet struct {
+	queueMode
+	group  string // what the lock key holds while the hold lasts
+	suffix string // the hold set's suffix
+}
+
+func (h holdSet) set(k Keys) string { return auxOf(k, h.suffix) }
+
+func (h holdSet) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
+	return Call{holdsExtendScript, []string{k.Lock, h.set(k), k.Fence},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), h.group}}, token
+}
+
+func (h holdSet) Release(k Keys, token string) Call { return h.release(k, token, "0") }
+
+// Leave takes a waiter out of the queue; a hand-off that reached it too
+// late is passed on, a handle it was given is released.
+func (h holdSet) Leave(k Keys, token string) Call { return h.release(k, token, "1") }
+
+func (h holdSet) release(k Keys, token, mode string) Call {
+	return Call{holdsReleaseScript, []string{k.Lock, k.Queue, h.set(k)},
+		[]any{token, k.Wake, h.pickup.Milliseconds(), mode, h.group}}
+}

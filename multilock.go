@@ -1,0 +1,315 @@
+package dlock
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LockMulti acquires every key in keys, all or nothing, waiting until it
+// has them all or ctx ends. Each key is an ordinary exclusive lock (the
+// same as Lock's), holding the same token; duplicates are ignored. The
+// returned *Lock covers them all: one lease renewed by the watchdog, one
+// Done/Err, Unlock releases every key, Keys lists them and FenceOf gives
+// each key's fencing token.
+//
+// Keys that share a Cluster slot (all keys, on a plain server or Sentinel)
+// are taken by one script: one round trip uncontended. Keys in different
+// slots (or Ring shards) are taken slot by slot in a canonical order (slot,
+// then key), and a failed TryLockMulti releases what it took. A waiting
+// LockMulti holds, in that order, the keys it has got while it queues for
+// the next one (renewing them with each retry), so two lockers of
+// overlapping sets ({a,b} and {b,a}) cannot deadlock: both take the lower
+// key first. It returns only with all keys held, or none.
+//
+// Options: WithTTL and WithoutRenewal; Shared, Reentrant, Semaphore and
+// WithProtocol are ErrInvalidOpts, as is a Client with MinReplicas. An
+// empty keys is ErrEmptyKey. Hooks and errors name the first key in the
+// canonical order (Keys()[0]).
+func (c *Client) LockMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
+	return c.acquireMulti(ctx, keys, true, opts)
+}
+
+// TryLockMulti makes one attempt to acquire every key in keys (see
+// LockMulti). If any is held, it takes none and returns a
+// *NotAcquiredError naming the first held key.
+func (c *Client) TryLockMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
+	return c.acquireMulti(ctx, keys, false, opts)
+}
+
+// DoMulti runs fn while holding every key in keys (see LockMulti and Do).
+func (c *Client) DoMulti(ctx context.Context, keys []string, fn func(ctx context.Context) error, opts ...LockOption) error {
+	lk, err := c.LockMulti(ctx, keys, opts...)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, lk, fn)
+}
+
+func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opts []LockOption) (*Lock, error) {
+	start := time.Now()
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	if len(keys) == 0 {
+		return nil, ErrEmptyKey
+	}
+	for _, k := range keys {
+		if err := validKey(k); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := c.lockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.kinds != 0 || c.opts.MinReplicas > 0 {
+		return nil, fmt.Errorf("%w: a multi-key lock takes exclusive token locks only (no Shared, Reentrant, Semaphore, WithProtocol or MinReplicas)", ErrInvalidOpts)
+	}
+	if c.closed() {
+		return nil, ErrClosed
+	}
+	groups := c.multiGroups(keys)
+	var proto Protocol = groups[0]
+	if len(groups) > 1 {
+		proto = multiSlots{groups: groups, rdb: c.rdb}
+	}
+	return c.obtain(ctx, start, groups[0].ks[0], proto, cfg, wait)
+}
+
+// multiGroups sorts keys (without duplicates) into the canonical order and
+// splits them into groups that one script may touch: by Cluster slot, by
+// Ring shard, or one group on a single server.
+func (c *Client) multiGroups(keys []string) []multiLock {
+	type entry struct{ group, key string }
+	es := make([]entry, 0, len(keys))
+	for _, k := range keys {
+		es = append(es, entry{c.groupOf(k), k})
+	}
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.key, b.key)) })
+	es = slices.Compact(es)
+	var groups []multiLock
+	for i, e := range es {
+		if i == 0 || e.group != es[i-1].group {
+			groups = append(groups, multiLock{})
+		}
+		g := &groups[len(groups)-1]
+		g.keys = append(g.keys, e.key)
+		g.ks = append(g.ks, c.keysFor(e.key))
+	}
+	return groups
+}
+
+// groupOf names the part of the deployment key lives on: its Cluster slot
+// (zero-padded, so groups sort by slot), its Ring shard, or "" (one
+// server: every key in one group).
+func (c *Client) groupOf(key string) string {
+	switch r := c.rdb.(type) {
+	case *redis.ClusterClient:
+		return fmt.Sprintf("%05d", Slot(key))
+	case *redis.Ring:
+		if shard, err := r.GetShardClientForKey(key); err == nil {
+			return shard.Options().Addr
+		}
+		return ""
+	}
+	if c.splitSlots {
+		return fmt.Sprintf("%05d", Slot(key))
+	}
+	return ""
+}
+
+var (
+	//go:embed scripts/multi_acquire.lua
+	multiAcquireSrc string
+	//go:embed scripts/multi_release.lua
+	multiReleaseSrc string
+
+	multiAcquireScript = libScript(multiAcquireSrc)
+	multiReleaseScript = libScript(multiReleaseSrc)
+)
+
+// multiLock is the protocol of a multi-key lock whose keys share a slot:
+// each key a token lock holding the same token, taken, renewed (extend.lua
+// over all pairs) and released by one script each.
+type multiLock struct {
+	queueMode
+	keys []string // in the canonical order
+	ks   []Keys   // the Keys of each
+}
+
+func (m multiLock) withMode(q queueMode) Protocol {
+	m.queueMode = q
+	return m
+}
+
+func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Keys, token string, ttl time.Duration) (Grant, error) {
+	names := make([]string, 0, 3*len(m.ks))
+	for _, k := range m.ks {
+		names = append(names, k.Lock, k.Fence, k.Queue)
+	}
+	res, err := Call{multiAcquireScript, names, []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
+		m.mode, m.channel, m.lease.Milliseconds()}}.Run(ctx, rdb).Int64Slice()
+	g := Grant{Value: token}
+	switch {
+	case err != nil:
+		return g, err
+	case len(res) == len(m.keys)+1 && res[0] == codeOK:
+		g.Acquired, g.keys, g.fences = true, m.keys, make([]uint64, len(m.keys))
+		for i, f := range res[1:] {
+			g.fences[i] = uint64(f)
+		}
+		g.Fence = g.fences[0]
+		return g, nil
+	case len(res) != 3:
+		return g, errors.New("dlock: unexpected reply from the multi-key acquire script")
+	case res[0] == codeWrongType:
+		return Grant{}, ErrWrongType
+	}
+	g.HolderTTL = time.Duration(res[1]) * time.Millisecond
+	if res[1] == freeButQueued {
+		g.HolderTTL = 0
+	}
+	if res[2] > 1 {
+		m.holding(&g, ttl)
+	}
+	return g, nil
+}
+
+// holding bounds the retry of a waiter that holds some keys while it waits
+// for the next: its retries renew them, so they must come within a third
+// of their TTL.
+func (m multiLock) holding(g *Grant, ttl time.Duration) {
+	if m.mode != "q1" && m.mode != "q" {
+		return
+	}
+	if g.HolderTTL <= 0 || g.HolderTTL > ttl/3 {
+		g.HolderTTL = max(ttl/3, time.Millisecond)
+	}
+}
+
+func (m multiLock) Renew(_ Keys, token string, ttl time.Duration) (Call, string) {
+	names := make([]string, 0, 2*len(m.ks))
+	for _, k := range m.ks {
+		names = append(names, k.Lock, k.Fence)
+	}
+	return Call{extendScript, names, []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+}
+
+// Release releases every key holding token and leaves every key's queue,
+// so it is also Leave (a waiter that gives up, holding some keys or not).
+func (m multiLock) Release(_ Keys, token string) Call {
+	names := make([]string, 0, 2*len(m.ks))
+	args := []any{token, m.pickup.Milliseconds()}
+	for _, k := range m.ks {
+		names = append(names, k.Lock, k.Queue)
+		args = append(args, k.Wake)
+	}
+	return Call{multiReleaseScript, names, args}
+}
+
+func (m multiLock) Leave(k Keys, token string) Call { return m.Release(k, token) }
+
+// multiSlots is the protocol of a multi-key lock over several slots: one
+// multiLock per slot, taken in the canonical order; renewed and released
+// directly, with one pipeline of per-slot scripts (go-redis sends each to
+// its node).
+type multiSlots struct {
+	groups []multiLock
+	rdb    redis.UniversalClient
+}
+
+func (m multiSlots) withMode(q queueMode) Protocol {
+	gs := slices.Clone(m.groups)
+	for i := range gs {
+		gs[i].queueMode = q
+	}
+	m.groups = gs
+	return m
+}
+
+// Acquire takes the groups in order. In try and barge modes a group it
+// cannot take makes it release the groups taken before (all or nothing);
+// queued, it keeps them and queues for the next (see LockMulti).
+func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Keys, token string, ttl time.Duration) (Grant, error) {
+	all := Grant{Value: token, Acquired: true}
+	for i, grp := range m.groups {
+		g, err := grp.Acquire(ctx, rdb, grp.ks[0], token, ttl)
+		if err == nil && g.Acquired {
+			all.keys = append(all.keys, g.keys...)
+			all.fences = append(all.fences, g.fences...)
+			continue
+		}
+		queued := grp.mode == "q1" || grp.mode == "q"
+		if i > 0 && !queued {
+			// Roll back. If that fails, the engine retries it in the
+			// background (Value is set: the withdrawal is token-checked).
+			if _, rerr := m.ReleaseDirect(ctx, grp.ks[0], token); rerr != nil {
+				return Grant{Value: token}, errors.Join(err, rerr)
+			}
+		}
+		if i > 0 && err == nil {
+			grp.holding(&g, ttl)
+		}
+		g.Value = token
+		return g, err
+	}
+	all.Fence = all.fences[0]
+	return all, nil
+}
+
+// Renew and Release are not used (the engine calls RenewDirect and
+// ReleaseDirect); they cover the first slot only.
+func (m multiSlots) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
+	return m.groups[0].Renew(k, token, ttl)
+}
+
+func (m multiSlots) Release(k Keys, token string) Call { return m.groups[0].Release(k, token) }
+
+func (m multiSlots) RenewDirect(ctx context.Context, _ Keys, token string, ttl time.Duration) (string, int64, error) {
+	calls := make([]Call, len(m.groups))
+	for i, g := range m.groups {
+		calls[i], _ = g.Renew(g.ks[0], token, ttl)
+	}
+	code, err := worstReply(runBatch(ctx, m.rdb, calls))
+	return token, code, err
+}
+
+// ReleaseDirect releases every slot's keys that hold token, and leaves
+// their queues (the withdrawal of a waiter too).
+func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (int64, error) {
+	calls := make([]Call, len(m.groups))
+	for i, g := range m.groups {
+		calls[i] = g.Release(g.ks[0], token)
+	}
+	return worstReply(runBatch(ctx, m.rdb, calls))
+}
+
+// worstReply combines the replies of per-slot renewals or releases: a
+// loss anywhere is the answer (wrong type, then another owner, then gone);
+// otherwise a Redis error; otherwise 1.
+func worstReply(cmds []*redis.Cmd) (int64, error) {
+	rank := map[int64]int{codeOK: 0, codeGone: 1, codeOther: 2, codeWrongType: 3}
+	code := int64(codeOK)
+	var firstErr error
+	for _, cmd := range cmds {
+		c, err := cmd.Int64()
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if rank[c] > rank[code] {
+			code = c
+		}
+	}
+	if code == codeOK && firstErr != nil {
+		return 0, firstErr
+	}
+	return code, nil
+}

@@ -1,0 +1,263 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// holdsKey is the hold set of a reentrant lock on a key without braces.
+func holdsKey(k string) string { return "dlock:{" + k + "}:holds" }
+
+// Depth 10 across two processes acting as one owner; a different owner is
+// blocked until the hold count is back to 0, and only then.
+func TestReentrantDepthAcrossProcesses(t *testing.T) {
+	const owner = "job-42"
+	k := key(t)
+	c, rdb := newClient(t, dlock.Options{})
+	ctx := t.Context()
+	var mine []*dlock.Lock
+	for range 5 {
+		lk, err := c.Lock(ctx, k, dlock.Reentrant(owner), dlock.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine = append(mine, lk)
+	}
+	child, childFence := startHolder(t, "reentrant", k, owner, 5, 0, 2*time.Second)
+	if n := rdb.ZCard(ctx, holdsKey(k)).Val(); n != 10 {
+		t.Fatalf("hold count %d, want 10", n)
+	}
+	for _, lk := range mine {
+		if lk.Fence() != childFence {
+			t.Fatalf("fences %d and %d: one hold must have one fence", lk.Fence(), childFence)
+		}
+	}
+	// The key names the owner, with a TTL: SET NX clients are excluded.
+	if v := rdb.Get(ctx, k).Val(); v != owner {
+		t.Fatalf("key holds %q, want the owner", v)
+	}
+	if rdb.SetNX(ctx, k, "foreign", time.Minute).Val() {
+		t.Fatal("SET NX succeeded over a reentrant hold")
+	}
+
+	other, _ := newClient(t, dlock.Options{})
+	if _, err := other.TryLock(ctx, k, dlock.Reentrant("job-7")); !errors.Is(err, dlock.ErrNotAcquired) {
+		t.Fatalf("other owner's TryLock = %v", err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := other.Lock(ctx, k, dlock.Reentrant("job-7"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	notYet := func(left int) {
+		t.Helper()
+		select {
+		case <-got:
+			t.Fatalf("other owner got the lock with %d handles left", left)
+		case <-time.After(30 * time.Millisecond):
+		}
+		if n := rdb.ZCard(ctx, holdsKey(k)).Val(); n != int64(left) {
+			t.Fatalf("hold count %d, want %d", n, left)
+		}
+	}
+	// Released in an interleaved order: the count, not the process, matters.
+	left := 10
+	for i := range 5 {
+		if err := mine[i].Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		left--
+		notYet(left)
+		if i < 4 {
+			if n := child.release(t); n != 4-i {
+				t.Fatalf("child holds %d", n)
+			}
+			left--
+			notYet(left)
+		}
+	}
+	released := time.Now()
+	if n := child.release(t); n != 0 {
+		t.Fatalf("child holds %d", n)
+	}
+	select {
+	case lk := <-got:
+		if d := time.Since(released); d > time.Second {
+			t.Fatalf("other owner waited %v after the count reached 0", d)
+		}
+		if lk.Fence() <= childFence {
+			t.Fatalf("new hold's fence %d not above %d", lk.Fence(), childFence)
+		}
+		lk.Unlock(ctx)
+	case <-time.After(5 * time.Second):
+		t.Fatal("other owner never got the lock")
+	}
+}
+
+func TestReentrantContextOwner(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	ctx := dlock.ContextWithOwner(t.Context(), "")
+	depth := 0
+	var enter func(ctx context.Context) error
+	enter = func(ctx context.Context) error {
+		depth++
+		if depth == 5 {
+			// Another owner (another request) is excluded meanwhile.
+			octx := dlock.ContextWithOwner(t.Context(), "")
+			if _, err := c.TryLock(octx, k, dlock.Reentrant("")); !errors.Is(err, dlock.ErrNotAcquired) {
+				t.Errorf("another owner's TryLock = %v", err)
+			}
+			return nil
+		}
+		return c.Do(ctx, k, enter, dlock.Reentrant(""))
+	}
+	if err := c.Do(ctx, k, enter, dlock.Reentrant("")); err != nil {
+		t.Fatal(err)
+	}
+	if depth != 5 {
+		t.Fatalf("depth %d", depth)
+	}
+	// Without an owner: refused before any Redis call.
+	if _, err := c.Lock(t.Context(), k, dlock.Reentrant("")); !errors.Is(err, dlock.ErrInvalidOwner) || !errors.Is(err, dlock.ErrInvalidArgument) {
+		t.Fatalf("Reentrant without owner = %v", err)
+	}
+	if _, err := c.Lock(t.Context(), k, dlock.Reentrant(dlock.SharedValue)); !errors.Is(err, dlock.ErrInvalidOwner) {
+		t.Fatalf("reserved owner = %v", err)
+	}
+	if _, err := c.Lock(t.Context(), k, dlock.Reentrant("a"), dlock.Shared()); !errors.Is(err, dlock.ErrInvalidOpts) {
+		t.Fatalf("Reentrant+Shared = %v", err)
+	}
+}
+
+// Renewal covers the whole hold: each handle is renewed; a handle that
+// stops renewing (its process died) expires alone, and does not keep the
+// key once the others are released.
+func TestReentrantRenewalAndCrashedHandle(t *testing.T) {
+	c, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	ctx := t.Context()
+	const ttl = 300 * time.Millisecond
+	a, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(ttl))
+	b, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(ttl))
+	dead, err := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * ttl)
+	if a.Err() != nil || b.Err() != nil {
+		t.Fatalf("renewed handles lost: %v, %v", a.Err(), b.Err())
+	}
+	if err := dead.Err(); !errors.Is(err, dlock.ErrExpired) {
+		t.Fatalf("unrenewed handle: %v, want ErrExpired", err)
+	}
+	if rdb.Get(ctx, k).Val() != "o" {
+		t.Fatal("hold gone")
+	}
+	a.Unlock(ctx)
+	if err := b.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, k, holdsKey(k)).Val() != 0 {
+		t.Fatal("key kept after the last live handle was released")
+	}
+	if err := dead.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Unlock of the expired handle = %v", err)
+	}
+}
+
+func TestReentrantLostSignal(t *testing.T) {
+	c, rdb := newClient(t, dlock.Options{})
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name  string
+		steal func(k string)
+		cause error
+	}{
+		{"deleted", func(k string) { rdb.Del(ctx, k) }, dlock.ErrExpired},
+		{"taken", func(k string) { rdb.Set(ctx, k, "thief", time.Minute) }, dlock.ErrTaken},
+		{"handle removed", func(k string) { rdb.Del(ctx, holdsKey(k)) }, dlock.ErrExpired},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := key(t)
+			a, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(300*time.Millisecond))
+			b, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(300*time.Millisecond))
+			tc.steal(k)
+			for _, lk := range []*dlock.Lock{a, b} {
+				if err := waitDone(t, lk, time.Second); !errors.Is(err, dlock.ErrLost) || !errors.Is(err, tc.cause) {
+					t.Fatalf("Err = %v, want ErrLost and %v", err, tc.cause)
+				}
+			}
+			rdb.Del(ctx, k)
+		})
+	}
+	// A handle of an ended hold does not count in the owner's next hold.
+	k := key(t)
+	old, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithoutRenewal(), dlock.WithTTL(100*time.Millisecond))
+	waitDone(t, old, time.Second)
+	time.Sleep(20 * time.Millisecond)
+	cur, err := c.Lock(ctx, k, dlock.Reentrant("o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("stale handle's Unlock = %v", err)
+	}
+	if rdb.ZCard(ctx, holdsKey(k)).Val() != 1 || cur.Err() != nil {
+		t.Fatal("a stale handle's Unlock touched the new hold")
+	}
+	cur.Unlock(ctx)
+}
+
+// A reentrant lock and plain locks on one key exclude each other, and
+// hand the key over through the same queue.
+func TestReentrantInteropWithPlainLock(t *testing.T) {
+	c, rdb := newClient(t, dlock.Options{RetryInterval: time.Minute})
+	ctx := t.Context()
+	k := key(t)
+	plain, _ := c.Lock(ctx, k)
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := c.Lock(ctx, k, dlock.Reentrant("o"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	waitQueued(t, rdb, k, 1)
+	plain.Unlock(ctx) // hands the key to the reentrant waiter
+	var r *dlock.Lock
+	select {
+	case r = <-got:
+	case <-time.After(3 * time.Second):
+		t.Fatal("reentrant waiter not handed the key")
+	}
+	if rdb.Get(ctx, k).Val() != "o" {
+		t.Fatal("hand-off not turned into the owner's hold")
+	}
+	go func() {
+		lk, err := c.Lock(ctx, k)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	waitQueued(t, rdb, k, 1)
+	r.Unlock(ctx)
+	select {
+	case lk := <-got:
+		if rdb.Get(ctx, k).Val() != lk.Token() {
+			t.Fatal("plain waiter not handed the key")
+		}
+		lk.Unlock(ctx)
+	case <-time.After(3 * time.Second):
+		t.Fatal("plain waiter not handed the key")
+	}
+}

@@ -1,0 +1,54 @@
+-- holds_release.lua: release one handle of a shared hold (a reentrant
+-- owner's or a reader's); when it was the last live one, free the lock key
+-- or hand it to the first live waiter. Also: take a waiter out of the
+-- queue, passing on whatever reached it too late. Uses lib/queue.lua and
+-- lib/holds.lua (prepended).
+--
+-- KEYS[1]  the lock key: holds ARGV[5] while the hold lasts
+-- KEYS[2]  the wait queue (lib/queue.lua)
+-- KEYS[3]  the hold set (lib/holds.lua)
+-- ARGV[1]  the handle's (or leaving waiter's) token
+-- ARGV[2]  the key's wake-up channel ('released' when freed, nobody queued)
+-- ARGV[3]  the pickup time in ms of a hand-off
+-- ARGV[4]  '0': release a handle; '1': a waiter leaves the queue
+-- ARGV[5]  the hold's group: the reentrant owner, or the shared marker
+--
+-- A leaving waiter may have been handed the key exclusively (it holds the
+-- waiter's token: passed on to the next waiter) or added to the hold set
+-- (a reader batch: its handle is released like any other).
+--
+-- Returns  1  released (and, if it was the last handle, freed or handed off)
+--          0  the key is gone, or the handle's lease had already ended
+--             (leaving: nothing of ours was there)
+--         -1  the lock key holds something else: left untouched
+--         -2  the lock key exists but is not a string: left untouched
+local token, group = ARGV[1], ARGV[5]
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' and v.err then
+  return -2
+end
+if ARGV[4] == '1' then
+  q_leave(KEYS[2], token)
+  if v == token then
+    q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+    return 1
+  end
+  if v ~= group then
+    return 0
+  end
+elseif not v then
+  return 0
+elseif v ~= group then
+  return -1
+end
+local now = now_ms()
+local live = h_live(KEYS[3], token, now)
+redis.call('ZREM', KEYS[3], token)
+if not live then
+  return 0
+end
+h_prune(KEYS[3], now)
+if not h_settle(KEYS[1], KEYS[3]) then
+  q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+end
+return 1

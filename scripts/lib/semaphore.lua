@@ -1,0 +1,83 @@
+-- lib/semaphore.lua: the state of a semaphore (prepended to the semaphore
+-- scripts, after the other lib/*.lua files).
+--
+-- S  sorted set: holder token -> lease end (server ms, now_ms)
+-- P  hash: holder token -> permits it holds; field '#used' = their sum
+--    ('#' is not a token character, so the field cannot clash)
+-- L  string: the limit set by SetLimit; absent: the caller's limit
+-- Q  the wait queue (lib/queue.lua); a waiter's payload is its channel,
+--    '{' and the permits it asks for
+
+-- sem_prune drops the holders whose lease ended, giving their permits
+-- back, and returns the permits in use.
+local function sem_prune(S, P, now)
+  local dead = redis.call('ZRANGEBYSCORE', S, '-inf', now)
+  for _, m in ipairs(dead) do
+    local n = redis.call('HGET', P, m)
+    if n then
+      redis.call('HINCRBY', P, '#used', -tonumber(n))
+      redis.call('HDEL', P, m)
+    end
+  end
+  if #dead > 0 then
+    redis.call('ZREMRANGEBYSCORE', S, '-inf', now)
+  end
+  return tonumber(redis.call('HGET', P, '#used') or '0')
+end
+
+-- sem_take records holder m with n permits until the server time untl.
+local function sem_take(S, P, m, n, untl)
+  redis.call('ZADD', S, untl, m)
+  redis.call('HSET', P, m, n)
+  redis.call('HINCRBY', P, '#used', n)
+end
+
+-- sem_pump hands free permits to the live waiters at the head of Q, in
+-- order, while the first one's request fits: each becomes a holder with a
+-- pickup lease and its token is published on its channel (except self,
+-- the caller, which confirms in the same script). A request above the
+-- limit can never fit: it is taken out of the queue and woken, so it fails
+-- instead of stalling everyone behind it. Returns the permits left free.
+local function sem_pump(S, P, Q, free, limit, now, pickup, self)
+  while true do
+    local m = redis.call('LINDEX', Q, 0)
+    if not m then
+      break
+    end
+    local p = redis.call('GET', Q .. ':' .. m)
+    if p then
+      local ch, req = q_parse(p)
+      local n = tonumber(req) or 1
+      if n > limit then
+        redis.call('LPOP', Q)
+        redis.call('DEL', Q .. ':' .. m)
+        redis.call('PUBLISH', ch, m)
+      elseif n > free then
+        break
+      else
+        redis.call('LPOP', Q)
+        sem_take(S, P, m, n, now + tonumber(pickup))
+        free = free - n
+        if m ~= self then
+          redis.call('PUBLISH', ch, m)
+        end
+      end
+    else
+      redis.call('LPOP', Q)
+    end
+  end
+  return free
+end
+
+-- sem_settle makes S and P expire with the last holder's lease, or
+-- deletes them when nobody holds a permit.
+local function sem_settle(S, P)
+  if not h_settle(P, S) then
+    redis.call('DEL', P)
+  end
+end
+
+-- sem_limit is the semaphore's limit: L's value, else the caller's.
+local function sem_limit(L, default)
+  return tonumber(redis.call('GET', L) or default)
+end

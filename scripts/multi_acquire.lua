@@ -1,0 +1,72 @@
+-- multi_acquire.lua: take several exclusive locks in one slot at once.
+-- Each key is a token lock (acquire.lua's layout), so single-key lockers
+-- and multi-key lockers of the same keys exclude each other and share the
+-- queues. Uses lib/fence.lua and lib/queue.lua (prepended).
+--
+-- KEYS     triples, in the canonical order (sorted): KEYS[3i-2] a lock key,
+--          KEYS[3i-1] its fence counter, KEYS[3i] its wait queue
+-- ARGV[1]  the caller's token (the same in every key)
+-- ARGV[2]  the lock TTL in milliseconds
+-- ARGV[3]  the fence counters' TTL in milliseconds
+-- ARGV[4]  mode: 'try' / 'barge': all or nothing (barge ignores queues)
+--                'q1' / 'q': in order, take each key that is free (and
+--                whose queue has no live waiter ahead) or already ours,
+--                and keep them; at the first key that is not, join its
+--                queue and stop. Hand-offs then arrive for that key, and
+--                the next attempt goes on from there. Holding the keys
+--                before it while waiting cannot deadlock: every locker
+--                takes keys in the same order.
+-- ARGV[5]  (q1, q) the waiter's queue payload: its hand-off channel
+-- ARGV[6]  (q1, q) the waiter's queue lease in milliseconds
+--
+-- Returns {1, fence1, ..., fenceN}  all keys acquired; one fencing token
+--                                   per key, in KEYS order
+--         {0, pttl, i}   not acquired: key i (1-based) is held (pttl as in
+--                        acquire.lua); in q modes keys before i are ours
+--         {-2, 0, i}     key i is not a string; nothing was taken
+local token, mode = ARGV[1], ARGV[4]
+local n = #KEYS / 3
+local vals = {}
+for i = 1, n do
+  local v = redis.pcall('GET', KEYS[3 * i - 2])
+  if type(v) == 'table' and v.err then
+    return {-2, 0, i}
+  end
+  vals[i] = v
+end
+
+local function blocked(i)
+  if not vals[i] then
+    return {0, -2, i}
+  end
+  return {0, redis.call('PTTL', KEYS[3 * i - 2]), i}
+end
+
+if mode == 'try' or mode == 'barge' then
+  for i = 1, n do
+    local v = vals[i]
+    if v ~= token and (v or (mode ~= 'barge' and q_ahead(KEYS[3 * i], token))) then
+      return blocked(i)
+    end
+  end
+  for i = 1, n do
+    redis.call('SET', KEYS[3 * i - 2], token, 'PX', ARGV[2])
+  end
+else
+  for i = 1, n do
+    local k, q, v = KEYS[3 * i - 2], KEYS[3 * i], vals[i]
+    if v == token then
+      redis.call('PEXPIRE', k, ARGV[2])
+    elseif not v and not q_ahead(q, token) then
+      redis.call('SET', k, token, 'PX', ARGV[2])
+    else
+      q_join(q, token, ARGV[5], ARGV[6], false)
+      return blocked(i)
+    end
+  end
+end
+local r = {1}
+for i = 1, n do
+  r[i + 1] = fence_next(KEYS[3 * i - 1], ARGV[3])
+end
+return r

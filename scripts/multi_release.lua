@@ -1,0 +1,37 @@
+-- multi_release.lua: release every key of a multi-key lock (in one slot)
+-- that holds our token, handing each to its first live waiter; also take
+-- the token out of every key's queue (a waiter that gives up, or holds
+-- some keys and waits for the next). Uses lib/queue.lua (prepended).
+--
+-- KEYS     pairs: KEYS[2i-1] a lock key, KEYS[2i] its wait queue
+-- ARGV[1]  the caller's token
+-- ARGV[2]  the pickup time in ms of a hand-off
+-- ARGV[2+i] key i's wake-up channel ('released' when freed, nobody queued)
+--
+-- Returns  1  every key held our token (all released)
+--          0  some key was gone (the others were released)
+--         -1  some key held another owner's token (left untouched)
+--         -2  some key was not a string (left untouched)
+-- The worst outcome wins: -2, then -1, then 0.
+local token, code = ARGV[1], 1
+local rank = {[1] = 0, [0] = 1, [-1] = 2, [-2] = 3}
+local function worse(c)
+  if rank[c] > rank[code] then
+    code = c
+  end
+end
+for i = 1, #KEYS / 2 do
+  local k, q = KEYS[2 * i - 1], KEYS[2 * i]
+  q_leave(q, token)
+  local v = redis.pcall('GET', k)
+  if type(v) == 'table' and v.err then
+    worse(-2)
+  elseif v == token then
+    q_handoff(k, q, ARGV[2], ARGV[2 + i])
+  elseif not v then
+    worse(0)
+  else
+    worse(-1)
+  end
+end
+return code

@@ -1,0 +1,32 @@
+-- semaphore_limit.lua: change a semaphore's limit at run time, and hand
+-- the permits a raise frees to the queued waiters they let in.
+-- Uses lib/*.lua and lib/semaphore.lua (prepended).
+--
+-- KEYS[1]  S: the holders (sorted set)
+-- KEYS[2]  P: permits per holder (hash)
+-- KEYS[3]  L: the limit; stored without a TTL (it is configuration)
+-- KEYS[4]  Q: the wait queue
+-- ARGV[1]  the new limit (>= 1), or 0 to delete L (each caller's own
+--          limit applies again)
+-- ARGV[2]  the pickup time in ms of permits handed to a waiter
+--
+-- Holders above a lowered limit keep their permits; newcomers wait until
+-- the permits in use drop below it.
+--
+-- Returns the permits in use, or -2 if KEYS[1] is not a sorted set.
+local S, P, L, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local t = redis.call('TYPE', S)['ok']
+if t ~= 'zset' and t ~= 'none' then
+  return -2
+end
+if ARGV[1] == '0' then
+  redis.call('DEL', L)
+  return tonumber(redis.call('HGET', P, '#used') or '0')
+end
+redis.call('SET', L, ARGV[1])
+local limit = tonumber(ARGV[1])
+local now = now_ms()
+local used = sem_prune(S, P, now)
+sem_pump(S, P, Q, limit - used, limit, now, ARGV[2], '')
+sem_settle(S, P)
+return tonumber(redis.call('HGET', P, '#used') or '0')

@@ -1,0 +1,49 @@
+-- semaphore_release.lua: give a holder's permits back and hand them to the
+-- queued waiters they let in (exactly as many as fit); or take a waiter
+-- out of the queue. Uses lib/*.lua and lib/semaphore.lua (prepended).
+--
+-- KEYS[1]  S: the holders (sorted set)
+-- KEYS[2]  P: permits per holder (hash)
+-- KEYS[3]  L: the limit set by SetLimit, if any
+-- KEYS[4]  Q: the wait queue
+-- ARGV[1]  the holder's (or leaving waiter's) token
+-- ARGV[2]  the wake-up channel: 'released' is published on it once per
+--          freed permit left over when no waiter is queued (for barging
+--          waiters)
+-- ARGV[3]  the pickup time in ms of permits handed to a waiter
+-- ARGV[4]  '0': release a holder; '1': a waiter leaves (and gives back
+--          permits handed to it too late, if any)
+-- ARGV[5]  the caller's limit, used if L is absent
+--
+-- Returns  1  released
+--          0  the holder was gone or its lease had ended (leaving: it
+--             held nothing)
+--         -2  KEYS[1] is not a sorted set
+local S, P, L, Q, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local s = redis.pcall('ZSCORE', S, token)
+if type(s) == 'table' and s.err then
+  return -2
+end
+if ARGV[4] == '1' then
+  q_leave(Q, token)
+end
+local now = now_ms()
+local limit = sem_limit(L, ARGV[5])
+local used = sem_prune(S, P, now)
+local code, freed = 0, 0
+if s and tonumber(s) > now then
+  freed = tonumber(redis.call('HGET', P, token) or '0')
+  redis.call('ZREM', S, token)
+  redis.call('HDEL', P, token)
+  redis.call('HINCRBY', P, '#used', -freed)
+  used = used - freed
+  code = 1
+end
+local free = sem_pump(S, P, Q, limit - used, limit, now, ARGV[3], '')
+if freed > 0 and redis.call('LLEN', Q) == 0 then
+  for _ = 1, math.min(freed, free) do
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
+end
+sem_settle(S, P)
+return code

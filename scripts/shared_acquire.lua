@@ -1,0 +1,113 @@
+-- shared_acquire.lua: take a read (shared) lock: start a read phase, join
+-- the current one, or confirm a hand-off. Writers are exclusive locks on
+-- the same key (acquire.lua). Uses lib/fence.lua, lib/queue.lua and
+-- lib/holds.lua (prepended).
+--
+-- KEYS[1]  the lock key: a writer's token, or ARGV[8] during a read phase
+--          (expiring with the last reader's lease)
+-- KEYS[2]  the fence counter
+-- KEYS[3]  the wait queue (lib/queue.lua), shared by readers and writers
+-- KEYS[4]  the readers' hold set (lib/holds.lua): reader token -> lease end
+-- ARGV[1]  the reader's token (also its queue token)
+-- ARGV[2]  the reader's TTL in milliseconds
+-- ARGV[3]  the fence counter TTL in milliseconds
+-- ARGV[4]  mode: try, q1, q or barge (as in acquire.lua)
+-- ARGV[5]  (q1, q) the reader's queue payload: its channel, then '{r'
+-- ARGV[6]  (q1, q) the reader's queue lease in milliseconds
+-- ARGV[7]  the pickup time in ms of a hand-off to a queued reader
+-- ARGV[8]  the shared marker (what the lock key holds in a read phase)
+--
+-- Writers are not starved: a reader does not start or join a read phase
+-- while a live writer is queued before it (anywhere in the queue, for a
+-- newcomer). Whenever a reader gets in, the live readers at the head of
+-- the queue (up to the first writer) are let in with it: each is added to
+-- the hold set with a pickup lease and its token published on its channel.
+-- Every reader grant draws its own fencing token.
+--
+-- Returns {1, fence}  acquired
+--         {0, pttl}   not acquired: pttl = the lock key's remaining TTL
+--                     (-2: free, but a writer is queued ahead)
+--         {-2, 0}     KEYS[1] exists but is not a string
+local token, ttl, mode, marker = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[8]
+local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local v = redis.pcall('GET', K)
+if type(v) == 'table' and v.err then
+  return {-2, 0}
+end
+local now = now_ms()
+
+-- writer_ahead: is a live waiter that is not a reader queued before us?
+local function writer_ahead()
+  if mode == 'barge' then
+    return false
+  end
+  for _, m in ipairs(redis.call('LRANGE', Q, 0, -1)) do
+    if m == token then
+      return false
+    end
+    local p = redis.call('GET', Q .. ':' .. m)
+    if p then
+      local _, req = q_parse(p)
+      if req ~= 'r' then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+local function grant(start)
+  if start then
+    redis.call('SET', K, marker)
+    redis.call('DEL', H)
+  end
+  redis.call('ZADD', H, now + ttl, token)
+  redis.call('LREM', Q, 0, token)
+  -- Let in the live readers at the head of the queue, up to a writer.
+  while true do
+    local m = redis.call('LINDEX', Q, 0)
+    if not m then
+      break
+    end
+    local p = redis.call('GET', Q .. ':' .. m)
+    if p then
+      local ch, req = q_parse(p)
+      if req ~= 'r' then
+        break
+      end
+      redis.call('ZADD', H, now + tonumber(ARGV[7]), m)
+      redis.call('PUBLISH', ch, m)
+    end
+    redis.call('LPOP', Q)
+  end
+  h_settle(K, H)
+  return {1, fence_next(F, ARGV[3])}
+end
+
+if v == token then
+  -- An exclusive hand-off (a writer's release) to our queue token.
+  return grant(true)
+end
+if v == marker then
+  h_prune(H, now)
+  if h_live(H, token, now) then
+    return grant(false) -- let in with a batch, or a retried acquire
+  end
+  if redis.call('EXISTS', H) == 0 then
+    redis.call('DEL', K) -- every reader's lease ended: the phase is over
+    v = false
+  elseif not writer_ahead() then
+    return grant(false)
+  end
+end
+if not v and not writer_ahead() then
+  return grant(true)
+end
+if mode == 'q1' or mode == 'q' then
+  q_join(Q, token, ARGV[5], ARGV[6], mode == 'q1')
+end
+if not v then
+  return {0, -2}
+end
+return {0, redis.call('PTTL', K)}

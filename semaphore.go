@@ -1,0 +1,139 @@
+package dlock
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Semaphore makes Lock, TryLock and Do take permits of the counting
+// semaphore named by the key, which has limit permits in all: at most
+// limit holders (of one permit each) at a time. Permits(n) takes n at once.
+//
+// The *Lock returned holds its permits with a lease renewed by the
+// watchdog, like a lock: a holder whose process died gives its permits back
+// after its TTL. Unlock gives them back. Waiters queue FIFO; a release
+// hands the permits it frees to exactly the waiters they let in (each is
+// woken by its own message), and a waiter asking for more than is free
+// holds up those behind it, so large requests are not starved.
+//
+// All clients of a semaphore should pass the same limit; SetLimit stores a
+// limit in Redis that overrides theirs until it is removed. Every grant
+// draws a fencing token.
+//
+// The semaphore's key is a sorted set of its holders (see the package
+// doc), so a plain Lock on it fails with ErrWrongType, and a semaphore on a
+// plain lock's key too. A limit below 1 is ErrInvalidLimit. Semaphore
+// cannot be combined with WithProtocol, Shared or Reentrant.
+func Semaphore(limit int) LockOption {
+	return func(c *lockConfig) { c.kinds, c.limit = c.kinds|kindSemaphore, limit }
+}
+
+// Permits sets how many permits a Semaphore call takes (and its Unlock
+// gives back). Default: 1. It must be at least 1 and at most the limit
+// (ErrInvalidPermits, before any Redis call). If SetLimit lowered the
+// limit below n, the call fails with ErrInvalidPermits instead of waiting
+// for what can never be granted.
+func Permits(n int) LockOption {
+	return func(c *lockConfig) { c.permits = n }
+}
+
+// SetLimit changes the limit of the semaphore key for every client, now:
+// the permits a raise frees go to the queued waiters at once (as many as
+// fit); after a cut, holders keep their permits and newcomers wait until
+// enough are given back. The limit is stored without a TTL. Limit 0
+// removes it: each caller's Semaphore limit applies again. A negative
+// limit is ErrInvalidLimit; a key that is not a semaphore, ErrWrongType.
+func (c *Client) SetLimit(ctx context.Context, key string, limit int) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if err := validKey(key); err != nil {
+		return err
+	}
+	if limit < 0 {
+		return ErrInvalidLimit
+	}
+	k := c.keysFor(key)
+	n, err := Call{semaphoreLimitScript, []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
+		[]any{limit, c.opts.PickupTimeout.Milliseconds()}}.Run(ctx, c.rdb).Int64()
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case n == codeWrongType:
+		return ErrWrongType
+	}
+	return nil
+}
+
+// Suffixes of a semaphore's auxiliary keys (see the package doc).
+const (
+	permitsSuffix = ":permits"
+	limitSuffix   = ":limit"
+)
+
+var (
+	//go:embed scripts/lib/semaphore.lua
+	libSemaphoreSrc string
+	//go:embed scripts/semaphore_acquire.lua
+	semaphoreAcquireSrc string
+	//go:embed scripts/semaphore_extend.lua
+	semaphoreExtendSrc string
+	//go:embed scripts/semaphore_release.lua
+	semaphoreReleaseSrc string
+	//go:embed scripts/semaphore_limit.lua
+	semaphoreLimitSrc string
+
+	semaphoreAcquireScript = libScript(semaphoreAcquireSrc, libSemaphoreSrc)
+	semaphoreExtendScript  = libScript(semaphoreExtendSrc, libSemaphoreSrc)
+	semaphoreReleaseScript = libScript(semaphoreReleaseSrc, libSemaphoreSrc)
+	semaphoreLimitScript   = libScript(semaphoreLimitSrc, libSemaphoreSrc)
+)
+
+// semaphore is the protocol of Semaphore: each holder is a member of the
+// key's sorted set, scored with the end of its lease; its permit count is
+// in a hash beside it (scripts/lib/semaphore.lua).
+type semaphore struct {
+	queueMode
+	limit, permits int
+}
+
+// Reply of semaphore_acquire.lua: more permits asked than the limit.
+const codeAboveLimit = -3
+
+func (s semaphore) withMode(m queueMode) Protocol {
+	s.queueMode = m
+	return s
+}
+
+func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
+	cmd := Call{semaphoreAcquireScript,
+		[]string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode,
+			fmt.Sprintf("%s{%d", s.channel, s.permits), s.lease.Milliseconds(), s.permits, s.limit,
+			s.pickup.Milliseconds()}}.Run(ctx, rdb)
+	if res, err := cmd.Int64Slice(); err == nil && len(res) == 2 && res[0] == codeAboveLimit {
+		return Grant{}, fmt.Errorf("%w: %d permits asked, limit %d", ErrInvalidPermits, s.permits, res[1])
+	}
+	return grantOf(token, cmd)
+}
+
+func (s semaphore) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
+	return Call{semaphoreExtendScript, []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+}
+
+func (s semaphore) Release(k Keys, token string) Call { return s.release(k, token, "0") }
+
+// Leave takes a waiter out of the queue, giving back permits handed to it
+// too late.
+func (s semaphore) Leave(k Keys, token string) Call { return s.release(k, token, "1") }
+
+func (s semaphore) release(k Keys, token, mode string) Call {
+	return Call{semaphoreReleaseScript,
+		[]string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
+		[]any{token, k.Wake, s.pickup.Milliseconds(), mode, s.limit}}
+}

@@ -1,0 +1,267 @@
+package dlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Stripes maps any number of logical keys onto a fixed set of n lock keys
+// (stripes), so a program can lock per item (per user, per SKU) without a
+// Redis key per item, or split one hot item's lock into several (seed
+// 003's 分段锁). Stripe i is named "<name>:<i>". A Stripes is a pure
+// mapping: lock its keys with any Client call (Lock, Shared, Semaphore,
+// LockMulti...). It is safe for concurrent use.
+//
+// A logical key maps to stripe FNV-1a-64(h) mod n, where h is the key's
+// hash tag if it has one (the text between the first '{' and the next
+// '}'), else the whole key: keys that share a hash tag (meant to live
+// together in a Cluster) share a stripe. Other programs can compute the
+// same mapping. If name has a hash tag, every stripe is in one Cluster
+// slot (a LockMulti over stripes is one script); otherwise the stripes
+// spread over slots.
+//
+// Two unrelated logical keys may share a stripe: they then exclude each
+// other. More stripes, fewer such collisions; use LockMulti (with Keys)
+// to hold several logical keys without deadlock.
+type Stripes struct {
+	name string
+	n    int
+}
+
+// NewStripes returns n stripes named after name. Errors: ErrEmptyKey or
+// ErrKeyTooLong for the name (with the stripe suffix), ErrInvalidCount for
+// n < 1.
+func NewStripes(name string, n int) (Stripes, error) {
+	if n < 1 {
+		return Stripes{}, ErrInvalidCount
+	}
+	if name == "" {
+		return Stripes{}, ErrEmptyKey
+	}
+	if err := validKey(name + ":" + strconv.Itoa(n-1)); err != nil {
+		return Stripes{}, err
+	}
+	return Stripes{name: name, n: n}, nil
+}
+
+// Len returns the number of stripes (1 for the zero Stripes).
+func (s Stripes) Len() int { return max(s.n, 1) }
+
+// Index returns the stripe of key, in [0, Len()).
+func (s Stripes) Index(key string) int {
+	h := fnv.New64a()
+	if t := hashTag(key); t != "" {
+		key = t
+	}
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum64() % uint64(s.Len()))
+}
+
+// Stripe returns the lock key of stripe i ("<name>:<i>").
+func (s Stripes) Stripe(i int) string { return s.name + ":" + strconv.Itoa(i) }
+
+// Key returns the lock key of the stripe key maps to.
+func (s Stripes) Key(key string) string { return s.Stripe(s.Index(key)) }
+
+// Keys returns the distinct stripe keys of keys, sorted: pass them to
+// LockMulti to hold all of the logical keys at once.
+func (s Stripes) Keys(keys ...string) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, s.Key(k))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Counter is a non-negative count (a stock) split over segments, each
+// with its own lock, so that takers on different segments work in
+// parallel instead of queueing on one lock: seed 003's 分段锁, as in a
+// flash sale. Segment i's lock is stripe i of Stripes(name, n) and its
+// count lives beside it, in the lock key's slot
+// ("<prefix>:{<name>:<i>}:count", no TTL). All users of a Counter must use
+// the same name and segment count. It is safe for concurrent use.
+//
+// Every change is made by a script that checks the segment's lock token
+// first, so a taker that lost its lock (paused past its TTL) changes
+// nothing: the count never goes below zero and nothing is sold twice.
+type Counter struct {
+	c    *Client
+	segs Stripes
+}
+
+// Counter returns the counter name split over segments segments. Errors
+// as NewStripes. It makes no Redis call.
+func (c *Client) Counter(name string, segments int) (*Counter, error) {
+	s, err := NewStripes(name, segments)
+	if err != nil {
+		return nil, err
+	}
+	return &Counter{c: c, segs: s}, nil
+}
+
+var (
+	//go:embed scripts/counter_add.lua
+	counterAddSrc    string
+	counterAddScript = redis.NewScript(counterAddSrc)
+)
+
+// Reply of counter_add.lua when the caller does not hold the segment.
+const codeNotHolder = -1
+
+func (s *Counter) countKey(i int) string {
+	return auxOf(s.c.keysFor(s.segs.Stripe(i)), ":count")
+}
+
+// Set sets the total to total, spread evenly over the segments (the first
+// total mod n get one more). It holds every segment's lock meanwhile
+// (LockMulti), so it never races a Take. total < 0 is ErrInvalidCount.
+func (s *Counter) Set(ctx context.Context, total int64) error {
+	if total < 0 {
+		return ErrInvalidCount
+	}
+	n := int64(s.segs.Len())
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = s.segs.Stripe(i)
+	}
+	return s.c.DoMulti(ctx, keys, func(ctx context.Context) error {
+		_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range n {
+				v := total / n
+				if i < total%n {
+					v++
+				}
+				p.Set(ctx, s.countKey(int(i)), v, 0)
+			}
+			return nil
+		})
+		return unavailable(err)
+	})
+}
+
+// Total returns the sum of the segments (not atomic across them: a
+// snapshot while takers run is approximate).
+func (s *Counter) Total(ctx context.Context) (int64, error) {
+	if ctx == nil {
+		return 0, ErrNilContext
+	}
+	cmds := make([]*redis.StringCmd, s.segs.Len())
+	_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range cmds {
+			cmds[i] = p.Get(ctx, s.countKey(i))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, unavailable(err)
+	}
+	var sum int64
+	for _, cmd := range cmds {
+		if v, err := cmd.Int64(); err == nil {
+			sum += v
+		}
+	}
+	return sum, nil
+}
+
+// Take takes n from one segment that has at least n, and returns the
+// segment. It starts at a random segment and tries the others in turn
+// without waiting for a busy one (TryLock); only if every segment that
+// may have stock is busy does it wait for them, one by one. If fn is not
+// nil it runs under the segment's lock after the units are taken (create
+// the order, say), with a context cancelled if the lock is lost; if fn
+// fails, the units are put back and its error returned. If no segment has
+// n left, the error is ErrExhausted (the units may sit in a segment of
+// fewer than n; Take never splits a request over segments). n < 1 is
+// ErrInvalidCount.
+func (s *Counter) Take(ctx context.Context, n int64, fn func(ctx context.Context, segment int) error) (int, error) {
+	if ctx == nil {
+		return -1, ErrNilContext
+	}
+	if n < 1 {
+		return -1, ErrInvalidCount
+	}
+	segs := s.segs.Len()
+	first := rand.IntN(segs)
+	var busy []int
+	for i := range segs {
+		seg := (first + i) % segs
+		lk, err := s.c.TryLock(ctx, s.segs.Stripe(seg))
+		if errors.Is(err, ErrNotAcquired) {
+			busy = append(busy, seg)
+			continue
+		}
+		if err != nil {
+			return -1, err
+		}
+		if ok, err := s.takeFrom(ctx, lk, seg, n, fn); ok || err != nil {
+			return took(seg, ok), err
+		}
+	}
+	for _, seg := range busy {
+		lk, err := s.c.Lock(ctx, s.segs.Stripe(seg))
+		if err != nil {
+			return -1, err
+		}
+		if ok, err := s.takeFrom(ctx, lk, seg, n, fn); ok || err != nil {
+			return took(seg, ok), err
+		}
+	}
+	return -1, ErrExhausted
+}
+
+// took is seg if ok, else -1.
+func took(seg int, ok bool) int {
+	if ok {
+		return seg
+	}
+	return -1
+}
+
+// takeFrom takes n from segment seg under lk, runs fn, and releases lk.
+// It reports whether it took them.
+func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn func(context.Context, int) error) (bool, error) {
+	took, err := s.add(ctx, lk, seg, -n)
+	if err == nil && took && fn != nil {
+		err = s.c.run(ctx, lk, func(ctx context.Context) error { return fn(ctx, seg) })
+		if err != nil {
+			// Put the units back: adding never oversells, so it needs no lock.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
+			if perr := s.c.rdb.IncrBy(rctx, s.countKey(seg), n).Err(); perr != nil {
+				err = errors.Join(err, unavailable(perr))
+			}
+			cancel()
+		}
+		return err == nil, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
+	defer cancel()
+	return took && err == nil, errors.Join(err, lk.Unlock(rctx))
+}
+
+// add adds d to segment seg if lk (its lock) still holds it and the count
+// stays non-negative. It reports whether it did.
+func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, error) {
+	res, err := Call{counterAddScript, []string{lk.Key(), s.countKey(seg)}, []any{lk.Token(), d}}.
+		Run(ctx, s.c.rdb).Int64Slice()
+	switch {
+	case err != nil:
+		return false, unavailable(err)
+	case len(res) != 2:
+		return false, errors.New("dlock: unexpected reply from the counter script")
+	case res[0] == codeNotHolder:
+		if lerr := lk.Err(); lerr != nil {
+			return false, lerr
+		}
+		return false, &lostError{key: lk.Key(), cause: ErrTaken}
+	}
+	return res[0] == codeOK, nil
+}
