@@ -42,8 +42,11 @@ Flags:
   --redlock URL,URL,...     Redlock: take the lock on a majority of these
                             independent masters (an odd number, at least 3)
                             instead of on --redis
-  -s, --shared              take a shared (read) lock        } not available yet: they
-  --limit N                 take one of N permits (semaphore) } come with those primitives
+  -s, --shared              take a shared (read) lock: any number of -s runs
+                            share KEY; a plain run (the writer) excludes them all,
+                            and readers arriving after a queued writer wait for it
+  --limit N                 take one of N permits of the semaphore KEY: at most N
+                            runs at a time
   -v, --verbose             report acquisition (wait time, fence) on stderr
   -q, --quiet               don't report a conflict (-n, -w) on stderr
   --redis URL, --prefix P   see 'dlock help'
@@ -132,10 +135,12 @@ func (a *app) cmdRun(args []string) int {
 
 	// Validate everything before touching Redis.
 	switch {
-	case f.shared:
-		return a.usageErr("run", "run: -s/--shared (read locks) is not available yet: it comes with the read-write lock primitive")
-	case f.limit != 0:
-		return a.usageErr("run", "run: --limit (semaphores) is not available yet: it comes with the semaphore primitive")
+	case f.shared && f.limit != 0:
+		return a.usageErr("run", "run: -s and --limit exclude each other")
+	case f.limit < 0:
+		return a.usageErr("run", "run: --limit %d: at least 1", f.limit)
+	case (f.shared || f.limit != 0) && (f.protocol != "token" || f.redlock != ""):
+		return a.usageErr("run", "run: -s and --limit work with the token protocol on --redis only")
 	case f.noWait && f.wait.set && f.wait.d > 0:
 		return a.usageErr("run", "run: -n and -w exclude each other")
 	case f.conflict < 0 || f.conflict > 255:
@@ -160,6 +165,12 @@ func (a *app) cmdRun(args []string) int {
 		return a.usageErr("run", "run: missing COMMAND after KEY (or use -c STRING)")
 	}
 	lockOpts := []dlock.LockOption{dlock.WithTTL(f.ttl.d)}
+	switch {
+	case f.shared:
+		lockOpts = append(lockOpts, dlock.Shared())
+	case f.limit > 0:
+		lockOpts = append(lockOpts, dlock.Semaphore(f.limit))
+	}
 	switch f.protocol {
 	case "token":
 	case "legacy":
