@@ -74,6 +74,13 @@ func keyOfAux(prefix, suffix, name string) (key string, ok bool) {
 // it; the auxiliary names carry a hash tag that puts them in the lock key's
 // Cluster slot, so one script may touch them all.
 func (c *Client) keysFor(key string) Keys {
+	return c.KeysFor(key)
+}
+
+// KeysFor returns the names of every Redis key and channel a lock on key
+// uses with this Client's prefix (see the package doc's key layout), for
+// tools and for protocols that span several servers.
+func (c *Client) KeysFor(key string) Keys {
 	base := auxBase(c.opts.Prefix, key)
 	return Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix, Queue: base + queueSuffix}
 }

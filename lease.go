@@ -53,6 +53,7 @@ type lease struct {
 	err       error       // why the lease ended; nil while held
 	timer     *time.Timer // fires at deadline
 	renewErr  error       // last renewal's Redis error, nil after a success
+	renewing  bool        // a renewal is in flight (its reply not applied yet)
 	// releaseTried: a release whose reply was lost may have deleted the key,
 	// so a retried Unlock that finds it gone has succeeded.
 	releaseTried bool
@@ -104,8 +105,11 @@ func (l *lease) onDeadline() {
 		return
 	}
 	cause := ErrExpired
-	if l.renewErr != nil {
+	switch {
+	case l.renewErr != nil:
 		cause = errors.Join(ErrUnreachable, l.renewErr)
+	case l.renewing:
+		cause = errors.Join(ErrUnreachable, errors.New("no reply to the renewal before the deadline"))
 	}
 	l.mu.Unlock()
 	l.lose(cause)
@@ -113,7 +117,15 @@ func (l *lease) onDeadline() {
 
 // renewCall builds the renewal of the lease for ttl. Callers hold opMu.
 func (l *lease) renewCall(ttl time.Duration) (Call, string) {
+	l.setRenewing()
 	return l.proto.Renew(l.keys, l.token(), ttl)
+}
+
+// setRenewing marks a renewal in flight until renewed applies its reply.
+func (l *lease) setRenewing() {
+	l.mu.Lock()
+	l.renewing = true
+	l.mu.Unlock()
 }
 
 // direct reports whether the lease's protocol renews by itself.
@@ -131,6 +143,9 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 			h(RenewInfo{Key: l.keys.Lock, Fence: l.fence, Err: err})
 		}
 	}()
+	l.mu.Lock()
+	l.renewing = false
+	l.mu.Unlock()
 	if err != nil {
 		l.c.stats.renewalFailures.Add(1)
 		l.mu.Lock()
@@ -138,6 +153,17 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 			l.renewErr = err
 			if next != l.value && ambiguous(err) {
 				l.alt = next
+			}
+			// The renewal may have run (a lost reply; a WAIT that timed
+			// out after the PEXPIRE): if it set a shorter TTL than the one
+			// we count on, the key can expire sooner. Count on the shorter.
+			if ambiguous(err) || errors.Is(err, ErrReplicaAck) {
+				if d := sent.Add(ttl - l.c.opts.drift(ttl)); d.Before(l.deadline) {
+					l.deadline = d
+					l.timer.Reset(max(time.Until(d), 0))
+					l.nextRenew = time.Now() // and renew again right away
+					defer l.c.wd.kick()
+				}
 			}
 		}
 		l.mu.Unlock()
@@ -188,6 +214,7 @@ func (l *lease) swapAlt() bool {
 // Callers hold opMu.
 func (l *lease) renewNow(ctx context.Context, ttl time.Duration) error {
 	for {
+		l.setRenewing()
 		sent := time.Now()
 		next, code, err := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
 		if err = l.renewed(sent, ttl, next, code, err); err != errRetryAlt {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Lock is a held lock: exclusive, or (by the option it was taken with) a
@@ -103,10 +105,19 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		sent := time.Now()
 		g, err := proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
 		p := proto
-		if spec.queued {
+		if spec.queued && mode == "q1" {
 			proto, _ = c.modal(base, "q") // later attempts refresh the queue entry
 		}
 		switch {
+		case err == nil && g.Acquired && time.Now().After(sent.Add(cfg.ttl-c.opts.drift(cfg.ttl))):
+			// The grant's reply came back after the validity it bought: the
+			// lock may already be someone else's. Give it back, try again.
+			v := g.Value
+			c.background(func(ctx context.Context) error { return withdraw(ctx, c.rdb, p, keys, v) })
+			if !wait {
+				return false, 0, unavailable(errors.New("the acquire reply arrived after the lock's validity"))
+			}
+			return false, time.Millisecond, nil
 		case err == nil && g.Acquired:
 			l.start(sent, g)
 			return true, 0, nil
@@ -121,12 +132,24 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 			v := g.Value
 			c.background(func(ctx context.Context) error { return withdraw(ctx, c.rdb, p, keys, v) })
 		}
+		if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
+			cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload
+		}
 		if ctx.Err() != nil {
 			return false, 0, ctxDone(ctx)
 		}
 		return false, 0, unavailable(err)
 	}
 
+	if spec.queued {
+		tryProto, _ := c.modal(base, "try")
+		spec.tryFirst = func(ctx context.Context) (bool, time.Duration, error) {
+			saved := proto
+			proto = tryProto
+			defer func() { proto = saved }()
+			return attempt(ctx)
+		}
+	}
 	waited := false
 	var err error
 	if wait {

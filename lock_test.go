@@ -148,12 +148,12 @@ func TestNoScriptRecovery(t *testing.T) {
 	}
 	// The watchdog's pipelined renewal recovers too.
 	rdb.ScriptFlush(t.Context())
-	lk2, err := c.Lock(t.Context(), key(t), dlock.WithTTL(300*time.Millisecond))
+	lk2, err := c.Lock(t.Context(), key(t), dlock.WithTTL(900*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb.ScriptFlush(t.Context())
-	time.Sleep(time.Second)
+	time.Sleep(2 * time.Second)
 	if lk2.Err() != nil {
 		t.Fatalf("watchdog did not recover from NOSCRIPT: %v", lk2.Err())
 	}
@@ -175,12 +175,12 @@ func waitDone(t *testing.T, lk *dlock.Lock, within time.Duration) error {
 func TestLossDetectedAfterExternalDel(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	k := key(t)
-	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(600*time.Millisecond))
+	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb.Del(t.Context(), k)
-	err = waitDone(t, lk, time.Second)
+	err = waitDone(t, lk, 3*time.Second)
 	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrExpired) {
 		t.Fatalf("Err = %v, want ErrLost+ErrExpired", err)
 	}
@@ -196,12 +196,12 @@ func TestLossDetectedAfterForeignSet(t *testing.T) {
 	var lost atomic.Value
 	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(i dlock.LostInfo) { lost.Store(i) }}})
 	k := key(t)
-	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(600*time.Millisecond))
+	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb.Set(t.Context(), k, "thief", time.Minute)
-	err = waitDone(t, lk, time.Second)
+	err = waitDone(t, lk, 3*time.Second)
 	if !errors.Is(err, dlock.ErrTaken) {
 		t.Fatalf("Err = %v, want ErrTaken", err)
 	}
@@ -217,7 +217,7 @@ func TestLossDetectedAfterForeignSet(t *testing.T) {
 func TestWatchdogKeepsLockFor5xTTL(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	k := key(t)
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond
 	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
@@ -520,20 +520,29 @@ func TestLossWhenRedisUnreachable(t *testing.T) {
 	s := redistest.Start(t, redistest.Config{})
 	p := redistest.NewProxy(t, s.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
-	c, _ := newClientOn(t, rdb, dlock.Options{})
-	lk, err := c.Lock(t.Context(), "k", dlock.WithTTL(600*time.Millisecond))
+	var told atomic.Int64 // wall-clock ms when the Lost hook ran
+	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { told.Store(time.Now().UnixMilli()) }}})
+	lk, err := c.Lock(t.Context(), "k", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Blackhole(true)
-	err = waitDone(t, lk, 2*time.Second)
+	err = waitDone(t, lk, 3*time.Second)
 	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrUnreachable) {
 		t.Fatalf("Err = %v, want ErrLost+ErrUnreachable", err)
 	}
-	// Signalled at the deadline, which is before Redis can expire the key.
-	ttl := s.NewClient().PTTL(context.Background(), "k").Val()
-	if ttl <= 0 {
-		t.Fatalf("the key expired before the holder was told (PTTL %v)", ttl)
+	// Told at the deadline, which is before Redis can expire the key
+	// (PEXPIRETIME: the key's absolute expiry on the server's clock, which
+	// is this machine's).
+	expires, err := s.NewClient().Do(context.Background(), "pexpiretime", "k").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if expires > 0 && (told.Load() > expires || lk.Deadline().UnixMilli() > expires) {
+		t.Fatalf("told at %d, deadline %d, but the key expires at %d", told.Load(), lk.Deadline().UnixMilli(), expires)
+	}
+	if expires <= 0 {
+		t.Fatalf("PEXPIRETIME = %d: the key is gone although its TTL cannot have run out", expires)
 	}
 	if c.Stats().RenewalFailures == 0 {
 		t.Fatal("no renewal failure counted")
@@ -577,7 +586,7 @@ func TestDoCancelsOnLoss(t *testing.T) {
 		case <-time.After(3 * time.Second):
 			return errors.New("fn not cancelled")
 		}
-	}, dlock.WithTTL(300*time.Millisecond))
+	}, dlock.WithTTL(900*time.Millisecond))
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, dlock.ErrLost) {
 		t.Fatalf("Do = %v", err)
 	}

@@ -62,7 +62,7 @@ func TestCustomProtocols(t *testing.T) {
 	for name, p := range map[string]dlock.Protocol{"scripted": &plainSetNX{}, "direct": &directSetNX{rdb: rdb}} {
 		t.Run(name, func(t *testing.T) {
 			k := key(t)
-			lk, err := c.Lock(t.Context(), k, dlock.WithProtocol(p), dlock.WithTTL(300*time.Millisecond))
+			lk, err := c.Lock(t.Context(), k, dlock.WithProtocol(p), dlock.WithTTL(900*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestCustomProtocols(t *testing.T) {
 				}
 				got <- err
 			}()
-			time.Sleep(time.Second) // the watchdog renews it meanwhile
+			time.Sleep(2 * time.Second) // the watchdog renews it meanwhile
 			if err := lk.Err(); err != nil {
 				t.Fatalf("lost under the watchdog: %v", err)
 			}

@@ -82,14 +82,16 @@ func TestFailoverLosesUnreplicatedLock(t *testing.T) {
 func TestMinReplicasRefusesUnreplicatedGrant(t *testing.T) {
 	master, replica := primaryWithReplica(t)
 	rdb := master.NewClient()
-	a, _ := newClientOn(t, rdb, dlock.Options{MinReplicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	// A generous WAIT timeout: a loaded 2-core machine can keep a replica
+	// from answering GETACK within 100ms.
+	a, _ := newClientOn(t, rdb, dlock.Options{MinReplicas: 1, ReplicaTimeout: time.Second})
 
 	// Replicated: granted, renewed with acknowledgement, released.
-	lk, err := a.Lock(t.Context(), "job", dlock.WithTTL(300*time.Millisecond))
+	lk, err := a.Lock(t.Context(), "job", dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // one acknowledged renewal
 	if err := lk.Err(); err != nil {
 		t.Fatalf("acknowledged renewals failed: %v", err)
 	}
@@ -102,7 +104,7 @@ func TestMinReplicasRefusesUnreplicatedGrant(t *testing.T) {
 
 	// Held while replication breaks: renewals are not acknowledged, so the
 	// deadline stops moving and the loss is reported.
-	lk, err = a.Lock(t.Context(), "held", dlock.WithTTL(600*time.Millisecond))
+	lk, err = a.Lock(t.Context(), "held", dlock.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestMinReplicasRefusesUnreplicatedGrant(t *testing.T) {
 		if !errors.Is(lk.Err(), dlock.ErrLost) || !errors.Is(lk.Err(), dlock.ErrReplicaAck) {
 			t.Fatalf("Err = %v", lk.Err())
 		}
-	case <-time.After(3 * time.Second):
+	case <-time.After(6 * time.Second):
 		t.Fatal("unacknowledged renewals never reported a loss")
 	}
 

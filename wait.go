@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -113,6 +114,13 @@ func (n *notifier) queueWaiter(ctx context.Context, token string) (*waiter, stri
 	n.mu.Unlock()
 	awaitConfirm(ctx, confirmed)
 	return w, n.own, nil
+}
+
+// ownSubscribed reports whether the hand-off channel has been subscribed.
+func (n *notifier) ownSubscribed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ownConfirmed != nil
 }
 
 func (n *notifier) dropQueueWaiter(w *waiter) {
@@ -258,6 +266,8 @@ func (n *notifier) confirm(channel string) {
 func (n *notifier) loop(ps *redis.PubSub) {
 	defer n.loopWG.Done()
 	ctx := context.Background()
+	backoff := 50 * time.Millisecond
+	down := false // the connection failed and has not delivered since
 	for {
 		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
 		if err != nil {
@@ -273,14 +283,26 @@ func (n *notifier) loop(ps *redis.PubSub) {
 				_ = ps.Ping(ctx)
 				continue
 			}
-			n.c.opts.Logger.Debug("dlock: pub/sub receive failed; waking all waiters", "err", err)
-			n.wakeAll()
-			select { // don't spin while Redis is down
-			case <-time.After(50 * time.Millisecond):
+			if !down {
+				// Messages may be lost from now on: waiters retry on their
+				// own timers until the connection is back.
+				n.c.opts.Logger.Debug("dlock: pub/sub receive failed; waking all waiters", "err", err)
+				down = true
+				n.wakeAll()
+			}
+			select { // redial with back-off, at most every 500ms
+			case <-time.After(backoff):
 			case <-n.c.closing:
 				return
 			}
+			backoff = min(2*backoff, 500*time.Millisecond)
 			continue
+		}
+		if down {
+			// Reconnected and re-subscribed: anything published meanwhile
+			// was missed, so every waiter tries again now.
+			down, backoff = false, 50*time.Millisecond
+			n.wakeAll()
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
@@ -334,6 +356,11 @@ type waitSpec struct {
 	// leave withdraws a queued waiter that gives up (and passes on a
 	// hand-off that reached it too late). Run in the background.
 	leave func(ctx context.Context) error
+	// tryFirst, for a queued waiter, makes a first attempt that does not
+	// enqueue. It is used until the Client has subscribed its hand-off
+	// channel, so a Client whose locks are never contended never opens a
+	// pub/sub connection.
+	tryFirst attemptFunc
 }
 
 // wait runs attempt until it acquires, fails, or ctx ends: the one waiting
@@ -348,6 +375,11 @@ type waitSpec struct {
 func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (waited bool, err error) {
 	var w *waiter
 	if spec.queued {
+		if spec.tryFirst != nil && !c.notify.ownSubscribed() {
+			if ok, _, err := spec.tryFirst(ctx); ok || err != nil {
+				return false, err
+			}
+		}
 		if w, _, err = c.notify.queueWaiter(ctx, spec.token); err != nil {
 			return false, err
 		}
@@ -380,6 +412,11 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 	}
 	timer := time.NewTimer(c.retryAfter(ttl, spec.queued))
 	defer timer.Stop()
+	// A Redis error while waiting (a blip, a failover) does not end the
+	// wait: the caller asked to wait until ctx ends. The attempts back off
+	// from 50ms to RetryInterval; the last error is reported if ctx ends.
+	var redisErr error
+	backoff := 50 * time.Millisecond
 	for {
 		select {
 		case <-w.wake:
@@ -389,7 +426,7 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 		case <-timer.C:
 		case <-ctx.Done():
 			c.giveUp(spec, w)
-			return waited, ctxDone(ctx)
+			return waited, errors.Join(ctxDone(ctx), redisErr)
 		case <-c.closing:
 			c.giveUp(spec, w)
 			return waited, ErrClosed
@@ -397,7 +434,18 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 		if ok, ttl, err = attempt(ctx); ok {
 			return waited, nil
 		}
-		if err != nil {
+		next := c.retryAfter(ttl, spec.queued)
+		switch {
+		case err == nil:
+			redisErr, backoff = nil, 50*time.Millisecond
+		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+			redisErr, next = err, backoff
+			backoff = min(2*backoff, c.opts.RetryInterval)
+			c.opts.Logger.Debug("dlock: redis error while waiting; retrying", "channel", spec.channel, "err", err)
+		case errors.Is(err, ErrContextDone):
+			c.giveUp(spec, w)
+			return waited, errors.Join(err, redisErr)
+		default:
 			c.giveUp(spec, w)
 			return waited, err
 		}
@@ -407,7 +455,7 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 			default:
 			}
 		}
-		timer.Reset(c.retryAfter(ttl, spec.queued))
+		timer.Reset(next)
 	}
 }
 

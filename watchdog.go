@@ -58,6 +58,14 @@ func (wd *watchdog) add(l *lease) {
 	}
 }
 
+// kick wakes the watchdog to look for due leases now.
+func (wd *watchdog) kick() {
+	select {
+	case wd.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (wd *watchdog) remove(l *lease) {
 	wd.mu.Lock()
 	delete(wd.leases, l)
@@ -121,12 +129,18 @@ func (wd *watchdog) loop() {
 	}
 }
 
-// due returns the renewing leases due by now (plus a quarter of their
-// interval, for those not backing off), and the earliest renewal time of
-// the others.
+// due returns the renewing leases due by now and, if there are any, those
+// due within a quarter of their interval (unless backing off after an
+// error); and the earliest renewal time of the leases not due yet.
 func (wd *watchdog) due(now time.Time) (due []*lease, next time.Time) {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
+	// Only when some lease is actually due do the others within their slack
+	// come along: otherwise each round trip would pick up the few leases
+	// that slid into the window meanwhile, and batches would shrink to
+	// nothing.
+	anyDue := false
+	var early []*lease
 	for l := range wd.leases {
 		if !l.renew {
 			continue
@@ -140,11 +154,21 @@ func (wd *watchdog) due(now time.Time) (due []*lease, next time.Time) {
 		if failing {
 			slack = 0
 		}
-		if !at.After(now.Add(slack)) {
+		switch {
+		case !at.After(now):
+			anyDue = true
 			due = append(due, l)
-		} else if next.IsZero() || at.Before(next) {
-			next = at
+		case !at.After(now.Add(slack)):
+			early = append(early, l)
+			fallthrough
+		default:
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
 		}
+	}
+	if anyDue {
+		due = append(due, early...)
 	}
 	return due, next
 }

@@ -131,6 +131,7 @@ func parseEndpoint(t target) (*endpoint, error) {
 			return e, err
 		}
 		e.kind, e.addrs = "server", []string{o.Addr}
+		o.ContextTimeoutEnabled = true // every deadline dlock sets bounds the Redis call too
 		e.newClient = func() redis.UniversalClient { return redis.NewClient(o) }
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(plain)
@@ -141,6 +142,7 @@ func parseEndpoint(t target) (*endpoint, error) {
 			return e, errors.New("a Sentinel URL needs ?master_name=NAME")
 		}
 		e.kind, e.addrs, e.master = "sentinel", o.SentinelAddrs, o.MasterName
+		o.ContextTimeoutEnabled = true
 		e.newClient = func() redis.UniversalClient { return redis.NewFailoverClient(o) }
 	case "cluster":
 		o, err := redis.ParseClusterURL(plain)
@@ -148,6 +150,8 @@ func parseEndpoint(t target) (*endpoint, error) {
 			return e, err
 		}
 		e.kind, e.addrs = "cluster", o.Addrs
+		o.ContextTimeoutEnabled = true
+		o.ClusterStateReloadInterval = 2 * time.Second // notice a failover's new slot owners soon
 		e.newClient = func() redis.UniversalClient { return redis.NewClusterClient(o) }
 	default:
 		return e, fmt.Errorf("unsupported scheme %q: want redis, rediss, unix, redis+sentinel or redis+cluster", scheme)

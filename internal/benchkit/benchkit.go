@@ -63,6 +63,32 @@ type Config struct {
 	// Progress, if set, is called about every 200ms while clients run,
 	// with the time elapsed and the critical sections completed so far.
 	Progress func(elapsed time.Duration, sections int64)
+
+	// KeyPerClient makes client i use Keys[i%len(Keys)] for every critical
+	// section instead of a random key. With at least as many keys as
+	// clients no two clients ever want the same key: the uncontended case.
+	// Default: false.
+	KeyPerClient bool
+
+	// Drain runs the clients in rounds instead of letting each loop on its
+	// own: at the start of a round every client calls Acquire at the same
+	// moment, each completes exactly one critical section, and the next
+	// round starts when all are done. Every release but a round's last
+	// then has waiters and nobody competes again after releasing, so
+	// barging is impossible and the hand-off is measured on its own.
+	// Rounds start until Duration has passed; the last one may run past it
+	// (at most RoundTimeout). Default: false.
+	Drain bool
+	// RoundTimeout bounds each drain round: its Acquire calls get a context
+	// that ends RoundTimeout after the round started, and a client still
+	// without the lock then is counted in Result.Missed. Default: 10s.
+	RoundTimeout time.Duration
+
+	// RoundTrips, if set, is read when counting starts (with the first
+	// INFO commandstats) and after the clients stopped; the difference is
+	// Result.RoundTrips. For go-redis clients add one RoundTripCounter to
+	// all of them and pass its Load.
+	RoundTrips func() int64
 }
 
 // Result is what a run measured.
@@ -97,6 +123,15 @@ type Result struct {
 	// PING round trips: while the clients run, and before they start.
 	Ping     Percentiles
 	PingIdle Percentiles
+
+	// RoundTrips is the number of client round trips the run caused, as
+	// counted by Config.RoundTrips (-1: not measured).
+	RoundTrips int64
+
+	// Rounds is the number of drain rounds run (Config.Drain), Missed the
+	// number of acquisitions given up because their round timed out.
+	Rounds int
+	Missed int64
 }
 
 // PerSecond is critical sections per second.
@@ -114,6 +149,15 @@ func (r Result) CommandsPerSection() float64 {
 		return -1
 	}
 	return float64(r.Commands) / float64(r.Sections)
+}
+
+// RoundTripsPerSection is client round trips per critical section, or -1
+// if not measured.
+func (r Result) RoundTripsPerSection() float64 {
+	if r.RoundTrips < 0 || r.Sections == 0 {
+		return -1
+	}
+	return float64(r.RoundTrips) / float64(r.Sections)
 }
 
 // Fairness returns the fewest and the most critical sections any client
@@ -144,6 +188,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.ReleaseTimeout == 0 {
 		cfg.ReleaseTimeout = 5 * time.Second
 	}
+	if cfg.RoundTimeout == 0 {
+		cfg.RoundTimeout = 10 * time.Second
+	}
 	switch {
 	case cfg.Clients < 1:
 		return Result{}, errors.New("benchkit: Clients must be at least 1")
@@ -151,8 +198,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, errors.New("benchkit: NewClient is required")
 	case len(cfg.Keys) == 0:
 		return Result{}, errors.New("benchkit: at least one key is required")
-	case cfg.Duration < 0 || cfg.Hold < 0:
-		return Result{}, errors.New("benchkit: negative Duration or Hold")
+	case cfg.Duration < 0 || cfg.Hold < 0 || cfg.RoundTimeout < 0:
+		return Result{}, errors.New("benchkit: negative Duration, Hold or RoundTimeout")
 	}
 
 	clients := make([]Client, 0, cfg.Clients)
@@ -183,7 +230,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
-	res := Result{Clients: cfg.Clients, Keys: len(cfg.Keys), Hold: cfg.Hold, Commands: -1}
+	res := Result{Clients: cfg.Clients, Keys: len(cfg.Keys), Hold: cfg.Hold, Commands: -1, RoundTrips: -1}
 	if cfg.Redis != nil {
 		res.PingIdle = pingSamples(ctx, cfg.Redis, 50, 0)
 	}
@@ -192,6 +239,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if m, err := CommandCalls(ctx, cfg.Redis); err == nil {
 			before = m
 		}
+	}
+	var tripsBefore int64
+	if cfg.RoundTrips != nil {
+		tripsBefore = cfg.RoundTrips()
 	}
 
 	keys := make([]*keyState, len(cfg.Keys))
@@ -203,11 +254,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		overlaps  atomic.Int64
 		acqErrs   atomic.Int64
 		relErrs   atomic.Int64
+		missed    atomic.Int64
 		errOnce   sync.Once
 		firstErr  error
 		perClient = make([]int64, len(clients))
 		handoffs  = make([][]time.Duration, len(clients))
 		acquires  = make([][]time.Duration, len(clients))
+		rnds      = make([]*rand.Rand, len(clients))
 	)
 	noteErr := func(err error) { errOnce.Do(func() { firstErr = err }) }
 
@@ -215,11 +268,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	since := func() int64 { return int64(time.Since(start)) }
 	runCtx, cancel := context.WithDeadline(ctx, start.Add(cfg.Duration))
 	defer cancel()
+	// The samplers run until the clients are done (in drain mode the last
+	// round may run past Duration).
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
 
 	// PING sampler, on its own connection(s), while clients run.
 	pingDone := make(chan Percentiles, 1)
 	if cfg.Redis != nil {
-		go func() { pingDone <- pingSamples(runCtx, cfg.Redis, -1, 5*time.Millisecond) }()
+		go func() { pingDone <- pingSamples(sampleCtx, cfg.Redis, -1, 5*time.Millisecond) }()
 	} else {
 		pingDone <- Percentiles{}
 	}
@@ -233,7 +290,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			defer t.Stop()
 			for {
 				select {
-				case <-runCtx.Done():
+				case <-sampleCtx.Done():
 					return
 				case <-t.C:
 					cfg.Progress(time.Since(start), sections.Load())
@@ -244,58 +301,98 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		close(progDone)
 	}
 
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rnd := rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
-			for runCtx.Err() == nil {
-				ki := 0
-				if len(keys) > 1 {
-					ki = rnd.IntN(len(keys))
-				}
-				ks := keys[ki]
-				t0 := since()
-				release, err := c.Acquire(runCtx, cfg.Keys[ki])
-				if err != nil {
-					if runCtx.Err() != nil {
-						return // the run is over
-					}
-					acqErrs.Add(1)
-					noteErr(fmt.Errorf("acquire: %w", err))
-					time.Sleep(time.Millisecond) // don't spin on a broken Redis
-					continue
-				}
-				t1 := since()
-				acquires[i] = append(acquires[i], time.Duration(t1-t0))
-				if rel := ks.lastRelease.Load(); rel > t0 {
-					handoffs[i] = append(handoffs[i], time.Duration(t1-rel))
-				}
-				if ks.inside.Add(1) > 1 {
-					overlaps.Add(1)
-				}
-				if cfg.Hold > 0 {
-					time.Sleep(cfg.Hold)
-				}
-				ks.inside.Add(-1)
-				ks.lastRelease.Store(since())
-				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ReleaseTimeout)
-				err = release(rctx)
-				rcancel()
-				if err != nil {
-					relErrs.Add(1)
-					noteErr(fmt.Errorf("release: %w", err))
-					continue
-				}
-				perClient[i]++
-				sections.Add(1)
-			}
-		}()
+	for i := range clients {
+		rnds[i] = rand.New(rand.NewPCG(uint64(i), uint64(start.UnixNano())))
 	}
-	wg.Wait()
+	// section makes client i acquire a key, hold it and release it once.
+	// It returns false if Acquire failed (the error is counted unless
+	// waitCtx ended).
+	section := func(waitCtx context.Context, i int) bool {
+		ki := 0
+		switch {
+		case cfg.KeyPerClient:
+			ki = i % len(keys)
+		case len(keys) > 1:
+			ki = rnds[i].IntN(len(keys))
+		}
+		ks := keys[ki]
+		t0 := since()
+		release, err := clients[i].Acquire(waitCtx, cfg.Keys[ki])
+		if err != nil {
+			if waitCtx.Err() != nil {
+				return false
+			}
+			acqErrs.Add(1)
+			noteErr(fmt.Errorf("acquire: %w", err))
+			time.Sleep(time.Millisecond) // don't spin on a broken Redis
+			return false
+		}
+		t1 := since()
+		acquires[i] = append(acquires[i], time.Duration(t1-t0))
+		if rel := ks.lastRelease.Load(); rel > t0 {
+			handoffs[i] = append(handoffs[i], time.Duration(t1-rel))
+		}
+		if ks.inside.Add(1) > 1 {
+			overlaps.Add(1)
+		}
+		if cfg.Hold > 0 {
+			time.Sleep(cfg.Hold)
+		}
+		ks.inside.Add(-1)
+		ks.lastRelease.Store(since())
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ReleaseTimeout)
+		err = release(rctx)
+		rcancel()
+		if err != nil {
+			relErrs.Add(1)
+			noteErr(fmt.Errorf("release: %w", err))
+			return true // the critical section ran, but is not counted
+		}
+		perClient[i]++
+		sections.Add(1)
+		return true
+	}
+
+	var wg sync.WaitGroup
+	if !cfg.Drain {
+		for i := range clients {
+			wg.Go(func() {
+				for runCtx.Err() == nil {
+					section(runCtx, i)
+				}
+			})
+		}
+		wg.Wait()
+	} else {
+		for runCtx.Err() == nil {
+			roundCtx, roundCancel := context.WithTimeout(ctx, cfg.RoundTimeout)
+			begin := make(chan struct{})
+			for i := range clients {
+				wg.Go(func() {
+					<-begin
+					for !section(roundCtx, i) {
+						if roundCtx.Err() != nil {
+							if ctx.Err() == nil {
+								missed.Add(1)
+								noteErr(fmt.Errorf("acquire: drain round timed out after %v", cfg.RoundTimeout))
+							}
+							return
+						}
+					}
+				})
+			}
+			close(begin)
+			wg.Wait()
+			roundCancel()
+			res.Rounds++
+		}
+	}
 	res.Elapsed = time.Since(start)
 	cancel()
+	if cfg.RoundTrips != nil {
+		res.RoundTrips = cfg.RoundTrips() - tripsBefore
+	}
+	stopSampling()
 	<-progDone
 	res.Ping = <-pingDone
 	if err := ctx.Err(); err != nil {
@@ -320,6 +417,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Overlaps = overlaps.Load()
 	res.AcquireErrors = acqErrs.Load()
 	res.ReleaseErrors = relErrs.Load()
+	res.Missed = missed.Load()
 	res.FirstError = firstErr
 	res.Handoff = NewPercentiles(slices.Concat(handoffs...))
 	res.Acquire = NewPercentiles(slices.Concat(acquires...))

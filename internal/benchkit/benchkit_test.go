@@ -160,3 +160,120 @@ func TestDeleteMatching(t *testing.T) {
 		t.Errorf("left %d keys", rdb.DBSize(ctx).Val())
 	}
 }
+
+// TestRunDrain checks drain rounds: every client gets the lock exactly once
+// per round, every acquisition but a round's first is a hand-off, and
+// round trips are counted.
+func TestRunDrain(t *testing.T) {
+	s, rdb := server(t)
+	var trips benchkit.RoundTripCounter
+	newClient := dlockClients(s, "drain")
+	// Count round trips of a client of our own, as a library's would be.
+	counted := s.NewClient()
+	counted.AddHook(&trips)
+	defer counted.Close()
+	clients := 5
+	res, err := benchkit.Run(context.Background(), benchkit.Config{
+		Clients: clients,
+		NewClient: func(i int) (benchkit.Client, error) {
+			c, err := newClient(i)
+			if err != nil {
+				return c, err
+			}
+			acq := c.Acquire
+			c.Acquire = func(ctx context.Context, key string) (func(context.Context) error, error) {
+				counted.Ping(ctx) // one counted round trip per acquisition
+				return acq(ctx, key)
+			}
+			return c, nil
+		},
+		Keys:       []string{"drain:k"},
+		Hold:       time.Millisecond,
+		Duration:   300 * time.Millisecond,
+		Drain:      true,
+		Redis:      rdb,
+		RoundTrips: trips.Load,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rounds == 0 || res.Overlaps != 0 || res.Missed != 0 || res.AcquireErrors != 0 {
+		t.Fatalf("%+v", res)
+	}
+	for i, n := range res.PerClient {
+		if n != int64(res.Rounds) {
+			t.Errorf("client %d: %d sections in %d rounds", i, n, res.Rounds)
+		}
+	}
+	if want := res.Rounds * (clients - 1); res.Handoff.N != want {
+		t.Errorf("hand-offs: %d, want %d", res.Handoff.N, want)
+	}
+	if res.RoundTrips != res.Sections || res.RoundTripsPerSection() != 1 {
+		t.Errorf("round trips: %d for %d sections", res.RoundTrips, res.Sections)
+	}
+}
+
+// TestRunDrainRoundTimeout: a client that never gets the lock is counted
+// as missed when its round times out, and the run still ends.
+func TestRunDrainRoundTimeout(t *testing.T) {
+	stuck := func(i int) (benchkit.Client, error) {
+		return benchkit.Client{Acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+			if i == 1 && key == "k" { // not the warm-up's key
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return func(context.Context) error { return nil }, nil
+		}}, nil
+	}
+	res, err := benchkit.Run(context.Background(), benchkit.Config{
+		Clients: 2, NewClient: stuck, Keys: []string{"k"}, Duration: 10 * time.Millisecond,
+		Drain: true, RoundTimeout: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Rounds != 1 || res.Missed != 1 || res.Sections != 1 || res.FirstError == nil || res.RoundTrips != -1 {
+		t.Fatalf("%+v", res)
+	}
+	if res.Elapsed < 100*time.Millisecond {
+		t.Errorf("round ended after %v", res.Elapsed)
+	}
+}
+
+// TestRunKeyPerClient: with a key per client, clients without any lock
+// never overlap.
+func TestRunKeyPerClient(t *testing.T) {
+	noLock := func(int) (benchkit.Client, error) {
+		return benchkit.Client{Acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+			return func(context.Context) error { return nil }, nil
+		}}, nil
+	}
+	res, err := benchkit.Run(context.Background(), benchkit.Config{
+		Clients: 4, NewClient: noLock, Keys: []string{"a", "b", "c", "d"}, Hold: time.Millisecond,
+		Duration: 100 * time.Millisecond, KeyPerClient: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Overlaps != 0 || res.Sections == 0 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestRoundTripCounter(t *testing.T) {
+	_, rdb := server(t)
+	var c benchkit.RoundTripCounter
+	rdb.AddHook(&c)
+	ctx := context.Background()
+	base := c.Load()
+	rdb.Set(ctx, "rt", 1, 0)
+	rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Get(ctx, "rt")
+		p.Get(ctx, "rt")
+		return nil
+	})
+	c.Add(2)
+	if got := c.Load() - base; got != 4 {
+		t.Errorf("counted %d round trips, want 4", got)
+	}
+}
