@@ -16,12 +16,15 @@ end
 -- restarts from the server's TIME in microseconds: above every token handed
 -- out before it expired.
 local function fence_next(f, fttl)
-  keep_for(f, fttl)
   local n = redis.call('INCR', f)
   if n == 1 then
     local t = redis.call('TIME')
     n = tonumber(t[1]) * 1000000 + tonumber(t[2])
     redis.call('SET', f, string.format('%d', n), 'PX', fttl)
+  else
+    -- GT: only ever raised (the counter always has a TTL: it is created
+    -- with one just above). One call instead of PTTL + PEXPIRE.
+    redis.call('PEXPIRE', f, fttl, 'GT')
   end
   return n
 end
