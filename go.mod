@@ -2,7 +2,10 @@ module github.com/dlock-go/dlock
 
 go 1.26.8
 
-require github.com/redis/go-redis/v9 v9.23.0
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/redis/go-redis/v9 v9.23.0
+)
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
