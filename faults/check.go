@@ -1,0 +1,505 @@
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Inv names an invariant (correctness.md §6.1).
+type Inv string
+
+const (
+	S1 Inv = "S1" // no two believed-held intervals of one key overlap
+	S2 Inv = "S2" // the resource never accepts a stale fence; fences unique and increasing
+	S3 Inv = "S3" // the history is linearizable (lease-aware fenced mutex + fenced register)
+	R1 Inv = "R1" // release and renewal never touch another owner's lock
+	R2 Inv = "R2" // the holder is told of a loss by its deadline
+	L1 Inv = "L1" // Lock returns by its context's deadline
+	L2 Inv = "L2" // after a holder crash, a waiter gets the lock within TTL + ε
+	L3 Inv = "L3" // O(1) server commands per hand-off
+	L4 Inv = "L4" // no orphaned lock after an ambiguous acquire
+)
+
+// Invariants lists them in report order.
+var Invariants = []Inv{S1, S2, S3, R1, R2, L1, L2, L3, L4}
+
+// Params are the bounds a history is checked against.
+type Params struct {
+	FencedResource bool          // the resource is written with dlock.FencedSet
+	L1Slack        time.Duration // how far past its context deadline a Lock may return
+	R2Slack        time.Duration // how far past the deadline the loss signal may come
+	L2Bound        time.Duration // crash → next grant (TTL + retry + ε)
+	L3Bound        float64       // server commands per hand-off (0: not checked)
+	L4Bound        time.Duration // how long a lock key may hold a token nobody received
+	S3Timeout      time.Duration // porcupine's budget per history
+	// CommandsFrom, CommandsTo: the window in which server commands are
+	// counted for L3 (0, 0: the whole history).
+	CommandsFrom, CommandsTo int64
+}
+
+// DefaultParams are the bounds used unless a scenario sets its own.
+func DefaultParams() Params {
+	return Params{
+		FencedResource: true,
+		L1Slack:        250 * time.Millisecond,
+		R2Slack:        100 * time.Millisecond,
+		L4Bound:        1500 * time.Millisecond,
+		S3Timeout:      20 * time.Second,
+	}
+}
+
+// Result is the verdict on one or more histories.
+type Result struct {
+	Histories          int
+	OK, Fail, Unknown  int // operations (grants, renewals, releases, writes, reads) by outcome
+	Violations         map[Inv]int
+	S1MaxOverlap       int64
+	StaleAccepted      int // S2
+	StaleRefused       int // writes the fenced resource refused
+	StaleAttempted     int // writes made after the writer's validity had ended
+	DupFences          int // S2: one fence, two grants
+	Regressions        int // S2: a later grant with a smaller fence
+	S3Illegal, S3Unk   int
+	R2MaxLag           int64
+	R2Exempt           int // losses signalled late because the holder itself was stopped
+	L1MaxOver          int64
+	Handovers          []int64 // unlock (or crash) → next grant, ns
+	CrashHandovers     []int64
+	Commands, Handoffs int // L3
+	Monitored          int // histories with a server-side view (R1, L3, L4 checked)
+	Orphans            []int64
+	Details            []string
+	// Illegal is porcupine's account of the first history S3 rejected,
+	// for porcupine.Visualize with Model().
+	Illegal *porcupine.LinearizationInfo
+}
+
+func (r *Result) add(inv Inv, n int, f string, a ...any) {
+	if n == 0 {
+		return
+	}
+	if r.Violations == nil {
+		r.Violations = map[Inv]int{}
+	}
+	r.Violations[inv] += n
+	if len(r.Details) < 20 {
+		r.Details = append(r.Details, fmt.Sprintf(string(inv)+": "+f, a...))
+	}
+}
+
+// Merge adds o to r.
+func (r *Result) Merge(o Result) {
+	r.Histories += o.Histories
+	r.OK += o.OK
+	r.Fail += o.Fail
+	r.Unknown += o.Unknown
+	for k, v := range o.Violations {
+		if r.Violations == nil {
+			r.Violations = map[Inv]int{}
+		}
+		r.Violations[k] += v
+	}
+	r.S1MaxOverlap = max(r.S1MaxOverlap, o.S1MaxOverlap)
+	r.StaleAccepted += o.StaleAccepted
+	r.StaleRefused += o.StaleRefused
+	r.StaleAttempted += o.StaleAttempted
+	r.DupFences += o.DupFences
+	r.Regressions += o.Regressions
+	r.S3Illegal += o.S3Illegal
+	r.S3Unk += o.S3Unk
+	r.R2MaxLag = max(r.R2MaxLag, o.R2MaxLag)
+	r.R2Exempt += o.R2Exempt
+	r.L1MaxOver = max(r.L1MaxOver, o.L1MaxOver)
+	r.Handovers = append(r.Handovers, o.Handovers...)
+	r.CrashHandovers = append(r.CrashHandovers, o.CrashHandovers...)
+	r.Commands += o.Commands
+	r.Monitored += o.Monitored
+	r.Handoffs += o.Handoffs
+	r.Orphans = append(r.Orphans, o.Orphans...)
+	if r.Illegal == nil {
+		r.Illegal = o.Illegal
+	}
+	for _, d := range o.Details {
+		if len(r.Details) < 20 {
+			r.Details = append(r.Details, d)
+		}
+	}
+}
+
+// grant is one successful acquire and what followed it.
+type grant struct {
+	lock     Op
+	key      string
+	owner    string
+	proc     int
+	start    int64 // the acquire returned: the holder believes it holds from here
+	end      int64 // min(unlock called, loss signalled, crash, last deadline)
+	deadline int64 // the last validity deadline the holder learnt
+	unlock   *Op
+	crashed  bool
+	crashAt  int64
+}
+
+// Check checks one history: its events and, if not nil, the server-side
+// view of the lock server (MONITOR lines).
+func Check(events []Event, lines []MonLine, p Params) Result {
+	r := Result{Histories: 1}
+	ops := Ops(events)
+	for _, op := range ops {
+		switch op.Kind {
+		case KLock, KTry, KRenew, KExtend, KUnlock, KWrite, KRead:
+			switch op.Status {
+			case OK:
+				r.OK++
+			case Fail:
+				r.Fail++
+			default:
+				r.Unknown++
+			}
+		}
+	}
+	pauses := map[int][][2]int64{}
+	crashes := map[int]int64{}
+	for _, op := range ops {
+		switch op.Kind {
+		case KPause:
+			pauses[op.Proc] = append(pauses[op.Proc], [2]int64{op.Call, op.End})
+		case KCrash:
+			if _, ok := crashes[op.Proc]; !ok {
+				crashes[op.Proc] = op.Call
+			}
+		}
+	}
+	paused := func(proc int, from, to int64) bool {
+		for _, s := range pauses[proc] {
+			if s[0] <= to && s[1] >= from {
+				return true
+			}
+		}
+		return false
+	}
+
+	grants := buildGrants(ops, crashes)
+	checkS1(&r, grants)
+	checkS2(&r, ops, grants)
+	checkS3(&r, ops, p)
+	checkR2(&r, ops, grants, p, paused)
+	checkL1(&r, ops, p, paused)
+	checkHandovers(&r, grants, ops, p)
+
+	if lines != nil {
+		r.Monitored = 1
+		keys, owned := map[string]bool{}, map[string]bool{}
+		for _, g := range grants {
+			keys[g.key] = true
+			owned[g.owner] = true
+		}
+		for _, op := range ops {
+			if op.Kind == KLock || op.Kind == KTry {
+				keys[op.Key] = true
+			}
+		}
+		from, to := p.CommandsFrom, p.CommandsTo
+		if from == 0 && to == 0 {
+			to = Never
+		}
+		ms := AnalyzeMonitor(lines, keys, owned, from, to)
+		r.add(R1, ms.Foreign, "%d foreign writes", ms.Foreign)
+		for _, d := range ms.Details {
+			if len(r.Details) < 20 {
+				r.Details = append(r.Details, d)
+			}
+		}
+		for _, o := range ms.Orphans {
+			r.Orphans = append(r.Orphans, o.Dur)
+			if o.Dur > int64(p.L4Bound) {
+				r.add(L4, 1, "key %s held token %s nobody received for %s (bound %v)", o.Key, o.Token, Dur(o.Dur), p.L4Bound)
+			}
+		}
+		if p.L3Bound > 0 {
+			r.Commands = ms.Commands
+			if r.Handoffs > 0 {
+				if per := float64(ms.Commands) / float64(r.Handoffs); per > p.L3Bound {
+					r.add(L3, 1, "%.1f commands per hand-off (bound %.1f)", per, p.L3Bound)
+				}
+			}
+		}
+	}
+	return r
+}
+
+func buildGrants(ops []Op, crashes map[int]int64) []*grant {
+	byOwner := map[string]*grant{}
+	var grants []*grant
+	for _, op := range ops {
+		if (op.Kind == KLock || op.Kind == KTry) && op.Status == OK {
+			g := &grant{lock: op, key: op.Key, owner: op.Owner, proc: op.Proc, start: op.End, deadline: op.Deadline}
+			byOwner[op.Owner] = g
+			grants = append(grants, g)
+		}
+	}
+	for i := range ops {
+		op := &ops[i]
+		g := byOwner[op.Owner]
+		if g == nil || op.Kind == KLock || op.Kind == KTry {
+			continue
+		}
+		switch op.Kind {
+		case KRenew, KExtend:
+			if op.Status == OK {
+				g.deadline = max(g.deadline, op.Deadline)
+			}
+		case KUnlock:
+			if g.unlock == nil {
+				g.unlock = op
+			}
+		}
+	}
+	for _, g := range grants {
+		g.end = g.deadline
+		if g.unlock != nil {
+			g.end = min(g.end, g.unlock.Call)
+		}
+		for _, op := range ops {
+			if op.Kind == KLost && op.Owner == g.owner {
+				g.end = min(g.end, op.Call)
+			}
+		}
+		if t, ok := crashes[g.proc]; ok && t >= g.start {
+			g.crashed, g.crashAt = true, t
+			g.end = min(g.end, t)
+		}
+		g.end = max(g.end, g.start) // an empty interval: the grant was already over when it arrived
+	}
+	return grants
+}
+
+// S1: believed-held intervals of different grants of one key overlap.
+func checkS1(r *Result, grants []*grant) {
+	byKey := map[string][]*grant{}
+	for _, g := range grants {
+		byKey[g.key] = append(byKey[g.key], g)
+	}
+	for key, gs := range byKey {
+		sort.Slice(gs, func(i, j int) bool { return gs[i].start < gs[j].start })
+		for i := range gs {
+			for j := i + 1; j < len(gs) && gs[j].start < gs[i].end; j++ {
+				if gs[i].owner == gs[j].owner {
+					continue
+				}
+				ov := min(gs[i].end, gs[j].end) - gs[j].start
+				if ov <= 0 {
+					continue
+				}
+				r.S1MaxOverlap = max(r.S1MaxOverlap, ov)
+				r.add(S1, 1, "key %s: fence %d (proc %d) believed held until %s, fence %d (proc %d) from %s: overlap %s",
+					key, gs[i].lock.Fence, gs[i].proc, Dur(gs[i].end), gs[j].lock.Fence, gs[j].proc, Dur(gs[j].start), Dur(ov))
+			}
+		}
+	}
+}
+
+// S2: the resource's view and the fences themselves.
+func checkS2(r *Result, ops []Op, grants []*grant) {
+	byOwner := map[string]*grant{}
+	for _, g := range grants {
+		byOwner[g.owner] = g
+	}
+	writes := map[string][]Op{}
+	reads := map[string][]Op{}
+	for _, op := range ops {
+		switch op.Kind {
+		case KWrite:
+			writes[op.Key] = append(writes[op.Key], op)
+			if op.Status == Fail {
+				r.StaleRefused++
+			}
+			if g := byOwner[op.Owner]; g != nil && op.Call > g.end {
+				r.StaleAttempted++
+			}
+		case KRead:
+			if op.Status == OK {
+				reads[op.Key] = append(reads[op.Key], op)
+			}
+		}
+	}
+	newerThan := func(a Op, f uint64, o string) bool { // a's fence supersedes (f, o)
+		return a.Fence > f || (a.Fence == f && a.Owner != o)
+	}
+	for key, ws := range writes {
+		for _, w := range ws {
+			if w.Status != OK {
+				continue
+			}
+			for _, prev := range ws {
+				if prev.Status == OK && prev.Return < w.Call && newerThan(prev, w.Fence, w.Owner) {
+					r.StaleAccepted++
+					r.add(S2, 1, "%s: write with fence %d accepted after fence %d had been", key, w.Fence, prev.Fence)
+					break
+				}
+			}
+		}
+		for _, rd := range reads[key] {
+			for _, prev := range ws {
+				if prev.Status == OK && prev.Return < rd.Call && newerThan(prev, rd.Fence, rd.Owner) {
+					r.StaleAccepted++
+					r.add(S2, 1, "%s: read fence %d after a write with fence %d had been accepted: a stale write overwrote it",
+						key, rd.Fence, prev.Fence)
+					break
+				}
+			}
+		}
+	}
+	byKey := map[string][]*grant{}
+	for _, g := range grants {
+		byKey[g.key] = append(byKey[g.key], g)
+	}
+	for key, gs := range byKey {
+		seen := map[uint64]string{}
+		for _, g := range gs {
+			if o, ok := seen[g.lock.Fence]; ok && o != g.owner {
+				r.DupFences++
+				r.add(S2, 1, "%s: fence %d granted twice", key, g.lock.Fence)
+			}
+			seen[g.lock.Fence] = g.owner
+		}
+		for _, a := range gs {
+			for _, b := range gs {
+				if a.lock.End < b.lock.Call && b.lock.Fence < a.lock.Fence {
+					r.Regressions++
+					r.add(S2, 1, "%s: fence %d granted after fence %d", key, b.lock.Fence, a.lock.Fence)
+				}
+			}
+		}
+	}
+}
+
+// S3: porcupine.
+func checkS3(r *Result, ops []Op, p Params) {
+	h := ModelOps(ops, p.FencedResource)
+	if len(h) == 0 {
+		return
+	}
+	timeout := p.S3Timeout
+	if timeout == 0 {
+		timeout = 20 * time.Second
+	}
+	res, info := porcupine.CheckOperationsVerbose(Model(), h, timeout)
+	switch res {
+	case porcupine.Illegal:
+		r.S3Illegal++
+		r.add(S3, 1, "history not linearizable (%d operations)", len(h))
+		if r.Illegal == nil {
+			r.Illegal = &info
+		}
+	case porcupine.Unknown:
+		r.S3Unk++
+	}
+}
+
+// R2: the loss signal came by the deadline (+ slack), unless the holder's
+// own process was stopped then. A grant whose reply arrived after its
+// deadline can only be signalled lost when it arrives.
+func checkR2(r *Result, ops []Op, grants []*grant, p Params, paused func(int, int64, int64) bool) {
+	granted := map[string]int64{}
+	for _, g := range grants {
+		granted[g.owner] = g.start
+	}
+	for _, op := range ops {
+		if op.Kind != KLost {
+			continue
+		}
+		lag := op.Call - max(op.Deadline, granted[op.Owner])
+		if lag > 0 && paused(op.Proc, op.Deadline, op.Call) {
+			r.R2Exempt++
+			continue
+		}
+		r.R2MaxLag = max(r.R2MaxLag, lag)
+		if lag > int64(p.R2Slack) {
+			r.add(R2, 1, "%s fence %d: loss signalled %s after the deadline", op.Key, op.Fence, Dur(lag))
+		}
+	}
+}
+
+// L1: Lock returned by its context's deadline (+ slack).
+func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool) {
+	for _, op := range ops {
+		if (op.Kind != KLock && op.Kind != KTry) || op.CtxDeadline == 0 || op.End == 0 {
+			continue
+		}
+		over := op.End - op.CtxDeadline
+		if over <= int64(p.L1Slack) {
+			r.L1MaxOver = max(r.L1MaxOver, over)
+			continue
+		}
+		if paused(op.Proc, op.CtxDeadline, op.End) {
+			continue
+		}
+		r.L1MaxOver = max(r.L1MaxOver, over)
+		r.add(L1, 1, "%s: Lock returned %s after its context's deadline", op.Key, Dur(over))
+	}
+}
+
+// Hand-overs: release → the next grant of a waiter that was already
+// waiting; crash → the next grant (L2).
+func checkHandovers(r *Result, grants []*grant, ops []Op, p Params) {
+	byKey := map[string][]*grant{}
+	for _, g := range grants {
+		byKey[g.key] = append(byKey[g.key], g)
+	}
+	for key, gs := range byKey {
+		sort.Slice(gs, func(i, j int) bool { return gs[i].start < gs[j].start })
+		for i, g := range gs {
+			var next *grant
+			for _, n := range gs[i+1:] {
+				if n.owner != g.owner {
+					next = n
+					break
+				}
+			}
+			switch {
+			case g.crashed:
+				if next == nil {
+					if waiting(ops, key, g.crashAt) {
+						r.add(L2, 1, "%s: nobody got the lock after its holder crashed", key)
+					}
+					continue
+				}
+				d := next.start - g.crashAt
+				r.CrashHandovers = append(r.CrashHandovers, d)
+				if p.L2Bound > 0 && d > int64(p.L2Bound) {
+					r.add(L2, 1, "%s: hand-over %s after the holder crashed (bound %v)", key, Dur(d), p.L2Bound)
+				}
+			case g.unlock != nil && g.unlock.Status == OK && next != nil && next.lock.Call < g.unlock.Call &&
+				next.start >= g.unlock.Call:
+				r.Handovers = append(r.Handovers, next.start-g.unlock.Call)
+				r.Handoffs++
+			}
+		}
+	}
+}
+
+// waiting reports whether a Lock call on key was in progress at t.
+func waiting(ops []Op, key string, t int64) bool {
+	for _, op := range ops {
+		if op.Kind == KLock && op.Key == key && op.Call <= t && (op.End == 0 || op.End >= t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Percentile returns the q-quantile (0..1) of xs (0 if empty).
+func Percentile(xs []int64, q float64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(q*float64(len(s)-1) + 0.5)
+	return s[min(i, len(s)-1)]
+}

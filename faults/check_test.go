@@ -1,0 +1,223 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The checker is tested on hand-made histories first: every invariant must
+// pass a good history and catch a bad one. (The canary scenarios then show
+// the same on real runs.)
+
+const ms = int64(time.Millisecond)
+
+// hb builds histories: each op is an invoke and a completion.
+type hb struct {
+	ev  []Event
+	ids uint64
+}
+
+func (h *hb) op(e Event, call, ret int64, typ EventType) {
+	h.ids++
+	in := e
+	in.Type, in.ID, in.T, in.Deadline = Invoke, h.ids, call, 0
+	out := e
+	out.Type, out.ID, out.T = typ, h.ids, ret
+	h.ev = append(h.ev, in, out)
+}
+
+// grant: proc acquires key with fence at [call, ret], TTL ttl, request sent at call.
+func (h *hb) grant(proc int, key, owner string, fence uint64, call, ret, ttl int64) {
+	drift := ttl/100 + 2*ms
+	h.op(Event{Proc: proc, Kind: KLock, Key: key, Fence: fence, Owner: owner, Sent: call, TTL: ttl, Drift: drift,
+		Deadline: call + ttl - drift}, call, ret, OK)
+}
+
+func (h *hb) unlock(proc int, key, owner string, call, ret int64, typ EventType) {
+	h.op(Event{Proc: proc, Kind: KUnlock, Key: key, Owner: owner}, call, ret, typ)
+}
+
+func (h *hb) write(proc int, key, owner string, fence uint64, call, ret int64, typ EventType) {
+	h.op(Event{Proc: proc, Kind: KWrite, Key: key, Owner: owner, Fence: fence}, call, ret, typ)
+}
+
+func (h *hb) check(t *testing.T, p Params) Result {
+	t.Helper()
+	return Check(h.ev, nil, p)
+}
+
+func expectOnly(t *testing.T, r Result, want ...Inv) {
+	t.Helper()
+	for _, inv := range Invariants {
+		got := r.Violations[inv] > 0
+		exp := false
+		for _, w := range want {
+			exp = exp || w == inv
+		}
+		if got != exp {
+			t.Errorf("%s violated = %v, want %v (details: %s)", inv, got, exp, strings.Join(r.Details, "; "))
+		}
+	}
+}
+
+func TestCheckGoodHistory(t *testing.T) {
+	var h hb
+	ttl := 1000 * ms
+	h.grant(0, "k", "A", 5, 0, 10*ms, ttl)
+	h.write(0, "k", "A", 5, 20*ms, 25*ms, OK)
+	h.unlock(0, "k", "A", 100*ms, 105*ms, OK)
+	h.grant(1, "k", "B", 6, 50*ms, 110*ms, ttl) // waited, got it after A's unlock
+	h.write(1, "k", "B", 6, 120*ms, 125*ms, OK)
+	h.write(0, "k", "A", 5, 130*ms, 135*ms, Fail) // stale, refused
+	h.unlock(1, "k", "B", 200*ms, 205*ms, OK)
+	// A grant after B's lease could have lapsed, B never having unlocked, is fine too.
+	h.grant(2, "k2", "C", 1, 0, 5*ms, 100*ms)
+	h.grant(3, "k2", "D", 2, 90*ms, 120*ms, 100*ms)
+	r := h.check(t, DefaultParams())
+	expectOnly(t, r)
+	if len(r.Handovers) != 1 || r.Handovers[0] != 10*ms {
+		t.Errorf("hand-overs %v, want [10ms]", r.Handovers)
+	}
+	if r.StaleRefused != 1 || r.StaleAttempted != 1 {
+		t.Errorf("stale refused %d attempted %d", r.StaleRefused, r.StaleAttempted)
+	}
+}
+
+func TestCheckOverlap(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "A", 5, 0, 10*ms, 1000*ms)
+	h.grant(1, "k", "B", 6, 20*ms, 30*ms, 1000*ms) // A never released, lease far from over
+	r := h.check(t, DefaultParams())
+	expectOnly(t, r, S1, S3)
+}
+
+func TestCheckFenceRules(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
+	h.unlock(0, "k", "A", 20*ms, 25*ms, OK)
+	h.grant(1, "k", "B", 5, 30*ms, 40*ms, 100*ms) // the same fence again
+	h.unlock(1, "k", "B", 50*ms, 55*ms, OK)
+	h.grant(2, "k", "C", 4, 60*ms, 70*ms, 100*ms) // and a smaller one
+	r := h.check(t, DefaultParams())
+	expectOnly(t, r, S2, S3)
+	if r.DupFences != 1 || r.Regressions != 2 {
+		t.Errorf("dup %d regressions %d", r.DupFences, r.Regressions)
+	}
+}
+
+func TestCheckStaleWriteAccepted(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
+	h.grant(1, "k", "B", 6, 90*ms, 120*ms, 100*ms)
+	h.write(1, "k", "B", 6, 130*ms, 135*ms, OK)
+	h.write(0, "k", "A", 5, 140*ms, 145*ms, OK) // the unfenced resource took it
+	p := DefaultParams()
+	r := h.check(t, p)
+	expectOnly(t, r, S2, S3)
+	p.FencedResource = false // a plain resource is not held to the register model
+	r = h.check(t, p)
+	expectOnly(t, r, S2)
+	if r.StaleAccepted != 1 {
+		t.Errorf("stale accepted %d", r.StaleAccepted)
+	}
+
+	// A delayed write that lands later shows in a read.
+	var d hb
+	d.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
+	d.write(0, "k", "A", 5, 20*ms, 0, Info) // sent, reply never came
+	d.grant(1, "k", "B", 6, 90*ms, 120*ms, 100*ms)
+	d.write(1, "k", "B", 6, 130*ms, 135*ms, OK)
+	d.op(Event{Proc: 9, Kind: KRead, Key: "k", Fence: 5, Owner: "A"}, 300*ms, 301*ms, OK)
+	r = d.check(t, p)
+	expectOnly(t, r, S2)
+}
+
+func TestCheckReleaseOfAnotherOwner(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "A", 5, 0, 10*ms, 50*ms)
+	h.grant(1, "k", "B", 6, 60*ms, 70*ms, 1000*ms) // A's lease lapsed: fine
+	h.unlock(0, "k", "A", 80*ms, 85*ms, OK)        // but A's release "succeeded"
+	r := h.check(t, DefaultParams())
+	expectOnly(t, r, S3)
+}
+
+func TestCheckR2AndL1(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
+	h.ev = append(h.ev, Event{Type: OK, ID: 100, Proc: 0, T: 400 * ms, Kind: KLost, Key: "k", Owner: "A", Deadline: 97 * ms})
+	h.ids++
+	h.ev = append(h.ev,
+		Event{Type: Invoke, ID: 101, Proc: 1, T: 0, Kind: KLock, Key: "k", Deadline: 100 * ms},
+		Event{Type: Fail, ID: 101, Proc: 1, T: 900 * ms, Kind: KLock, Key: "k"})
+	r := h.check(t, DefaultParams())
+	expectOnly(t, r, R2, L1)
+
+	// A holder stopped by the nemesis is exempt from R2.
+	h.ev = append(h.ev, Event{Type: OK, ID: 102, Proc: 0, T: 350 * ms, Call: 50 * ms, Kind: KPause})
+	r = h.check(t, DefaultParams())
+	expectOnly(t, r, L1)
+	if r.R2Exempt != 1 {
+		t.Errorf("exempt %d", r.R2Exempt)
+	}
+}
+
+func TestCheckCrashHandover(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
+	h.ev = append(h.ev, Event{Type: OK, ID: 100, Proc: 0, T: 50 * ms, Call: 50 * ms, Kind: KCrash})
+	h.grant(1, "k", "B", 6, 20*ms, 170*ms, 100*ms)
+	p := DefaultParams()
+	p.L2Bound = 200 * time.Millisecond
+	r := h.check(t, p)
+	expectOnly(t, r)
+	if len(r.CrashHandovers) != 1 || r.CrashHandovers[0] != 120*ms {
+		t.Errorf("crash hand-overs %v", r.CrashHandovers)
+	}
+	p.L2Bound = 100 * time.Millisecond
+	expectOnly(t, h.check(t, p), L2)
+}
+
+func TestMonitorParse(t *testing.T) {
+	c := &Clock{zero: 1_000_000_000}
+	l, ok := parseMonitorLine(`+2.000500 [0 127.0.0.1:5] "evalsha" "abc" "1" "k\"x" "v 1\\n\x01\xc3\xa9"`, c)
+	if !ok || l.Lua || l.T != 1_000_500_000 || len(l.Args) != 5 || l.Args[3] != `k"x` || l.Args[4] != "v 1\\n\x01é" {
+		t.Fatalf("%+v %v", l, ok)
+	}
+	l, ok = parseMonitorLine(`+2.000600 [0 lua] "DEL" "k"`, c)
+	if !ok || !l.Lua || l.Args[0] != "DEL" {
+		t.Fatalf("%+v %v", l, ok)
+	}
+}
+
+func TestAnalyzeMonitor(t *testing.T) {
+	line := func(t int64, lua bool, args ...string) MonLine { return MonLine{T: t, Lua: lua, Args: args} }
+	keys := map[string]bool{"k": true}
+	lines := []MonLine{
+		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
+		line(0, true, "SET", "k", "A", "PX", "100"),
+		line(10*ms, false, "evalsha", "s", "2", "k", "f", "A", "100"),
+		line(10*ms, true, "PEXPIRE", "k", "100"), // A extends its own: fine
+		line(50*ms, false, "evalsha", "s", "2", "k", "q", "B", "w", "1000", "0"),
+		line(50*ms, true, "DEL", "k"), // B deletes A's live lock: R1
+		line(60*ms, false, "evalsha", "s", "3", "k", "f", "q", "C", "100"),
+		line(60*ms, true, "SET", "k", "C", "PX", "100"), // free now: fine; C is never granted
+		line(400*ms, false, "evalsha", "s", "3", "k", "f", "q", "D", "100"),
+		line(400*ms, true, "SET", "k", "D", "PX", "100"), // C expired long ago: fine
+	}
+	st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, Never)
+	if st.Foreign != 1 || st.Commands != 5 {
+		t.Fatalf("%+v", st)
+	}
+	if len(st.Orphans) != 1 || st.Orphans[0].Token != "C" || st.Orphans[0].Dur != 100*ms {
+		t.Fatalf("orphans %+v", st.Orphans)
+	}
+	// After a gap (restart) nothing is known until the next SET.
+	lines = append(lines, MonLine{T: 410 * ms, Gap: true, Args: []string{"ping"}},
+		line(420*ms, false, "evalsha", "s", "2", "k", "q", "B", "w", "1000", "0"),
+		line(420*ms, true, "DEL", "k"))
+	st = AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, Never)
+	if st.Foreign != 1 || st.Gaps != 1 {
+		t.Fatalf("%+v", st)
+	}
+}

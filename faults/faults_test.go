@@ -1,0 +1,393 @@
+package faults
+
+import (
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The suite: every scenario builds histories against real redis-server
+// processes, with its faults, and checks them (Check). The quick tier runs
+// by default; DLOCK_SOAK=1 (or -soak) adds the seeded random-mix soak.
+// DLOCK_SEED fixes the seed. The table of results is printed at the end
+// (shown by `go test -v ./faults/`, by `cd faults && go test`, or on
+// failure) and written to $DLOCK_FAULTS_REPORT if set.
+
+var (
+	soakFlag = flag.Bool("soak", false, "also run the seeded random-mix soak (as DLOCK_SOAK=1)")
+	seedFlag = flag.Uint64("seed", 0, "the suite's seed (as DLOCK_SEED; 0: from the clock)")
+)
+
+var (
+	clock     *Clock            // the suite's time base
+	resSrv    *redistest.Server // the protected resource's server: never faulted
+	suiteSeed uint64
+	rows      struct {
+		sync.Mutex
+		list []row
+	}
+)
+
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv(childEnv); cfg != "" {
+		os.Exit(childMain(cfg))
+	}
+	flag.Parse()
+	redis.SetLogger(quiet{})
+	clock = NewClock()
+	suiteSeed = *seedFlag
+	if v := os.Getenv("DLOCK_SEED"); v != "" && suiteSeed == 0 {
+		suiteSeed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	if suiteSeed == 0 {
+		suiteSeed = uint64(time.Now().UnixNano()) % 1_000_000_007
+	}
+	s, err := redistest.StartMain(redistest.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the fault suite needs redis-server:", err)
+		os.Exit(1)
+	}
+	resSrv = s
+	start := time.Now()
+	code := m.Run()
+	_ = s.Close()
+	if table := renderTable(time.Since(start)); table != "" {
+		fmt.Print(table)
+		if path := os.Getenv("DLOCK_FAULTS_REPORT"); path != "" {
+			_ = os.WriteFile(path, []byte(table), 0o644)
+		}
+	}
+	os.Exit(code)
+}
+
+func soakEnabled() bool {
+	return *soakFlag || os.Getenv("DLOCK_SOAK") == "1"
+}
+
+// scenario is one row of the table.
+type scenario struct {
+	topo, name string
+	rounds     int   // histories in the quick tier
+	must       []Inv // a canary: each of these must be violated
+	may        []Inv // documented side effects of the fault: may be violated
+	server     redistest.Config
+	params     func(*Params)
+	run        func(h *harness)
+	assert     func(t *testing.T, r Result) // extra checks that the fault did what it should
+	note       string                       // what the row shows
+}
+
+type row struct {
+	topo, name string
+	res        Result
+	must       []Inv
+	seed       uint64
+	elapsed    time.Duration
+	verdict    string
+	note       string
+}
+
+func scenarioSeed(sc scenario) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(sc.topo + "/" + sc.name))
+	return suiteSeed ^ h.Sum64()>>16
+}
+
+// harness is the context of one history.
+type harness struct {
+	t      *testing.T
+	sc     *scenario
+	round  int
+	rng    *rand.Rand
+	hist   *History
+	nem    *Nemesis
+	lock   *redistest.Server
+	mon    *Monitor
+	res    *redis.Client
+	params Params
+
+	procs atomic.Int64
+	mu    sync.Mutex
+	keys  []string
+	reads atomic.Uint64
+}
+
+func (h *harness) nextProc() int { return int(h.procs.Add(1) - 1) }
+
+// key names a lock key of this history; its resource is read at the end.
+func (h *harness) key(name string) string {
+	k := fmt.Sprintf("fk:%s:%s:%d:%s", h.sc.topo, strings.ReplaceAll(h.sc.name, " ", "-"), h.round, name)
+	h.mu.Lock()
+	if !slices.Contains(h.keys, k) {
+		h.keys = append(h.keys, k)
+	}
+	h.mu.Unlock()
+	return k
+}
+
+// client returns a go-redis client for addr, closed at the end of the test.
+func (h *harness) client(addr string, retries bool) *redis.Client {
+	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond}
+	if !retries {
+		o.MaxRetries = -1
+	}
+	c := redis.NewClient(o)
+	h.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// node returns a recorded dlock Client over rdb, closed at the end of the
+// history (before the checks, so Close's releases are not recorded).
+func (h *harness) node(rdb redis.UniversalClient, opts dlock.Options) *Node {
+	h.t.Helper()
+	n, err := NewNode(rdb, opts, clock, h.hist)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+// worker returns a worker on n writing to the resource (fenced or not).
+func (h *harness) worker(n *Node, fenced bool) *Worker {
+	return &Worker{Proc: h.nextProc(), Node: n, Res: h.res, Fenced: fenced}
+}
+
+// sleep sleeps d; the scenarios' timelines are built from it.
+func sleep(d time.Duration) { time.Sleep(d) }
+
+// runScenario runs the histories of sc, checks them, and records the row.
+func runScenario(t *testing.T, sc scenario, rounds int) Result {
+	seed := scenarioSeed(sc)
+	start := time.Now()
+	var total Result
+	var saved []string
+	for round := range rounds {
+		r, path := runHistory(t, &sc, round, seed)
+		total.Merge(r)
+		if path != "" {
+			saved = append(saved, path)
+		}
+	}
+	verdict := judge(t, sc, total)
+	if sc.assert != nil && !t.Failed() {
+		sc.assert(t, total)
+	}
+	if t.Failed() && verdict == "ok" {
+		verdict = "FAIL"
+	}
+	if len(saved) > 0 {
+		t.Logf("histories saved: %s", strings.Join(saved, " "))
+	}
+	for _, d := range total.Details {
+		t.Log(d)
+	}
+	rows.Lock()
+	rows.list = append(rows.list, row{topo: sc.topo, name: sc.name, res: total, must: sc.must, seed: seed,
+		elapsed: time.Since(start), verdict: verdict, note: sc.note})
+	rows.Unlock()
+	return total
+}
+
+func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, string) {
+	t.Helper()
+	h := &harness{t: t, sc: sc, round: round, rng: rand.New(rand.NewPCG(seed, uint64(round))),
+		hist: &History{}, params: DefaultParams()}
+	h.nem = &Nemesis{Clock: clock, Rec: h.hist}
+	if sc.params != nil {
+		sc.params(&h.params)
+	}
+	h.res = h.client(resSrv.Addr(), true)
+	var lines []MonLine
+	if sc.topo == "single" {
+		// One lock server per history, watched by MONITOR.
+		h.lock = redistest.Start(t, sc.server)
+		mon, err := StartMonitor(h.lock.Addr(), clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.mon = mon
+		func() {
+			defer func() { lines = mon.Stop() }()
+			sc.run(h)
+		}()
+	} else {
+		sc.run(h) // builds its own topology; no single server-side view
+	}
+	for _, k := range h.keys {
+		ReadResource(t.Context(), h.res, k, clock, h.hist, -2, &h.reads)
+	}
+	events := h.hist.Events()
+	r := Check(events, lines, h.params)
+	if unexpected(*sc, r) || os.Getenv("DLOCK_FAULTS_SAVE") != "" {
+		return r, save(sc, round, events, r)
+	}
+	return r, ""
+}
+
+func unexpected(sc scenario, r Result) bool {
+	for inv, n := range r.Violations {
+		if n > 0 && !slices.Contains(sc.must, inv) && !slices.Contains(sc.may, inv) {
+			return true
+		}
+	}
+	return false
+}
+
+// save writes a history (and porcupine's visualization if S3 rejected it)
+// for a post-mortem, and returns the path.
+func save(sc *scenario, round int, events []Event, r Result) string {
+	dir := os.Getenv("DLOCK_FAULTS_OUT")
+	if dir == "" {
+		dir = filepath.Join(os.TempDir(), "dlock-faults")
+	}
+	_ = os.MkdirAll(dir, 0o755)
+	base := filepath.Join(dir, fmt.Sprintf("%s-%s-%d-seed%d", sc.topo, strings.ReplaceAll(sc.name, " ", "_"), round, suiteSeed))
+	_ = SaveJSON(base+".json", events)
+	if r.Illegal != nil {
+		_ = porcupine.VisualizePath(Model(), *r.Illegal, base+".html")
+	}
+	return base + ".json"
+}
+
+// judge compares the violations with the scenario's expectations.
+func judge(t *testing.T, sc scenario, r Result) string {
+	t.Helper()
+	verdict := "ok"
+	for _, inv := range sc.must {
+		if r.Violations[inv] == 0 {
+			t.Errorf("canary %s/%s no longer detects %s: the harness or the checker is broken", sc.topo, sc.name, inv)
+			verdict = "FAIL: canary silent"
+		}
+	}
+	if len(sc.must) > 0 && verdict == "ok" {
+		verdict = "canary ok"
+	}
+	for _, inv := range Invariants {
+		if n := r.Violations[inv]; n > 0 && !slices.Contains(sc.must, inv) && !slices.Contains(sc.may, inv) {
+			t.Errorf("%s/%s: %d unexpected %s violations", sc.topo, sc.name, n, inv)
+			verdict = "FAIL"
+		}
+	}
+	return verdict
+}
+
+func renderTable(total time.Duration) string {
+	rows.Lock()
+	defer rows.Unlock()
+	if len(rows.list) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	tier := "quick tier"
+	if soakEnabled() {
+		tier = "quick tier + soak"
+	}
+	race := ""
+	if raceEnabled {
+		race = ", -race"
+	}
+	fmt.Fprintf(&b, "\ndlock fault-injection suite: %s, seed %d (DLOCK_SEED), %s, %s%s, %d CPUs, %v\n",
+		tier, suiteSeed, redisVersion(), runtime.Version(), race, runtime.NumCPU(), total.Round(time.Second))
+	fmt.Fprintf(&b, "%-9s %-34s %4s %-16s", "topology", "scenario", "hist", "ops ok/fail/unk")
+	for _, inv := range Invariants {
+		fmt.Fprintf(&b, " %4s", inv)
+	}
+	fmt.Fprintf(&b, "  %-17s %6s  %s\n", "hand-over p50/p99", "time", "verdict")
+	for _, r := range rows.list {
+		fmt.Fprintf(&b, "%-9s %-34s %4d %-16s", r.topo, r.name, r.res.Histories,
+			fmt.Sprintf("%d/%d/%d", r.res.OK, r.res.Fail, r.res.Unknown))
+		for _, inv := range Invariants {
+			n := r.res.Violations[inv]
+			cell := strconv.Itoa(n)
+			switch {
+			case slices.Contains(r.must, inv):
+				cell += "!"
+			case inv == L2 && len(r.res.CrashHandovers) == 0 && n == 0:
+				cell = "-"
+			case inv == L3 && r.res.Commands == 0 && n == 0:
+				cell = "-"
+			case (inv == R1 || inv == L4) && r.res.Monitored == 0:
+				cell = "-"
+			}
+			fmt.Fprintf(&b, " %4s", cell)
+		}
+		ho := append(append([]int64(nil), r.res.Handovers...), r.res.CrashHandovers...)
+		hand := "-"
+		if len(ho) > 0 {
+			hand = fmt.Sprintf("%s/%s", Dur(Percentile(ho, 0.5)), Dur(Percentile(ho, 0.99)))
+		}
+		fmt.Fprintf(&b, "  %-17s %6s  %s\n", hand, r.elapsed.Round(100*time.Millisecond), r.verdict)
+	}
+	b.WriteString("n! = violations a canary must show (a documented limit, detected); - = not exercised.\n")
+	b.WriteString("seed per row: DLOCK_SEED reproduces the suite; figures:\n")
+	for _, r := range rows.list {
+		fmt.Fprintf(&b, "  %-9s %-34s seed %-20d %s\n", r.topo, r.name, r.seed, figures(r.res))
+	}
+	return b.String()
+}
+
+func figures(r Result) string {
+	var f []string
+	if r.S1MaxOverlap > 0 {
+		f = append(f, "max overlap "+Dur(r.S1MaxOverlap))
+	}
+	if r.StaleAttempted+r.StaleRefused+r.StaleAccepted > 0 {
+		f = append(f, fmt.Sprintf("stale writes attempted %d, refused %d, accepted %d", r.StaleAttempted, r.StaleRefused, r.StaleAccepted))
+	}
+	if r.DupFences+r.Regressions > 0 {
+		f = append(f, fmt.Sprintf("fences repeated %d, regressed %d", r.DupFences, r.Regressions))
+	}
+	if r.S3Unk > 0 {
+		f = append(f, fmt.Sprintf("S3 undecided %d", r.S3Unk))
+	}
+	if r.R2MaxLag != 0 || r.R2Exempt > 0 {
+		f = append(f, fmt.Sprintf("loss signal max %s after deadline (%d while stopped)", Dur(r.R2MaxLag), r.R2Exempt))
+	}
+	if r.L1MaxOver > 0 {
+		f = append(f, "Lock max "+Dur(r.L1MaxOver)+" past ctx deadline")
+	}
+	if len(r.CrashHandovers) > 0 {
+		f = append(f, fmt.Sprintf("crash hand-over max %s", Dur(slices.Max(r.CrashHandovers))))
+	}
+	if r.Commands > 0 && r.Handoffs > 0 {
+		f = append(f, fmt.Sprintf("%.2f commands per hand-off (%d hand-offs)", float64(r.Commands)/float64(r.Handoffs), r.Handoffs))
+	}
+	if len(r.Orphans) > 0 {
+		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), Dur(slices.Max(r.Orphans))))
+	}
+	if len(f) == 0 {
+		return "-"
+	}
+	return strings.Join(f, "; ")
+}
+
+func redisVersion() string {
+	out, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "redis-server ?"
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "redis-server " + v
+		}
+	}
+	return strings.TrimSpace(string(out))
+}

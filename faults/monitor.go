@@ -1,0 +1,507 @@
+package faults
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Monitor records every command a Redis server executes, through the
+// MONITOR command, including the commands scripts run ("lua" lines), on the
+// suite's time base. It is the server-side view R1, L3 and L4 are checked
+// on. If the connection breaks (the server was killed or restarted), it
+// reconnects and marks the gap: the key states before it are unknown.
+type Monitor struct {
+	addr  string
+	clock *Clock
+
+	mu    sync.Mutex
+	lines []MonLine
+	conn  net.Conn
+	seen  map[string]chan struct{} // sync markers awaited by Sync
+	stop  bool
+
+	done chan struct{}
+}
+
+// MonLine is one command as MONITOR reports it.
+type MonLine struct {
+	T    int64    // the server's timestamp, on the suite's base
+	Lua  bool     // run by a script (the script is the last non-Lua line)
+	Addr string   // the client's address ("lua" for script commands)
+	Args []string // the command and its arguments
+	Gap  bool     // the connection broke before this line: commands may be missing
+}
+
+// StartMonitor connects to addr and starts recording. Commands the server
+// executes after StartMonitor returns are recorded.
+func StartMonitor(addr string, clock *Clock) (*Monitor, error) {
+	m := &Monitor{addr: addr, clock: clock, seen: map[string]chan struct{}{}, done: make(chan struct{})}
+	c, r, err := m.dial()
+	if err != nil {
+		return nil, err
+	}
+	m.conn = c
+	go m.loop(r)
+	return m, nil
+}
+
+func (m *Monitor) dial() (net.Conn, *bufio.Reader, error) {
+	c, err := net.DialTimeout("tcp", m.addr, time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := bufio.NewReaderSize(c, 1<<16)
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("MONITOR\r\n")); err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "+OK") {
+		c.Close()
+		return nil, nil, fmt.Errorf("faults: MONITOR on %s: %q %v", m.addr, line, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, r, nil
+}
+
+func (m *Monitor) loop(r *bufio.Reader) {
+	defer close(m.done)
+	gap := false
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			m.mu.Lock()
+			stop := m.stop
+			m.mu.Unlock()
+			if stop {
+				return
+			}
+			// Reconnect until the server is back or Stop is called.
+			for {
+				time.Sleep(10 * time.Millisecond)
+				m.mu.Lock()
+				stop := m.stop
+				m.mu.Unlock()
+				if stop {
+					return
+				}
+				c, nr, err := m.dial()
+				if err != nil {
+					continue
+				}
+				m.mu.Lock()
+				if m.stop {
+					m.mu.Unlock()
+					c.Close()
+					return
+				}
+				m.conn, r = c, nr
+				m.mu.Unlock()
+				gap = true
+				break
+			}
+			continue
+		}
+		l, ok := parseMonitorLine(strings.TrimRight(line, "\r\n"), m.clock)
+		if !ok {
+			continue
+		}
+		l.Gap, gap = gap, false
+		m.mu.Lock()
+		m.lines = append(m.lines, l)
+		if len(l.Args) == 2 && strings.EqualFold(l.Args[0], "echo") {
+			if ch := m.seen[l.Args[1]]; ch != nil {
+				close(ch)
+				delete(m.seen, l.Args[1])
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+var syncSeq struct {
+	sync.Mutex
+	n int
+}
+
+// Sync waits until the monitor has read every command the server executed
+// before the call (it sends an ECHO marker and waits for it), at most
+// timeout. It reports whether the marker arrived.
+func (m *Monitor) Sync(timeout time.Duration) bool {
+	syncSeq.Lock()
+	syncSeq.n++
+	mark := fmt.Sprintf("faults-monitor-sync-%d-%d", time.Now().UnixNano(), syncSeq.n)
+	syncSeq.Unlock()
+	ch := make(chan struct{})
+	m.mu.Lock()
+	m.seen[mark] = ch
+	m.mu.Unlock()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", m.addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+			_, err = fmt.Fprintf(c, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", len(mark), mark)
+			if err == nil {
+				_, err = bufio.NewReader(c).ReadString('\n')
+			}
+			c.Close()
+		}
+		if err == nil {
+			select {
+			case <-ch:
+				return true
+			case <-time.After(time.Until(deadline)):
+				return false
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// Stop syncs, stops recording and returns every line recorded.
+func (m *Monitor) Stop() []MonLine {
+	m.Sync(2 * time.Second)
+	m.mu.Lock()
+	m.stop = true
+	if m.conn != nil {
+		m.conn.Close()
+	}
+	m.mu.Unlock()
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lines
+}
+
+// parseMonitorLine parses `+<sec>.<usec> [<db> <addr>] "arg" "arg"...`.
+func parseMonitorLine(s string, clock *Clock) (MonLine, bool) {
+	s, _ = strings.CutPrefix(s, "+")
+	ts, rest, ok := strings.Cut(s, " [")
+	if !ok {
+		return MonLine{}, false
+	}
+	sec, usec, ok := strings.Cut(ts, ".")
+	if !ok {
+		return MonLine{}, false
+	}
+	si, err1 := strconv.ParseInt(sec, 10, 64)
+	ui, err2 := strconv.ParseInt(usec, 10, 64)
+	if err1 != nil || err2 != nil {
+		return MonLine{}, false
+	}
+	client, argStr, ok := strings.Cut(rest, "] ")
+	if !ok {
+		return MonLine{}, false
+	}
+	_, addr, _ := strings.Cut(client, " ")
+	args, err := splitQuoted(argStr)
+	if err != nil || len(args) == 0 {
+		return MonLine{}, false
+	}
+	return MonLine{T: clock.Wall(si*1e9 + ui*1e3), Lua: addr == "lua", Addr: addr, Args: args}, true
+}
+
+// splitQuoted splits MONITOR's argument list: double-quoted strings in the
+// escaping of Redis's sdscatrepr (\\ \" \n \r \t \a \b \xHH), separated by
+// spaces.
+func splitQuoted(s string) ([]string, error) {
+	var out []string
+	for i := 0; i < len(s); {
+		if s[i] == ' ' {
+			i++
+			continue
+		}
+		if s[i] != '"' {
+			return nil, errors.New("unquoted argument")
+		}
+		i++
+		var b strings.Builder
+		closed := false
+		for i < len(s) {
+			c := s[i]
+			if c == '"' {
+				closed = true
+				i++
+				break
+			}
+			if c != '\\' || i+1 >= len(s) {
+				b.WriteByte(c)
+				i++
+				continue
+			}
+			switch e := s[i+1]; e {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'a':
+				b.WriteByte('\a')
+			case 'b':
+				b.WriteByte('\b')
+			case 'x':
+				if i+3 < len(s) {
+					if v, err := strconv.ParseUint(s[i+2:i+4], 16, 8); err == nil {
+						b.WriteByte(byte(v))
+						i += 4
+						continue
+					}
+				}
+				b.WriteByte('x')
+			default:
+				b.WriteByte(e)
+			}
+			i += 2
+		}
+		if !closed {
+			return nil, errors.New("unterminated argument")
+		}
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+// MonStats is what the server-side view shows.
+type MonStats struct {
+	Commands int      // top-level commands in the counting window
+	Foreign  int      // R1: writes to a lock key held by another owner's live token
+	Details  []string // the first few foreign writes and orphans
+	Orphans  []Orphan // values a script set for tokens no grant returned
+	Gaps     int      // connection gaps (restarts)
+}
+
+// Orphan is a lock key holding the token of a grant nobody received: an
+// acquire whose reply was lost, or a hand-off to a waiter that never
+// confirmed it. It lasts until it is deleted, overwritten or expires.
+type Orphan struct {
+	Key   string
+	Token string
+	Start int64
+	Dur   int64
+}
+
+// liveSlack absorbs the millisecond expiry arithmetic of Redis: within it
+// of a key's expiry, whether the key was live is not decided.
+const liveSlack = int64(2 * time.Millisecond)
+
+type keyState struct {
+	known  bool
+	value  string // "" absent
+	exp    int64  // 0: no expiry
+	since  int64
+	script bool // set by a script
+}
+
+func (k *keyState) live(t int64) bool {
+	return k.known && k.value != "" && (k.exp == 0 || t < k.exp-liveSlack)
+}
+
+func (k *keyState) uncertain(t int64) bool {
+	return !k.known || (k.value != "" && k.exp != 0 && t >= k.exp-liveSlack && t <= k.exp+liveSlack)
+}
+
+// AnalyzeMonitor replays the lines for the lock keys in keys. owned holds
+// every token a grant returned. Commands are counted between from and to.
+//
+// R1: a script run for token T (its ARGV[1], the convention of every dlock
+// script) that writes a lock key (SET, DEL, PEXPIRE, ...) while the key
+// holds another token whose TTL has not run out is a foreign write:
+// release or extend touching another owner, or an acquire overwriting a
+// live lock. ForceRelease ('force') is exempt.
+func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64) MonStats {
+	var st MonStats
+	states := map[string]*keyState{}
+	state := func(k string) *keyState {
+		s := states[k]
+		if s == nil {
+			s = &keyState{known: true} // keys are fresh per history
+			states[k] = s
+		}
+		return s
+	}
+	endTenure := func(k string, s *keyState, t int64) {
+		if !s.known || s.value == "" || !s.script || owned[s.value] {
+			return
+		}
+		end := t
+		if s.exp != 0 && s.exp < end {
+			end = s.exp
+		}
+		st.Orphans = append(st.Orphans, Orphan{Key: k, Token: short(s.value), Start: s.since, Dur: end - s.since})
+	}
+	detail := func(f string, a ...any) {
+		if len(st.Details) < 8 {
+			st.Details = append(st.Details, fmt.Sprintf(f, a...))
+		}
+	}
+	var script struct {
+		active bool
+		t      int64
+		token  string
+		force  bool
+	}
+	last := int64(0)
+	for _, l := range lines {
+		last = l.T
+		if l.Gap {
+			st.Gaps++
+			for _, s := range states {
+				s.known = false
+			}
+		}
+		cmd := strings.ToUpper(l.Args[0])
+		t := l.T
+		if !l.Lua {
+			script.active = false
+			if l.T >= from && l.T <= to && cmd != "ECHO" {
+				st.Commands++
+			}
+			switch cmd {
+			case "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO":
+				if len(l.Args) < 3 {
+					continue
+				}
+				n, err := strconv.Atoi(l.Args[2])
+				if err != nil || 3+n > len(l.Args) {
+					continue
+				}
+				argv := l.Args[3+n:]
+				script.active, script.t, script.token, script.force = true, l.T, "", false
+				if len(argv) > 0 {
+					script.token = argv[0]
+				}
+				if len(argv) > 3 && argv[3] == "force" {
+					script.force = true
+				}
+				continue
+			case "FLUSHALL", "FLUSHDB":
+				for k, s := range states {
+					endTenure(k, s, t)
+					*s = keyState{known: true}
+				}
+				continue
+			}
+		} else if script.active {
+			t = script.t // a script sees the time it started at
+		} else {
+			continue
+		}
+		if len(l.Args) < 2 || !keys[l.Args[1]] {
+			continue
+		}
+		k := l.Args[1]
+		s := state(k)
+		if !isWrite(cmd) {
+			continue
+		}
+		if l.Lua && !script.force && s.live(t) && s.value != script.token {
+			st.Foreign++
+			detail("R1: %s %s by a script of token %s while it held %s (expiring in %s)",
+				cmd, k, short(script.token), short(s.value), Dur(s.exp-t))
+		}
+		applyWrite(k, s, cmd, l.Args, t, l.Lua, endTenure)
+	}
+	for k, s := range states {
+		endTenure(k, s, last)
+	}
+	return st
+}
+
+func isWrite(cmd string) bool {
+	switch cmd {
+	case "SET", "DEL", "UNLINK", "GETDEL", "GETSET", "SETEX", "PSETEX", "PEXPIRE", "EXPIRE",
+		"PEXPIREAT", "EXPIREAT", "PERSIST", "GETEX", "RENAME", "SETNX", "MSET":
+		return true
+	}
+	return false
+}
+
+func applyWrite(k string, s *keyState, cmd string, args []string, t int64, script bool, endTenure func(string, *keyState, int64)) {
+	if s.known && s.exp != 0 && s.value != "" && t > s.exp+liveSlack {
+		// It expired before this command.
+		endTenure(k, s, t)
+		s.value, s.exp = "", 0
+	}
+	switch cmd {
+	case "SET":
+		if len(args) < 3 {
+			s.known = false
+			return
+		}
+		var exp int64
+		nx, xx, keep := false, false, false
+		for i := 3; i < len(args); i++ {
+			switch strings.ToUpper(args[i]) {
+			case "PX", "EX":
+				if i+1 < len(args) {
+					n, _ := strconv.ParseInt(args[i+1], 10, 64)
+					unit := int64(time.Millisecond)
+					if strings.EqualFold(args[i], "EX") {
+						unit = int64(time.Second)
+					}
+					exp = t + n*unit
+					i++
+				}
+			case "NX":
+				nx = true
+			case "XX":
+				xx = true
+			case "KEEPTTL":
+				keep = true
+			default:
+				if u := strings.ToUpper(args[i]); u == "PXAT" || u == "EXAT" {
+					s.known = false
+					return
+				}
+			}
+		}
+		if nx || xx {
+			if s.uncertain(t) {
+				s.known = false
+				return
+			}
+			if (nx && s.live(t)) || (xx && !s.live(t)) {
+				return
+			}
+		}
+		if keep && s.live(t) {
+			exp = s.exp
+		}
+		endTenure(k, s, t)
+		*s = keyState{known: true, value: args[2], exp: exp, since: t, script: script}
+	case "DEL", "UNLINK", "GETDEL":
+		endTenure(k, s, t)
+		*s = keyState{known: true}
+	case "PEXPIRE", "EXPIRE":
+		if len(args) < 3 || s.uncertain(t) {
+			s.known = false
+			return
+		}
+		if !s.live(t) {
+			return
+		}
+		n, _ := strconv.ParseInt(args[2], 10, 64)
+		unit := int64(time.Millisecond)
+		if cmd == "EXPIRE" {
+			unit = int64(time.Second)
+		}
+		if n <= 0 {
+			endTenure(k, s, t)
+			*s = keyState{known: true}
+			return
+		}
+		s.exp = t + n*unit
+	default:
+		s.known = false
+	}
+}
