@@ -66,7 +66,7 @@ var (
 	ErrNilContext  = argError("nil context")
 	ErrEmptyKey    = argError("empty key")
 	ErrKeyTooLong  = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
-	ErrInvalidTTL  = argError("TTL must be at least 1ms and longer than the drift allowance (TTL*DriftFactor + MinDrift)")
+	ErrInvalidTTL  = argError("TTL must be 1ms to MaxTTL, longer than the drift allowance (TTL*DriftFactor + MinDrift), and for a renewed lock longer than drift plus the renewal interval")
 	ErrInvalidOpts = argError("invalid options")
 	ErrEmptyToken  = argError("empty token")
 

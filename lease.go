@@ -266,7 +266,7 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	if ttl < time.Millisecond || ttl <= l.c.opts.drift(ttl) {
+	if !l.c.opts.ttlWorks(ttl, l.renew) {
 		return ErrInvalidTTL
 	}
 	l.opMu.Lock()

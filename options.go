@@ -3,6 +3,7 @@ package dlock
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 )
@@ -113,7 +114,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.PickupTimeout < 0 || o.WaiterLease < 0 {
 		return o, ErrInvalidOpts
 	}
-	if o.TTL != 0 && o.TTL < time.Millisecond {
+	if o.TTL != 0 && (o.TTL < time.Millisecond || o.TTL > MaxTTL) {
 		return o, ErrInvalidTTL
 	}
 	if o.Prefix == "" {
@@ -123,6 +124,8 @@ func (o Options) withDefaults() (Options, error) {
 		o.TTL = DefaultTTL
 	}
 	switch {
+	case math.IsNaN(o.DriftFactor) || o.DriftFactor > maxDriftFactor:
+		return o, ErrInvalidOpts
 	case o.DriftFactor == 0:
 		o.DriftFactor = DefaultDriftFactor
 	case o.DriftFactor < 0:
@@ -158,7 +161,28 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if !o.ttlWorks(o.TTL, true) {
+		return o, ErrInvalidTTL
+	}
 	return o, nil
+}
+
+// maxDriftFactor bounds DriftFactor: beyond half the TTL, the drift
+// allowance leaves too little validity to renew in.
+const maxDriftFactor = 0.5
+
+// MaxTTL is the longest lock TTL accepted.
+const MaxTTL = 365 * 24 * time.Hour
+
+// ttlWorks reports whether a lock with ttl can live: its validity (TTL
+// minus the drift allowance) is positive and, if renewed, longer than the
+// renewal interval, so a renewal lands before the deadline.
+func (o *Options) ttlWorks(ttl time.Duration, renew bool) bool {
+	if ttl < time.Millisecond || ttl > MaxTTL {
+		return false
+	}
+	validity := ttl - o.drift(ttl)
+	return validity > 0 && (!renew || o.renewEvery(ttl) < validity)
 }
 
 // drift is the allowance subtracted from a validity of ttl.
@@ -223,8 +247,8 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 			o(&cfg)
 		}
 	}
-	if cfg.ttl < time.Millisecond || cfg.ttl <= c.opts.drift(cfg.ttl) {
-		return cfg, ErrInvalidTTL // the lock would be expired when handed out
+	if !c.opts.ttlWorks(cfg.ttl, cfg.renew) {
+		return cfg, ErrInvalidTTL // expired when handed out, or before its first renewal
 	}
 	if isNil(cfg.proto) {
 		return cfg, ErrInvalidOpts

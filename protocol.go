@@ -162,18 +162,24 @@ func grantOf(token string, cmd *redis.Cmd) (Grant, error) {
 	case err != nil:
 		return g, err
 	case len(res) != 2:
-		return g, errors.New("dlock: unexpected reply from the acquire script")
-	case res[0] == codeOK:
+		return g, errUnexpectedReply
+	case res[0] == codeOK && res[1] >= 1: // fences start at 1 or above
 		g.Acquired, g.Fence = true, uint64(res[1])
 	case res[0] == codeWrongType:
 		return g, ErrWrongType
-	case res[1] == freeButQueued:
+	case res[0] == 0 && res[1] == freeButQueued:
 		g.HolderTTL = 0
-	default:
+	case res[0] == 0 && res[1] >= -1: // a PTTL: -1 means no expiry
 		g.HolderTTL = time.Duration(res[1]) * time.Millisecond
+	default:
+		// Never a grant, never a silent "not acquired": a reply the script
+		// does not send means something else answered.
+		return g, errUnexpectedReply
 	}
 	return g, nil
 }
+
+var errUnexpectedReply = errors.New("dlock: unexpected reply from the acquire script")
 
 func (tokenLock) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
 	return Call{extendScript, []string{k.Lock, k.Fence},
