@@ -32,7 +32,7 @@ func TestValueFormat(t *testing.T) {
 		{legacy.Seconds, 1500 * time.Millisecond, "1700000003"},
 		{legacy.Seconds, 200 * time.Millisecond, "1700000002"}, // below 1s: 1s
 		{legacy.Seconds, 999 * time.Millisecond, "1700000002"},
-		{legacy.Milliseconds, 40 * time.Millisecond, "1700000000941"},   // seed 000: now + 40 + 1
+		{legacy.Milliseconds, 40 * time.Millisecond, "1700000000941"},    // seed 000: now + 40 + 1
 		{legacy.Milliseconds, 50500 * time.Microsecond, "1700000000952"}, // rounded up to 51ms
 		{legacy.Milliseconds, 2 * time.Second, "1700000002901"},
 	}
