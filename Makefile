@@ -3,7 +3,7 @@
 
 GO ?= go
 
-.PHONY: test race lint bench demo ci
+.PHONY: test race lint bench bench-peers faults soak demo ci
 
 test:
 	$(GO) test -count=1 ./...
@@ -17,6 +17,18 @@ lint:
 
 bench:
 	$(GO) test -run '^$$' -bench . -count 5 .
+
+# Side-by-side with redsync, bsm/redislock and rueidislock (own module).
+bench-peers:
+	cd bench && $(GO) run .
+
+# The fault-injection suite with its report table (quick tier).
+faults:
+	cd faults && $(GO) test -race -count=1 -timeout 15m -v -run . . | grep -v '^redis: '
+
+# The seeded random-mix soak (minutes).
+soak:
+	cd faults && DLOCK_SOAK=1 $(GO) test -count=1 -timeout 60m -v -run Soak .
 
 demo:
 	$(GO) run ./cmd/dlock demo
