@@ -125,3 +125,19 @@ func ExampleFencedDelete() {
 	// true 1
 	// <nil>
 }
+
+func ExampleChainHooks() {
+	ctx := context.Background()
+	var mine, theirs int
+	h := dlock.ChainHooks(
+		dlock.Hooks{Acquire: func(dlock.AcquireInfo) { mine++ }},
+		dlock.Hooks{Acquire: func(dlock.AcquireInfo) { theirs++ }},
+	)
+	locks, _, done := exampleClientWith(dlock.Options{Hooks: h})
+	defer done()
+	lock, _ := locks.Lock(ctx, "example:chain")
+	lock.Unlock(ctx)
+	fmt.Println(mine, theirs)
+	// Output:
+	// 1 1
+}

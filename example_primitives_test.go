@@ -11,8 +11,13 @@ import (
 
 // exampleClient returns a Client for an Example and its clean-up.
 func exampleClient() (*dlock.Client, *redis.Client, func()) {
+	return exampleClientWith(dlock.Options{})
+}
+
+// exampleClientWith is exampleClient with options.
+func exampleClientWith(o dlock.Options) (*dlock.Client, *redis.Client, func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	locks, err := dlock.New(rdb, dlock.Options{})
+	locks, err := dlock.New(rdb, o)
 	if err != nil {
 		panic(err)
 	}

@@ -93,3 +93,43 @@ func (c *counters) snapshot() Stats {
 		AcquireTime:     time.Duration(c.acquireNanos.Load()),
 	}
 }
+
+// ChainHooks returns Hooks that call each of hooks in turn, in the order
+// given, skipping nil ones; a field is nil if all of its hooks are. Use it
+// to install an adapter's hooks (dlockprom, dlockotel) next to your own.
+// Every hook still runs synchronously, so the chain costs the sum of its
+// parts.
+func ChainHooks(hooks ...Hooks) Hooks {
+	var acq []func(AcquireInfo)
+	var rel []func(ReleaseInfo)
+	var ren []func(RenewInfo)
+	var lost []func(LostInfo)
+	for _, h := range hooks {
+		acq = appendHook(acq, h.Acquire)
+		rel = appendHook(rel, h.Release)
+		ren = appendHook(ren, h.Renew)
+		lost = appendHook(lost, h.Lost)
+	}
+	return Hooks{Acquire: chainOf(acq), Release: chainOf(rel), Renew: chainOf(ren), Lost: chainOf(lost)}
+}
+
+func appendHook[T any](fs []func(T), f func(T)) []func(T) {
+	if f == nil {
+		return fs
+	}
+	return append(fs, f)
+}
+
+func chainOf[T any](fs []func(T)) func(T) {
+	switch len(fs) {
+	case 0:
+		return nil
+	case 1:
+		return fs[0]
+	}
+	return func(v T) {
+		for _, f := range fs {
+			f(v)
+		}
+	}
+}

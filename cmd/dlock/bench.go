@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/signal"
@@ -95,14 +93,8 @@ func (a *app) cmdBench(args []string) int {
 	defer stopServer()
 	defer rdb.Close()
 
-	var rb [5]byte
-	_, _ = rand.Read(rb[:])
-	ns := "dlock-bench-" + hex.EncodeToString(rb[:])
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = benchkit.DeleteMatching(cctx, rdb, ns+"*")
-	}()
+	ns, cleanup := a.scratch(rdb, "bench")
+	defer cleanup()
 	keyNames := make([]string, keys)
 	for i := range keyNames {
 		keyNames[i] = fmt.Sprintf("%s:key:%d", ns, i)

@@ -182,16 +182,8 @@ func (a *app) cmdDemo(args []string) int {
 	defer stopServer()
 	defer rdb.Close()
 
-	var rb [5]byte
-	_, _ = rand.Read(rb[:])
-	ns := "dlock-demo-" + hex.EncodeToString(rb[:])
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := benchkit.DeleteMatching(cctx, rdb, ns+"*"); err != nil {
-			a.errorf("demo: deleting the demo's keys (%s*): %v", ns, err)
-		}
-	}()
+	ns, cleanup := a.scratch(rdb, "demo")
+	defer cleanup()
 
 	d := &demo{a: a, e: e, rdb: rdb, url: e.raw, f: f, ns: ns, tty: isTerminal(os.Stdout)}
 	switch scenario {
@@ -625,4 +617,20 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.1fms", benchkit.MS(d))
 	}
 	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+}
+
+// scratch returns a fresh key namespace ("dlock-<what>-<random>") for a
+// demo or bench run on a Redis that may be shared, and the clean-up that
+// deletes every key under it (SCAN, never KEYS or FLUSHALL).
+func (a *app) scratch(rdb redis.UniversalClient, what string) (ns string, cleanup func()) {
+	var rb [5]byte
+	_, _ = rand.Read(rb[:])
+	ns = "dlock-" + what + "-" + hex.EncodeToString(rb[:])
+	return ns, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := benchkit.DeleteMatching(ctx, rdb, ns+"*"); err != nil {
+			a.errorf("%s: deleting its keys (%s*): %v", what, ns, err)
+		}
+	}
 }
