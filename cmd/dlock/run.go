@@ -39,6 +39,9 @@ Flags:
                             legacy: the seeds' SETNX/GETSET lock whose value is an
                             expiry timestamp, for sharing keys with old code
   --legacy-unit s|ms        unit of the legacy timestamp. Default: s
+  --metrics-addr ADDR       serve Prometheus /metrics on ADDR (host:port) while
+                            dlock waits and COMMAND runs: held, waiting,
+                            renewals, losses, the lock's fence and deadline
   --redlock URL,URL,...     Redlock: take the lock on a majority of these
                             independent masters (an odd number, at least 3)
                             instead of on --redis
@@ -99,7 +102,7 @@ type runFlags struct {
 	wait, ttl, killAfter           durationValue
 	conflict, limit                int
 	shellCmd, protocol, unit       string
-	redlock                        string
+	redlock, metricsAddr           string
 }
 
 func (a *app) cmdRun(args []string) int {
@@ -123,6 +126,7 @@ func (a *app) cmdRun(args []string) int {
 	stringFlags(fs, &f.protocol, "protocol")
 	stringFlags(fs, &f.unit, "legacy-unit")
 	stringFlags(fs, &f.redlock, "redlock")
+	stringFlags(fs, &f.metricsAddr, "metrics-addr")
 	boolFlags(fs, &f.verbose, "v", "verbose")
 	boolFlags(fs, &f.quiet, "q", "quiet")
 	if err := fs.Parse(args); err != nil {
@@ -230,10 +234,23 @@ func (a *app) cmdRun(args []string) int {
 		client = c
 	}
 	defer client.Close()
+	var metrics *metricsServer
+	if f.metricsAddr != "" {
+		m, err := startMetrics(f.metricsAddr, client)
+		if err != nil {
+			a.errorf("run: --metrics-addr %s: %v", f.metricsAddr, err)
+			return exitFailed
+		}
+		defer m.stop()
+		metrics = m
+	}
 
 	lk, code := a.acquire(ctx, client, e, key, &f, lockOpts, sigs)
 	if lk == nil {
 		return code
+	}
+	if metrics != nil {
+		metrics.lock.Store(lk)
 	}
 	return a.supervise(client, lk, key, path, argv, &f, sigs)
 }
