@@ -20,7 +20,9 @@ const (
 	KindToken     Kind = "token"     // a dlock token (22 base64url characters)
 	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the seeds' SETNX/GETSET lock
 	KindForeign   Kind = "foreign"   // another string: some other SET NX client's token
-	KindWrongType Kind = "wrongtype" // not a string: not a lock at all
+	KindShared    Kind = "shared"    // read-locked (dlock.Shared): the key holds SharedValue
+	KindSemaphore Kind = "semaphore" // a dlock semaphore (a sorted set of permit holders)
+	KindWrongType Kind = "wrongtype" // any other type: not a lock at all
 )
 
 // Info is what Inspect and List report about one lock key.
@@ -37,6 +39,10 @@ type Info struct {
 	// Queued counts the entries of the key's FIFO wait queue (waiters whose
 	// lease lapsed stay counted until a release skips them).
 	Queued int64
+	// Holders counts the live leases behind a shared lock (readers) or a
+	// semaphore (permit holders); Permits is the semaphore's permits in use
+	// and Limit its run-time limit (0: none set by SetLimit).
+	Holders, Permits, Limit int64
 	// Subscribers counts connections subscribed to the key's wake-up channel
 	// (PUBSUB NUMSUB on the node answering): clients with a Barging or
 	// non-queueing Lock call waiting.
@@ -58,7 +64,8 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	var pttl *redis.DurationCmd
 	var fence *redis.StringCmd
 	var subs *redis.MapStringIntCmd
-	var queued *redis.IntCmd
+	var queued, holders, readers *redis.IntCmd
+	var used, limit *redis.StringCmd
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
@@ -66,6 +73,10 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		fence = p.Get(ctx, ks.Fence)
 		subs = p.PubSubNumSub(ctx, ks.Wake)
 		queued = p.LLen(ctx, ks.Queue)
+		holders = p.ZCard(ctx, key) // a semaphore (errors on any other type: ignored)
+		readers = p.ZCard(ctx, auxOf(ks, readersSuffix))
+		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
+		limit = p.Get(ctx, auxOf(ks, limitSuffix))
 		return nil
 	})
 	if typ.Err() != nil {
@@ -81,6 +92,17 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	case "none":
 		return info, nil
 	case "string":
+	case "zset":
+		// A semaphore: held while any permit is leased.
+		info.Kind = KindSemaphore
+		info.Holders = holders.Val()
+		info.Permits, _ = used.Int64()
+		info.Limit, _ = limit.Int64()
+		info.Held = info.Holders > 0
+		if d := pttl.Val(); d > 0 {
+			info.TTL = d
+		}
+		return info, nil
 	default:
 		info.Kind = KindWrongType
 		return info, nil
@@ -94,6 +116,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	info.Held = true
 	info.Value = val.Val()
 	info.Kind = classify(info.Value)
+	if info.Value == SharedValue {
+		info.Kind, info.Holders = KindShared, readers.Val()
+	}
 	switch d := pttl.Val(); {
 	case d > 0:
 		info.TTL = d

@@ -134,3 +134,41 @@ func TestPrimitivesRefuseMinReplicas(t *testing.T) {
 		t.Fatalf("LockMulti = %v", err)
 	}
 }
+
+func TestInspectSharedAndSemaphore(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	r1, err := c.Lock(t.Context(), k, dlock.Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _ := c.Lock(t.Context(), k, dlock.Shared())
+	info, err := c.Inspect(t.Context(), k)
+	if err != nil || !info.Held || info.Kind != dlock.KindShared || info.Holders != 2 || info.Fence == 0 {
+		t.Fatalf("Inspect of a read-locked key = %+v, %v", info, err)
+	}
+	r1.Unlock(t.Context())
+	r2.Unlock(t.Context())
+
+	s := key(t)
+	p1, err := c.Lock(t.Context(), s, dlock.Semaphore(3), dlock.Permits(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err = c.Inspect(t.Context(), s)
+	if err != nil || !info.Held || info.Kind != dlock.KindSemaphore || info.Holders != 1 || info.Permits != 2 || info.TTL <= 0 {
+		t.Fatalf("Inspect of a semaphore = %+v, %v", info, err)
+	}
+	var listed bool
+	_ = c.List(t.Context(), "", func(i dlock.Info) bool {
+		listed = listed || (i.Key == s && i.Kind == dlock.KindSemaphore)
+		return true
+	})
+	if !listed {
+		t.Fatal("List did not report the semaphore")
+	}
+	p1.Unlock(t.Context())
+	if info, _ = c.Inspect(t.Context(), s); info.Held {
+		t.Fatalf("semaphore still held after Unlock: %+v", info)
+	}
+}

@@ -83,6 +83,9 @@ type lockView struct {
 	TTLms           int64  `json:"ttl_ms"`
 	Fence           uint64 `json:"fence"`
 	Waiters         int64  `json:"waiters"`
+	Holders         int64  `json:"holders,omitempty"` // readers of a shared lock, holders of a semaphore
+	Permits         int64  `json:"permits,omitempty"` // semaphore permits in use
+	Limit           int64  `json:"limit,omitempty"`   // semaphore limit set at run time
 	LegacyUnit      string `json:"legacy_unit,omitempty"`
 	LegacyExpiresAt string `json:"legacy_expires_at,omitempty"`
 
@@ -91,7 +94,8 @@ type lockView struct {
 
 func viewOf(info dlock.Info) lockView {
 	v := lockView{Key: info.Key, Held: info.Held, Kind: string(info.Kind), Value: info.Value,
-		Fence: info.Fence, Waiters: info.Queued + info.Subscribers}
+		Fence: info.Fence, Waiters: info.Queued + info.Subscribers,
+		Holders: info.Holders, Permits: info.Permits, Limit: info.Limit}
 	switch {
 	case info.Kind == dlock.KindWrongType:
 		v.State = "not-a-lock"
@@ -130,6 +134,14 @@ func (v lockView) kindText() string {
 		return "legacy (SETNX/GETSET expiry timestamp)"
 	case dlock.KindForeign:
 		return "foreign (a string of some other client)"
+	case dlock.KindShared:
+		return fmt.Sprintf("shared (read lock: %d readers)", v.Holders)
+	case dlock.KindSemaphore:
+		limit := "limit given by each client"
+		if v.Limit > 0 {
+			limit = fmt.Sprintf("limit %d", v.Limit)
+		}
+		return fmt.Sprintf("semaphore (%d permits held by %d holders; %s)", v.Permits, v.Holders, limit)
 	}
 	return v.Kind
 }

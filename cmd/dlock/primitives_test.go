@@ -92,3 +92,17 @@ func TestRunLimit(t *testing.T) {
 		t.Fatalf("5 runs with --limit 2: at most %d at once, want exactly 2", got)
 	}
 }
+
+func TestStatusSemaphore(t *testing.T) {
+	t.Parallel()
+	key := testKey(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	p := startDlock(t, nil, onSrv("run", "--limit", "3", key, "--", "sh", "-c", "touch "+ready+"; sleep 1")...)
+	waitFor(t, 10*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	r := dlockRun(t, nil, onSrv("status", key)...)
+	expectCode(t, r, 0)
+	if !strings.Contains(r.stdout, "semaphore (1 permits held by 1 holders") {
+		t.Errorf("status of a semaphore:\n%v", r)
+	}
+	expectCode(t, p.wait(30*time.Second), 0)
+}
