@@ -25,16 +25,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("DLOCK_TEST_CHILD") != "" {
 		os.Exit(runChild())
 	}
-	s, err := redistest.StartMain(redistest.Config{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlock tests need redis-server:", err)
-		os.Exit(1)
-	}
-	srv = s
-	redisAddr = s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	os.Exit(code)
+	os.Exit(redistest.RunShared(m, "dlock", func(s *redistest.Server) { srv, redisAddr = s, s.Addr() }))
 }
 
 // newClient returns a go-redis client to srv and a dlock Client over it,

@@ -29,15 +29,7 @@ var srv *redistest.Server
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	s, err := redistest.StartMain(redistest.Config{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlockotel tests need redis-server:", err)
-		os.Exit(1)
-	}
-	srv, redisAddr = s, s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	os.Exit(code)
+	os.Exit(redistest.RunShared(m, "dlockotel", func(s *redistest.Server) { srv, redisAddr = s, s.Addr() }))
 }
 
 // env is a Telemetry over an in-memory span recorder and a manual metric

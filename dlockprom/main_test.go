@@ -21,15 +21,7 @@ var srv *redistest.Server
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	s, err := redistest.StartMain(redistest.Config{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "dlockprom tests need redis-server:", err)
-		os.Exit(1)
-	}
-	srv, redisAddr = s, s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	os.Exit(code)
+	os.Exit(redistest.RunShared(m, "dlockprom", func(s *redistest.Server) { srv, redisAddr = s, s.Addr() }))
 }
 
 // newClient returns a dlock Client over its own go-redis client to addr,

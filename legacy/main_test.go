@@ -23,15 +23,7 @@ var srv *redistest.Server
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	s, err := redistest.StartMain(redistest.Config{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "legacy tests need redis-server:", err)
-		os.Exit(1)
-	}
-	srv, redisAddr = s, s.Addr()
-	code := m.Run()
-	_ = s.Close()
-	os.Exit(code)
+	os.Exit(redistest.RunShared(m, "legacy", func(s *redistest.Server) { srv, redisAddr = s, s.Addr() }))
 }
 
 // newRDB returns a go-redis client to srv, closed at the end of the test.
