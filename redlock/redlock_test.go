@@ -57,8 +57,8 @@ func TestNewErrors(t *testing.T) {
 // reach every node; Close releases what is held.
 func TestBasics(t *testing.T) {
 	ctx := t.Context()
-	a := newSet(t, shared, redlock.Options{NodeTimeout: 200 * time.Millisecond}, dlock.Options{RetryInterval: 10 * time.Second})
-	b := newSet(t, shared, redlock.Options{NodeTimeout: 200 * time.Millisecond}, dlock.Options{RetryInterval: 10 * time.Second})
+	a := newSet(t, shared, redlock.Options{NodeTimeout: 2 * time.Second}, dlock.Options{RetryInterval: 10 * time.Second})
+	b := newSet(t, shared, redlock.Options{NodeTimeout: 2 * time.Second}, dlock.Options{RetryInterval: 10 * time.Second})
 	k := key(t)
 	lk, err := a.c.Lock(ctx, k, dlock.WithProtocol(a.p), dlock.WithTTL(2*time.Second))
 	if err != nil {
@@ -636,7 +636,7 @@ func TestWatchdog(t *testing.T) {
 // ErrExpired and deletes what is left.
 func TestLostByExpiry(t *testing.T) {
 	servers := start(t, 3, redistest.Config{})
-	s := newSet(t, servers, redlock.Options{NodeTimeout: 100 * time.Millisecond}, dlock.Options{})
+	s := newSet(t, servers, redlock.Options{NodeTimeout: 2 * time.Second}, dlock.Options{})
 	k := key(t)
 	lk, err := s.c.Lock(t.Context(), k, dlock.WithProtocol(s.p), dlock.WithTTL(time.Second))
 	if err != nil {
