@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/probe"
 )
 
 type leaseState uint8
@@ -303,6 +305,7 @@ func (l *lease) release(ctx context.Context) error {
 		return lerr
 	}
 
+	probe.Point(probe.BeforeRelease, l.keys.Lock)
 	code, err := releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 	if err == nil && code == codeOther && l.swapAlt() {
 		code, err = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, l.token())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -81,7 +82,7 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 // loop every kind of lock shares. Inputs are already validated.
 func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto Protocol, cfg lockConfig, wait bool) (*Lock, error) {
 	token := newToken()
-	spec := waitSpec{token: token, channel: keys.Wake}
+	spec := waitSpec{key: keys.Lock, token: token, channel: keys.Wake}
 	// A protocol whose waiters queue in Redis: queued waiters unless
 	// Barging; TryLock never queues.
 	mode := "try"
@@ -94,7 +95,10 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 	base := proto
 	proto, q := c.modal(base, mode)
 	spec.queued = q && mode == "q1"
-	spec.leave = func(ctx context.Context) error { return withdraw(ctx, c.rdb, proto, keys, token) }
+	spec.leave = func(ctx context.Context) error {
+		probe.Point(probe.BeforeWithdraw, keys.Lock)
+		return withdraw(ctx, c.rdb, proto, keys, token)
+	}
 	l := c.newLease(proto, keys, cfg)
 	attempts := 0
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
@@ -104,6 +108,9 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		attempts++
 		sent := time.Now()
 		g, err := proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
+		if err == nil && g.Acquired {
+			probe.Point(probe.AfterGrant, keys.Lock)
+		}
 		p := proto
 		if spec.queued && mode == "q1" {
 			proto, _ = c.modal(base, "q") // later attempts refresh the queue entry
@@ -113,7 +120,10 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 			// The grant's reply came back after the validity it bought: the
 			// lock may already be someone else's. Give it back, try again.
 			v := g.Value
-			c.background(func(ctx context.Context) error { return withdraw(ctx, c.rdb, p, keys, v) })
+			c.background(func(ctx context.Context) error {
+				probe.Point(probe.BeforeWithdraw, keys.Lock)
+				return withdraw(ctx, c.rdb, p, keys, v)
+			})
 			if !wait {
 				return false, 0, unavailable(errors.New("the acquire reply arrived after the lock's validity"))
 			}
@@ -130,7 +140,10 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		}
 		if ambiguous(err) && g.Value != "" {
 			v := g.Value
-			c.background(func(ctx context.Context) error { return withdraw(ctx, c.rdb, p, keys, v) })
+			c.background(func(ctx context.Context) error {
+				probe.Point(probe.BeforeWithdraw, keys.Lock)
+				return withdraw(ctx, c.rdb, p, keys, v)
+			})
 		}
 		if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
 			cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -311,6 +312,7 @@ func (n *notifier) loop(ps *redis.PubSub) {
 			}
 		case *redis.Message:
 			if m.Channel == n.own {
+				probe.Point(probe.HandoffReceived, "")
 				n.handedOff(m.Payload)
 			} else {
 				n.wakeOne(m.Channel, nil)
@@ -351,6 +353,7 @@ type waitSpec struct {
 	// release hands it the lock by publishing token on the Client's own
 	// channel. Otherwise it listens on channel, the key's wake-up channel.
 	queued  bool
+	key     string // the lock key (for the test points)
 	token   string
 	channel string
 	// leave withdraws a queued waiter that gives up (and passes on a
@@ -422,6 +425,7 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 		case <-w.wake:
 			if spec.queued {
 				c.stats.handoffs.Add(1)
+				probe.Point(probe.BeforeConfirm, spec.key)
 			}
 		case <-timer.C:
 		case <-ctx.Done():

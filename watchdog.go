@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/probe"
 )
 
 // watchdog is the one goroutine per Client that renews every held lease.
@@ -182,6 +184,7 @@ func (wd *watchdog) renew(leases []*lease) {
 	nexts := make([]string, len(leases))
 	ttls := make([]time.Duration, len(leases))
 	earliest := time.Time{}
+	probe.Point(probe.WatchdogBeforeBatch, "")
 	for i, l := range leases {
 		l.opMu.Lock() // released below, once the reply is applied
 		l.mu.Lock()
@@ -206,6 +209,7 @@ func (wd *watchdog) renew(leases []*lease) {
 	}()
 	sent := time.Now()
 	cmds := runBatch(ctx, wd.c.rdb, calls)
+	probe.Point(probe.WatchdogAfterBatch, "")
 	for i, l := range leases {
 		code, err := cmds[i].Int64()
 		if l.renewed(sent, ttls[i], nexts[i], code, err) == errRetryAlt {
