@@ -31,6 +31,14 @@
 //     (default 10 s) passed; then it is sent. Commands run on pooled
 //     connections, so this reorders two commands across connections: "the
 //     withdraw reaches Redis after the retry".
+//   - Late: the caller gets an error matching ErrDropped at once, and the
+//     command is sent afterwards, in the background: after Rule.Delay, or
+//     once a command matching Rule.Until has completed (at most
+//     Rule.HoldTimeout). This is a command delayed, not lost, that lands
+//     after the caller gave up on it (and after its clean-up). Its reply
+//     is recorded in the log.
+//   - Observe: nothing; the rule only counts, logs and closes FiredC (to
+//     wait for a command in a test).
 //
 // In a pipeline (the watchdog's renewal batches) each command is matched
 // on its own: FailBefore at command i sends the commands before i and fails
@@ -99,6 +107,10 @@ const (
 	Delay
 	// Hold sends the command once a command matching Rule.Until completed.
 	Hold
+	// Late fails the command at once (ErrDropped) and sends it later.
+	Late
+	// Observe only records the command.
+	Observe
 )
 
 func (a Action) String() string {
@@ -111,6 +123,10 @@ func (a Action) String() string {
 		return "delay"
 	case Hold:
 		return "hold"
+	case Late:
+		return "late"
+	case Observe:
+		return "observe"
 	}
 	return fmt.Sprintf("action(%d)", int(a))
 }
@@ -274,9 +290,9 @@ type Rule struct {
 	Times int
 	// Delay: how long Delay waits.
 	Delay time.Duration
-	// Until: Hold waits until a command matching it has completed.
+	// Until: Hold (and Late) wait until a command matching it has completed.
 	Until Match
-	// HoldTimeout bounds a Hold (default 10 s).
+	// HoldTimeout bounds a Hold or a Late with Until (default 10 s).
 	HoldTimeout time.Duration
 	// Err: the error of FailBefore (default: one matching ErrFailed).
 	Err error
@@ -468,6 +484,13 @@ func (in *Injector) before(c Command) (d decision) {
 		if h.rule.Action == DropReply || !h.rule.Match.matches(c) {
 			continue
 		}
+		if h.rule.Action == Observe {
+			// Observers never stop another rule from acting.
+			if in.fireLocked(h) {
+				in.recordLocked(h.rule.Name, Observe, c, "seen")
+			}
+			continue
+		}
 		if d.action == 0 && in.fireLocked(h) {
 			r := h.rule
 			d = decision{action: r.Action, rule: r.Name, delay: r.Delay, until: r.Until, holdTO: r.HoldTimeout, err: r.Err, handle: h}
@@ -607,12 +630,46 @@ func (in *Injector) unhold(h *hold) {
 	}
 }
 
+// late sends cmd in the background once d's delay passed or its Until
+// matched a completed command.
+func (in *Injector) late(next redis.ProcessHook, cmd redis.Cmder, d decision, c Command) {
+	var h *hold
+	if !d.until.IsZero() {
+		h = &hold{until: d.until, done: make(chan struct{})}
+		in.mu.Lock()
+		in.holds = append(in.holds, h)
+		in.mu.Unlock()
+	}
+	in.record(d.rule, Late, c, "caller told the reply was lost; command held back")
+	go func() {
+		start := time.Now()
+		wait := d.delay
+		if h != nil {
+			wait = d.holdTO
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		if h != nil {
+			select {
+			case <-h.done:
+			case <-t.C:
+			}
+			in.unhold(h)
+		} else {
+			<-t.C
+		}
+		err := next(context.Background(), cmd)
+		in.completed(c)
+		in.record(d.rule, Late, c, fmt.Sprintf("sent %v late: %s", time.Since(start).Round(time.Microsecond), replyOf(cmd, err)))
+	}()
+}
+
 // DialHook applies FailBefore and Delay rules matching Cmd "dial".
 func (in *Injector) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c := Command{Name: "dial", Key: addr, Args: []any{"dial", network, addr}}
 		d := in.before(c)
-		if d.action == DropReply || d.action == Hold {
+		if d.action != FailBefore && d.action != Delay {
 			d = decision{}
 		}
 		if err := in.apply(ctx, d, c); err != nil {
@@ -627,6 +684,13 @@ func (in *Injector) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c := describe(cmd, false)
 		d := in.before(c)
+		switch d.action {
+		case Late:
+			in.late(next, cmd.Clone(), d, c)
+			derr := &droppedError{cmd: c.String()}
+			cmd.SetErr(derr)
+			return derr
+		}
 		if d.action != DropReply {
 			if err := in.apply(ctx, d, c); err != nil {
 				cmd.SetErr(err)
@@ -662,7 +726,10 @@ func (in *Injector) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			case FailBefore:
 				failAt, failErr = i, in.apply(ctx, d, descs[i])
 				break decide
-			case Delay, Hold:
+			case Delay, Hold, Late: // Late: the pipeline waits, as Hold
+				if d.action == Late {
+					d.action = Hold
+				}
 				if err := in.apply(ctx, d, descs[i]); err != nil {
 					failAt, failErr = 0, err // the context ended: nothing sent
 					break decide

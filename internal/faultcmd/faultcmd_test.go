@@ -306,3 +306,34 @@ func TestProbePoint(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 }
+
+func TestLateLandsAfterTheCallerGaveUp(t *testing.T) {
+	rdb, inj, plain := client(t)
+	ctx := context.Background()
+	k := key(t)
+	obs := inj.Add(faultcmd.Rule{Action: faultcmd.Observe, Match: faultcmd.Match{Cmd: "set", Key: k}, Times: -1})
+	inj.Add(faultcmd.Rule{Action: faultcmd.Late, Match: faultcmd.Match{Cmd: "set", Key: k, Arg: "late"},
+		Until: faultcmd.Match{Cmd: "set", Key: k, Arg: "cleanup"}})
+	if err := rdb.Set(ctx, k, "late", 0).Err(); !errors.Is(err, faultcmd.ErrDropped) {
+		t.Fatalf("err = %v", err)
+	}
+	if n, _ := plain.Exists(ctx, k).Result(); n != 0 {
+		t.Fatal("the late command ran at once")
+	}
+	if err := rdb.Set(ctx, k, "cleanup", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if v, _ := plain.Get(ctx, k).Result(); v == "late" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the late command never landed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if obs.Fired() != 2 {
+		t.Fatalf("observer saw %d commands, want 2", obs.Fired())
+	}
+}
