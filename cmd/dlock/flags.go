@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -86,14 +88,22 @@ func (v *durationValue) Set(s string) error {
 }
 
 func parseDuration(s string) (time.Duration, error) {
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 {
+	if f, err := strconv.ParseFloat(s, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0):
+			return 0, fmt.Errorf("duration %q is not a finite number", s)
+		case f < 0:
 			return 0, fmt.Errorf("negative duration %q", s)
+		case f*float64(time.Second) >= float64(math.MaxInt64):
+			return 0, fmt.Errorf("duration %q is out of range: at most %v", s, maxDuration)
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
+		if durationSyntax.MatchString(s) {
+			return 0, fmt.Errorf("duration %q is out of range: at most %v", s, maxDuration)
+		}
 		return 0, fmt.Errorf("invalid duration %q (want e.g. 500ms, 5s, 1m or a number of seconds)", s)
 	}
 	if d < 0 {
@@ -101,6 +111,13 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// durationSyntax is what time.ParseDuration accepts: a failure to parse a
+// string of this form is an overflow.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// maxDuration is the longest duration a flag takes (Go's time.Duration).
+const maxDuration = time.Duration(math.MaxInt64)
 
 // boolFlags registers one bool under several names (-n, --no-wait).
 func boolFlags(fs *flag.FlagSet, p *bool, names ...string) {

@@ -103,8 +103,15 @@ type proc struct {
 // startDlock starts the binary with args; extraEnv is appended to baseEnv.
 func startDlock(t testing.TB, extraEnv []string, args ...string) *proc {
 	t.Helper()
+	return startProc(t, binPath, extraEnv, args...)
+}
+
+// startProc starts program path (dlock, or a shell that runs dlock) like
+// startDlock.
+func startProc(t testing.TB, path string, extraEnv []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, done: make(chan struct{})}
-	p.cmd = exec.Command(binPath, args...)
+	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(baseEnv(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	// Grandchildren that outlive the child must not keep the pipes, and

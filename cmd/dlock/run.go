@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -17,17 +18,19 @@ import (
 )
 
 const usageRun = `Usage:
-  dlock run [flags] KEY [--] COMMAND [ARG...]
-  dlock run [flags] -c 'SHELL COMMAND' KEY
+  dlock run [flags] KEY [flags] [--] COMMAND [ARG...]
+  dlock run [flags] KEY [flags] -c 'SHELL COMMAND'
 
 Acquires the lock KEY (waiting until it is free, like flock), runs COMMAND
 with its arguments as given (no shell unless -c), keeps the lock renewed
-while it runs, and releases it when it exits. Flags go before KEY.
+while it runs, and releases it when it exits. dlock's flags go before
+COMMAND, before or after KEY; what follows COMMAND, or "--", is COMMAND's.
 
 Flags:
   -n, --no-wait             fail at once if KEY is held
   -w, --wait DURATION       wait at most DURATION (5s, 500ms, or seconds: 2.5);
-                            -w 0 is -n. Default: wait as long as it takes
+                            -w 0 is -n. Default: wait as long as it takes.
+                            If Redis fails meanwhile, dlock exits 125, not -E
   -E, --conflict-exit-code CODE
                             exit code when the lock was not acquired. Default: 1
   --ttl DURATION            lock time-to-live; renewed every TTL/3 while COMMAND
@@ -51,7 +54,8 @@ Flags:
   --limit N                 take one of N permits of the semaphore KEY: at most N
                             runs at a time
   -v, --verbose             report acquisition (wait time, fence) on stderr
-  -q, --quiet               don't report a conflict (-n, -w) on stderr
+  -q, --quiet               don't report a conflict (-n, -w) on stderr (errors
+                            are still reported)
   --redis URL, --prefix P   see 'dlock help'
 
 COMMAND's environment is dlock's, plus (appended last, so they win over
@@ -64,7 +68,10 @@ inherited values):
                 (0 if the protocol has none)
 
 Signals INT, TERM, HUP, QUIT, USR1 and USR2 are passed on to COMMAND. A
-signal that arrives while dlock waits for the lock ends the wait (exit 128+N).
+signal that arrives while dlock connects to Redis or waits for the lock ends
+dlock at once (exit 128+N). A signal dlock was started with ignored (nohup;
+INT for "cmd &" in a script) stays ignored, for COMMAND too, and is not
+passed on.
 If dlock is killed outright (SIGKILL), COMMAND gets SIGTERM (Linux), since
 nobody renews the lock any more.
 
@@ -86,13 +93,17 @@ Exit codes:
 
 Examples:
   dlock run nightly-report -- ./report.sh --full
-  dlock run -n -E 0 cron:cleanup -- ./cleanup     # skip quietly if it is running
+  dlock run -n -q -E 0 cron:cleanup -- ./cleanup  # skip quietly if it is running
   dlock run -w 30s --ttl 1m deploy -c 'make deploy && make smoke'
 `
 
 // forwarded are the signals dlock passes on to the command.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP,
 	syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// heldCheckTimeout bounds the PING that checks Redis before dlock reports that
+// a key was still held when -w ran out.
+const heldCheckTimeout = 2 * time.Second
 
 // releaseTimeout bounds the release after the command exits.
 const releaseTimeout = 5 * time.Second
@@ -107,11 +118,10 @@ type runFlags struct {
 
 func (a *app) cmdRun(args []string) int {
 	f := runFlags{
-		conflict:  1,
-		ttl:       durationValue{d: dlock.DefaultTTL},
-		killAfter: durationValue{d: 10 * time.Second},
-		protocol:  "token",
-		unit:      "s",
+		conflict: 1,
+		ttl:      durationValue{d: dlock.DefaultTTL},
+		protocol: "token",
+		unit:     "s",
 	}
 	fs := newFlagSet("run")
 	a.globalFlags(fs)
@@ -135,7 +145,21 @@ func (a *app) cmdRun(args []string) int {
 		}
 		return a.usageErr("run", "run: %v", err)
 	}
+	endedByDashes := len(fs.Args()) < len(args) && args[len(args)-len(fs.Args())-1] == "--"
 	args = fs.Args()
+	if len(args) > 0 && !endedByDashes {
+		// Flags may follow KEY too (`dlock run -w 30s deploy -c '...'`): they
+		// are dlock's up to COMMAND or "--"; everything after COMMAND is
+		// COMMAND's.
+		key := args[0]
+		if err := fs.Parse(args[1:]); err != nil {
+			if isHelp(err) {
+				return a.helpFor("run")
+			}
+			return a.usageErr("run", "run: %v (after KEY, dlock's flags come before COMMAND; put -- before a COMMAND that starts with '-')", err)
+		}
+		args = append([]string{key}, fs.Args()...)
+	}
 
 	// Validate everything before touching Redis.
 	switch {
@@ -151,14 +175,20 @@ func (a *app) cmdRun(args []string) int {
 		return a.usageErr("run", "run: -E %d: an exit code is 0..255", f.conflict)
 	case f.ttl.d < time.Millisecond:
 		return a.usageErr("run", "run: --ttl %v: at least 1ms", f.ttl.d)
+	case f.ttl.d > dlock.MaxTTL:
+		return a.usageErr("run", "run: --ttl %v: at most %v", f.ttl.d, dlock.MaxTTL)
+	case f.killAfter.set && f.killAfter.d > f.ttl.d/2:
+		return a.usageErr("run", "run: --kill-after %v with --ttl %v: at most TTL/2 (%v): COMMAND gets SIGTERM "+
+			"that long before the lock's deadline when renewals fail, and a longer time would stop it between "+
+			"ordinary renewals (every TTL/3)", f.killAfter.d, f.ttl.d, f.ttl.d/2)
 	case len(args) == 0:
 		return a.usageErr("run", "run: missing KEY")
 	case args[0] == "":
 		return a.usageErr("run", "run: empty KEY")
 	}
-	key, argv := args[0], args[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
+	key, argv := args[0], args[1:] // the flag parser took a "--" after KEY
+	if !f.killAfter.set {
+		f.killAfter.d = defaultKillAfter(f.ttl.d)
 	}
 	switch {
 	case f.shellCmd != "" && len(argv) > 0:
@@ -199,8 +229,10 @@ func (a *app) cmdRun(args []string) int {
 
 	// Signals: from now on they are ours. While waiting they end the wait;
 	// while the command runs they are forwarded to it.
+	// A signal dlock was started with ignored (nohup, `cmd &` in a script)
+	// stays ignored: COMMAND inherits that, and dlock does not forward it.
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, forwarded...)
+	signal.Notify(sigs, handledSignals()...)
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
@@ -210,8 +242,17 @@ func (a *app) cmdRun(args []string) int {
 	}
 	var client *dlock.Client
 	var e *endpoint
+	var probe func(context.Context) error
 	if f.redlock != "" {
-		c, p, closeNodes, code := a.redlockClient(ctx, f.redlock, opts)
+		var (
+			c          *dlock.Client
+			p          dlock.Protocol
+			closeNodes func()
+		)
+		code := a.interruptible("connecting to the Redlock nodes", sigs, func(a *app) (code int) {
+			c, p, closeNodes, code = a.redlockClient(ctx, f.redlock, opts)
+			return code
+		})
 		if code != exitOK {
 			return code
 		}
@@ -220,12 +261,15 @@ func (a *app) cmdRun(args []string) int {
 		lockOpts = append(lockOpts, dlock.WithProtocol(p))
 	} else {
 		var rdb redis.UniversalClient
-		var code int
-		e, rdb, code = a.connect(ctx, a.target())
+		code := a.interruptible("connecting to Redis", sigs, func(a *app) (code int) {
+			e, rdb, code = a.connect(ctx, a.target())
+			return code
+		})
 		if code != exitOK {
 			return code
 		}
 		defer rdb.Close()
+		probe = func(ctx context.Context) error { return ping(ctx, rdb) }
 		c, err := dlock.New(rdb, opts)
 		if err != nil {
 			a.errorf("run: %v", err)
@@ -245,7 +289,7 @@ func (a *app) cmdRun(args []string) int {
 		metrics = m
 	}
 
-	lk, code := a.acquire(ctx, client, e, key, &f, lockOpts, sigs)
+	lk, code := a.acquire(ctx, client, e, key, &f, lockOpts, sigs, probe)
 	if lk == nil {
 		return code
 	}
@@ -253,6 +297,44 @@ func (a *app) cmdRun(args []string) int {
 		metrics.lock.Store(lk)
 	}
 	return a.supervise(client, lk, key, path, argv, &f, sigs)
+}
+
+// handledSignals are the forwarded signals that dlock was not started with
+// ignored.
+func handledSignals() []os.Signal {
+	var out []os.Signal
+	for _, s := range forwarded {
+		if !signal.Ignored(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// defaultKillAfter is --kill-after's default: 10s, or TTL/3 for a TTL under 30s,
+// so that SIGTERM comes well after an ordinary renewal was due.
+func defaultKillAfter(ttl time.Duration) time.Duration {
+	return min(10*time.Second, ttl/3)
+}
+
+// interruptible runs f, which may block on Redis for seconds (a PING to a
+// server that does not answer), and returns its exit code, or 128+N at once
+// if signal N arrives first: Ctrl-C while connecting ends dlock promptly.
+// f's messages are printed only if it finishes first.
+func (a *app) interruptible(what string, sigs <-chan os.Signal, f func(a *app) int) int {
+	var buf bytes.Buffer
+	sub := *a
+	sub.stderr = &buf
+	done := make(chan int, 1)
+	go func() { done <- f(&sub) }()
+	select {
+	case code := <-done:
+		_, _ = a.stderr.Write(buf.Bytes())
+		return code
+	case sig := <-sigs:
+		a.errorf("run: got %v while %s; not running the command", sig, what)
+		return 128 + signum(sig)
+	}
 }
 
 // lookCommand resolves argv0 like a shell would: 127 if it is not found,
@@ -287,8 +369,9 @@ func unwrapExec(err error) error {
 
 // acquire takes the lock as the flags say. It returns the lock, or nil and
 // the exit code (having printed why).
+// probe, if not nil, checks that Redis answers.
 func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key string, f *runFlags,
-	opts []dlock.LockOption, sigs <-chan os.Signal) (*dlock.Lock, int) {
+	opts []dlock.LockOption, sigs <-chan os.Signal, probe func(context.Context) error) (*dlock.Lock, int) {
 	try := f.noWait || (f.wait.set && f.wait.d == 0)
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -339,7 +422,21 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 			a.errorf("run: %q is held by another owner (%s); not running the command", key, holderTTL(na.TTL))
 		}
 		return nil, f.conflict
+	case errors.Is(err, dlock.ErrUnavailable):
+		a.errorf("run: Redis at %s failed while acquiring %q: %v", e.where(), key, oneLine(err.Error()))
+		return nil, exitFailed
 	case errors.Is(err, dlock.ErrContextDone) && errors.Is(err, context.DeadlineExceeded):
+		// -w ran out. That the key is still held is true only if Redis
+		// answers: an outage while waiting looks the same to the wait.
+		if probe != nil {
+			pctx, cancel := context.WithTimeout(context.Background(), heldCheckTimeout)
+			perr := probe(pctx)
+			cancel()
+			if perr != nil {
+				a.errorf("run: Redis at %s failed while dlock waited for %q (%s); not running the command", e.where(), key, oneLine(perr.Error()))
+				return nil, exitFailed
+			}
+		}
 		if !f.quiet {
 			a.errorf("run: %q still held after waiting %v; not running the command", key, f.wait.d)
 		}
@@ -350,9 +447,6 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 		return nil, exitFailed
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return nil, a.usageErr("run", "run: %v", err)
-	case errors.Is(err, dlock.ErrUnavailable):
-		a.errorf("run: Redis at %s failed while acquiring %q: %v", e.where(), key, err)
-		return nil, exitFailed
 	}
 	a.errorf("run: acquiring %q: %v", key, err)
 	return nil, exitFailed
@@ -443,17 +537,63 @@ loop:
 	return code
 }
 
-// lossReason explains a loss error in words.
+// lossReason explains a loss error in words, on one line, with one cause.
 func lossReason(err error) string {
 	switch {
 	case errors.Is(err, dlock.ErrTaken):
 		return "another owner holds it now"
 	case errors.Is(err, dlock.ErrUnreachable):
-		return "Redis could not be reached to renew it before it expired (" + err.Error() + ")"
+		if d := lossDetail(err); d != "" {
+			return "Redis could not be reached to renew it before its deadline (" + d + ")"
+		}
+		return "Redis could not be reached to renew it before its deadline"
 	case errors.Is(err, dlock.ErrExpired):
 		return "the key was deleted, or its TTL ran out before a renewal was confirmed"
 	}
-	return err.Error()
+	return oneLine(err.Error())
+}
+
+// lossDetail is what went wrong under a loss error, without the loss
+// sentinels that lossReason already puts in words: the Redis error of the
+// last renewal, say. Joined causes are separated by "; ".
+func lossDetail(err error) string {
+	var parts []string
+	var walk func(error)
+	walk = func(e error) {
+		switch {
+		case e == nil:
+		case e == dlock.ErrLost || e == dlock.ErrUnreachable || e == dlock.ErrExpired ||
+			e == dlock.ErrTaken || e == dlock.ErrUnavailable:
+		default:
+			if j, ok := e.(interface{ Unwrap() []error }); ok {
+				for _, c := range j.Unwrap() {
+					walk(c)
+				}
+				return
+			}
+			if errors.Is(e, dlock.ErrLost) || errors.Is(e, dlock.ErrUnavailable) {
+				// A wrapper around a sentinel and the cause: keep the cause.
+				if inner := errors.Unwrap(e); inner != nil {
+					walk(inner)
+					return
+				}
+			}
+			parts = append(parts, oneLine(e.Error()))
+		}
+	}
+	walk(err)
+	return strings.Join(parts, "; ")
+}
+
+// oneLine joins the lines of s with "; ".
+func oneLine(s string) string {
+	var lines []string
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "; ")
 }
 
 // exitStatus is the exit code that reflects how the command ended:
