@@ -180,20 +180,36 @@ func (wd *watchdog) due(now time.Time) (due []*lease, next time.Time) {
 // later than its deadline; its deadline timer declares it lost if none
 // succeeds in time.
 func (wd *watchdog) renew(leases []*lease) {
-	calls := make([]Call, len(leases))
-	nexts := make([]string, len(leases))
-	ttls := make([]time.Duration, len(leases))
+	calls := make([]Call, 0, len(leases))
+	nexts := make([]string, 0, len(leases))
+	ttls := make([]time.Duration, 0, len(leases))
+	sents := make([]time.Time, 0, len(leases))
+	taken := leases[:0:0]
 	earliest := time.Time{}
 	probe.Point(probe.WatchdogBeforeBatch, "")
-	for i, l := range leases {
-		l.opMu.Lock() // released below, once the reply is applied
+	for _, l := range leases {
+		// A lease busy with an Extend or an Unlock is not waited for: the
+		// rest of the batch would wait with it. It is looked at again soon.
+		if !l.opMu.TryLock() { // released below, once the reply is applied
+			wd.busy(l)
+			continue
+		}
 		l.mu.Lock()
-		ttls[i] = l.ttl
+		ttl := l.ttl
 		if earliest.IsZero() || l.deadline.Before(earliest) {
 			earliest = l.deadline
 		}
 		l.mu.Unlock()
-		calls[i], nexts[i] = l.renewCall(ttls[i])
+		// Each renewal counts from a moment taken before its call is
+		// built: a protocol may stamp the stored value with the time it
+		// builds the call (legacy), and the TTL of the others starts when
+		// Redis runs it, later still.
+		sents = append(sents, time.Now())
+		c, next := l.renewCall(ttl)
+		calls, nexts, ttls, taken = append(calls, c), append(nexts, next), append(ttls, ttl), append(taken, l)
+	}
+	if len(taken) == 0 {
+		return
 	}
 	// A renewal that cannot land before the earliest deadline in the batch
 	// is useless to that lease; bound the round trip by it (at least 50ms).
@@ -207,16 +223,26 @@ func (wd *watchdog) renew(leases []*lease) {
 		case <-ctx.Done():
 		}
 	}()
-	sent := time.Now()
 	cmds := runBatch(ctx, wd.c.rdb, calls)
 	probe.Point(probe.WatchdogAfterBatch, "")
-	for i, l := range leases {
+	for i, l := range taken {
 		code, err := cmds[i].Int64()
-		if l.renewed(sent, ttls[i], nexts[i], code, err) == errRetryAlt {
+		if l.renewed(sents[i], ttls[i], nexts[i], code, err) == errRetryAlt {
 			_ = l.renewNow(ctx, ttls[i])
 		}
 		wd.backoff(l, ttls[i])
 		l.opMu.Unlock()
+	}
+}
+
+// busy reschedules a lease the watchdog found in the middle of an Extend
+// or an Unlock: whatever that call concludes moves or ends its schedule;
+// until then it is looked at again after a short pause.
+func (wd *watchdog) busy(l *lease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); !l.nextRenew.After(now) {
+		l.nextRenew = now.Add(min(max(wd.c.opts.renewEvery(l.ttl)/8, time.Millisecond), 50*time.Millisecond))
 	}
 }
 
@@ -225,10 +251,13 @@ func (wd *watchdog) renew(leases []*lease) {
 func (wd *watchdog) renewDirect(leases []*lease) {
 	var wg sync.WaitGroup
 	for _, l := range leases {
+		if !l.opMu.TryLock() { // busy with an Extend or an Unlock
+			wd.busy(l)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			l.opMu.Lock()
 			defer l.opMu.Unlock()
 			l.mu.Lock()
 			ttl, deadline := l.ttl, l.deadline
