@@ -54,7 +54,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if ctx == nil {
 		return Info{}, ErrNilContext
 	}
-	if err := validKey(key); err != nil {
+	if err := validKey(c.opts.Prefix, key); err != nil {
 		return Info{}, err
 	}
 	ks := c.keysFor(key)
@@ -164,7 +164,7 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 	visit := func(key string) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if stop || seen[key] || validKey(key) != nil {
+		if stop || seen[key] || validKey(c.opts.Prefix, key) != nil {
 			return nil
 		}
 		seen[key] = true
@@ -180,7 +180,7 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 	scan := func(ctx context.Context, node redis.UniversalClient) error {
 		var cursor uint64
 		for {
-			keys, next, err := node.Scan(ctx, cursor, c.opts.Prefix+":*"+fenceSuffix, 1000).Result()
+			keys, next, err := node.Scan(ctx, cursor, globEscape(c.opts.Prefix)+":*"+fenceSuffix, 1000).Result()
 			if err != nil {
 				return unavailable(err)
 			}
@@ -297,7 +297,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if ctx == nil {
 		return false, ErrNilContext
 	}
-	if err := validKey(key); err != nil {
+	if err := validKey(c.opts.Prefix, key); err != nil {
 		return false, err
 	}
 	ks := c.keysFor(key)
@@ -321,7 +321,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	if err := validKey(key); err != nil {
+	if err := validKey(c.opts.Prefix, key); err != nil {
 		return err
 	}
 	if token == "" {

@@ -124,6 +124,13 @@
 //	K = "user:{42}:lock"  (own hash tag)      P:#user:{42}:lock:fence
 //	K = "a}b{"            (a '}' but no tag)  P:{<tag>}=a}b{:fence
 //
+// Every name above except K (and the Client's channel) is reserved: a
+// lock (or SetLimit, Inspect, ForceRelease, FencedSet) on a key that is
+// one of them under the Client's prefix is refused before any Redis call
+// with ErrReservedKey, naming the lock and kind it belongs to
+// (Client.AuxKeyOf decodes any name). A prefix may not contain '{', '}' or
+// '#', so no two (prefix, key) pairs share an auxiliary name.
+//
 // In the last form <tag> is a short string known to hash to K's slot
 // (wrapping K in braces would not: "{a}b{}" hashes "a"). The waiter lease
 // keys are not declared to the scripts (their names depend on the queue's

@@ -80,6 +80,12 @@ var (
 	ErrInvalidPermits = argError("permits must be at least 1 and at most the semaphore's limit")
 	// ErrInvalidCount: a stripe or segment count, or an amount, below 1.
 	ErrInvalidCount = argError("count must be at least 1")
+	// ErrReservedKey: a lock (or fenced resource) key that is one of the
+	// auxiliary names dlock derives from another lock key under the
+	// Client's prefix (see Client.AuxKeyOf and the package doc's key
+	// layout). The error names the key, the lock it belongs to and its
+	// kind.
+	ErrReservedKey = argError("key is reserved: it names auxiliary state of another lock")
 )
 
 // MaxKeyLength is the longest lock key accepted, in bytes.
@@ -91,6 +97,27 @@ type argError string
 
 func (e argError) Error() string        { return "dlock: invalid argument: " + string(e) }
 func (e argError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// reservedKeyError is ErrReservedKey for one key.
+type reservedKeyError struct {
+	key, lock string
+	kind      AuxKind
+}
+
+func (e *reservedKeyError) Error() string {
+	return fmt.Sprintf("%v: %q is the %s of lock %q", ErrReservedKey, clip(e.key), e.kind, clip(e.lock))
+}
+func (e *reservedKeyError) Is(target error) bool {
+	return target == ErrReservedKey || target == ErrInvalidArgument
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:200] + "…"
+}
 
 // NotAcquiredError is returned by TryLock when the key is held by another
 // owner. It matches ErrNotAcquired.

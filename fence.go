@@ -25,8 +25,6 @@ var (
 	guardScript = redis.NewScript(guardSrc)
 )
 
-const guardSuffix = ":guard"
-
 // GuardKey returns the name of the guard record FencedSet and FencedDelete
 // keep for the resource key: a hash holding the last accepted fence and a
 // SHA1 of its owner, in key's Cluster slot ("dlock:{key}:guard" for a key
@@ -112,7 +110,7 @@ func checkFencedArgs(ctx context.Context, rdb any, key string) error {
 	if isNil(rdb) {
 		return ErrNilClient
 	}
-	return validKey(key)
+	return validKey(DefaultPrefix, key)
 }
 
 func isWrongType(err error) bool {

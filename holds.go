@@ -26,12 +26,6 @@ var (
 	holdsReleaseScript = libScript(holdsReleaseSrc)
 )
 
-// Suffixes of the hold sets (see the package doc's key layout).
-const (
-	holdsSuffix   = ":holds"   // a reentrant owner's handles
-	readersSuffix = ":readers" // the readers of a read phase
-)
-
 // holdSet is the part of the reentrant and shared protocols they share:
 // renewing and releasing one handle. Acquiring differs (the protocols
 // embedding it define Acquire).

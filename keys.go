@@ -8,11 +8,133 @@ import (
 	"sync"
 )
 
+// The auxiliary names of a lock on key K under prefix P are
+// "<P>:<tagged K><suffix>" (see auxBase for the tagged form). auxTable lists
+// every suffix dlock uses; scripts get these names as KEYS, except a
+// waiter's lease, which they build as the queue name + ":" + token.
 const (
-	fenceSuffix = ":fence"
-	wakeSuffix  = ":wake"
-	queueSuffix = ":q"
+	fenceSuffix   = ":fence"   // string: last fencing token handed out
+	queueSuffix   = ":q"       // list: queued waiters' tokens, oldest first
+	wakeSuffix    = ":wake"    // pub/sub channel: "released" for Barging waiters
+	readersSuffix = ":readers" // sorted set: the readers of a read phase
+	holdsSuffix   = ":holds"   // sorted set: a reentrant owner's handles
+	permitsSuffix = ":permits" // hash: a semaphore's holders -> permits, "#used"
+	limitSuffix   = ":limit"   // string: a semaphore's SetLimit limit (no TTL)
+	countSuffix   = ":count"   // string: a Counter segment's count (no TTL)
+	guardSuffix   = ":guard"   // hash: FencedSet's guard record (always DefaultPrefix)
 )
+
+// AuxKind names one kind of auxiliary key or channel dlock derives from a
+// lock key (see the package doc's key layout).
+type AuxKind string
+
+// The kinds of auxiliary names, one per suffix, plus AuxWaiter.
+const (
+	AuxFence   AuxKind = "fence"   // <P>:{K}:fence
+	AuxQueue   AuxKind = "queue"   // <P>:{K}:q
+	AuxWaiter  AuxKind = "waiter"  // <P>:{K}:q:<token>, a queued waiter's lease
+	AuxWake    AuxKind = "wake"    // <P>:{K}:wake (a pub/sub channel)
+	AuxReaders AuxKind = "readers" // <P>:{K}:readers
+	AuxHolds   AuxKind = "holds"   // <P>:{K}:holds
+	AuxPermits AuxKind = "permits" // <P>:{K}:permits
+	AuxLimit   AuxKind = "limit"   // <P>:{K}:limit
+	AuxCount   AuxKind = "count"   // <P>:{K}:count
+	AuxGuard   AuxKind = "guard"   // dlock:{K}:guard (FencedSet, DefaultPrefix)
+)
+
+// auxTable is the one list of fixed auxiliary suffixes. No suffix is a
+// suffix of another, and each is shorter than a token and starts with
+// ':' (which tokens never contain), so a name ends in at most one of them
+// and a waiter lease (queue + ":" + token) ends in none: decodeAux is
+// unambiguous (see auxBase for the proof that names never collide).
+var auxTable = [...]struct {
+	kind   AuxKind
+	suffix string
+}{
+	{AuxFence, fenceSuffix}, {AuxQueue, queueSuffix}, {AuxWake, wakeSuffix},
+	{AuxReaders, readersSuffix}, {AuxHolds, holdsSuffix}, {AuxPermits, permitsSuffix},
+	{AuxLimit, limitSuffix}, {AuxCount, countSuffix}, {AuxGuard, guardSuffix},
+}
+
+// decodeAux decodes a Redis key (or channel) name that dlock derives from a
+// lock key under prefix: it returns that lock key and the name's kind, and
+// ok false if name is not exactly such a name (it must be what auxBase
+// makes for the key it decodes to, so names dlock never makes are not
+// claimed).
+func decodeAux(prefix, name string) (key string, kind AuxKind, ok bool) {
+	if !strings.HasPrefix(name, prefix+":") {
+		return "", "", false
+	}
+	for _, a := range auxTable {
+		if k, ok := keyOfAux(prefix, a.suffix, name); ok && auxBase(prefix, k)+a.suffix == name {
+			return k, a.kind, true
+		}
+	}
+	// A waiter lease: "<queue>:<token>".
+	if i := strings.LastIndexByte(name, ':'); i > 0 && isToken(name[i+1:]) {
+		q := name[:i]
+		if k, ok := keyOfAux(prefix, queueSuffix, q); ok && auxBase(prefix, k)+queueSuffix == q {
+			return k, AuxWaiter, true
+		}
+	}
+	return "", "", false
+}
+
+// AuxKeyOf reports whether name is one of the auxiliary keys or channels
+// this Client derives from a lock key (its fence, queue, a waiter's lease,
+// wake-up channel, hold sets, semaphore state, Counter count, or FencedSet
+// guard record), and if so, of which lock key and of what kind. Lock keys
+// that are such names are refused (ErrReservedKey). It makes no Redis call.
+func (c *Client) AuxKeyOf(name string) (key string, kind AuxKind, ok bool) {
+	return auxKeyOf(c.opts.Prefix, name)
+}
+
+// auxKeyOf is decodeAux under prefix, plus the guard records, which are
+// always under DefaultPrefix.
+func auxKeyOf(prefix, name string) (key string, kind AuxKind, ok bool) {
+	if key, kind, ok = decodeAux(prefix, name); ok || prefix == DefaultPrefix {
+		return key, kind, ok
+	}
+	if k, ok := keyOfAux(DefaultPrefix, guardSuffix, name); ok && GuardKey(k) == name {
+		return k, AuxGuard, true
+	}
+	return "", "", false
+}
+
+// tokenLen is the length of newToken's tokens.
+const tokenLen = 22
+
+// isToken reports whether s has the shape of newToken's tokens: tokenLen
+// base64url characters.
+func isToken(s string) bool {
+	if len(s) != tokenLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// globEscape escapes s for a Redis glob pattern (SCAN MATCH, KEYS,
+// PSUBSCRIBE), so it matches itself only.
+func globEscape(s string) string {
+	if !strings.ContainsAny(s, `*?[]\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
 
 // auxBase returns "<prefix>:<tagged key>", where the tagged key hashes to the
 // same Cluster slot as key and can be decoded back to key (see keyOfAux):
@@ -22,6 +144,24 @@ const (
 //   - otherwise (e.g. "a}b{" or "{}x"): wrapping would not give the key's own
 //     slot, so a short tag known to hash to that slot is put in front:
 //     "{<tag>}=<key>".
+//
+// No two (prefix, key, suffix) triples give one name, for prefixes
+// validated by validPrefix (no '{', '}' or '#') and non-empty keys:
+//   - the prefix is determined by the name. Say P1 + ":" + T1 + S1 =
+//     P2 + ":" + T2 + S2 with len(P1) < len(P2). The byte at index
+//     len(P1)+1 is T1[0], '#' or '{'; in the second form that index is
+//     inside P2 (which has neither) or is P2's ':' separator: impossible.
+//   - the suffix is determined by the name: the fixed suffixes of
+//     auxTable all start with ':', none is a suffix of another, and a
+//     waiter lease ends in ":q:" + a token (tokenLen base64url bytes, no
+//     ':'), longer than every fixed suffix, so no two of them end one name.
+//   - the key is determined by the rest: keyOfAux inverts auxBase (the
+//     first byte picks the form; in the braced forms the first '}' ends
+//     the key (form 2, followed by the suffix's ':') or the tag (form 3,
+//     followed by '=')).
+//
+// So decodeAux is a left inverse of the encoding, which is therefore
+// injective; TestAuxNamesInjective and FuzzAuxNames check it.
 func auxBase(prefix, key string) string {
 	var b strings.Builder
 	b.Grow(len(prefix) + len(key) + 8)
@@ -167,12 +307,22 @@ func shortToken(t string) string {
 	return t[:6] + "…"
 }
 
-func validKey(key string) error {
+// validKey checks a lock (or fenced resource) key: not empty, at most
+// MaxKeyLength bytes, and, unless prefix is "", not one of the auxiliary
+// names dlock derives from another lock key under prefix (ErrReservedKey):
+// a lock there would corrupt that lock's state. It makes no Redis call.
+func validKey(prefix, key string) error {
 	switch {
 	case key == "":
 		return ErrEmptyKey
 	case len(key) > MaxKeyLength:
 		return ErrKeyTooLong
+	}
+	if prefix == "" {
+		return nil
+	}
+	if lock, kind, ok := auxKeyOf(prefix, key); ok {
+		return &reservedKeyError{key: key, lock: lock, kind: kind}
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
-	if err := validKey(key); err != nil {
+	if err := validKey(c.opts.Prefix, key); err != nil {
 		return nil, err
 	}
 	cfg, err := c.lockConfig(opts)

@@ -61,7 +61,7 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opt
 		return nil, ErrEmptyKey
 	}
 	for _, k := range keys {
-		if err := validKey(k); err != nil {
+		if err := validKey(c.opts.Prefix, k); err != nil {
 			return nil, err
 		}
 	}

@@ -13,7 +13,9 @@ import (
 type Options struct {
 	// Prefix starts the name of every auxiliary key and channel
 	// ("<Prefix>:{key}:fence", "<Prefix>:{key}:wake"). It must not contain
-	// '{' or '}'. Default: "dlock".
+	// '{', '}' or '#': with them, two (prefix, key) pairs could name the same
+	// auxiliary key. Glob characters are fine (they are escaped in SCAN
+	// patterns). Default: "dlock".
 	Prefix string
 
 	// TTL is the lock time-to-live when a call does not set one with
@@ -111,8 +113,8 @@ const (
 
 // withDefaults validates o and fills in defaults.
 func (o Options) withDefaults() (Options, error) {
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return o, ErrInvalidOpts
+	if err := validPrefix(o.Prefix); err != nil {
+		return o, err
 	}
 	if o.TTL < 0 || o.RenewInterval < 0 || o.RetryInterval < 0 || o.ReleaseTimeout < 0 ||
 		o.PickupTimeout < 0 || o.WaiterLease < 0 {
@@ -281,4 +283,15 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not Shared, Reentrant or Semaphore)", ErrInvalidOpts)
 	}
 	return cfg, nil
+}
+
+// validPrefix refuses a prefix with '{', '}' or '#': auxiliary names are
+// "<prefix>:" then '#' or '{' (see auxBase), so with none of them in any
+// prefix, where the prefix ends in a name is unambiguous and no two
+// (prefix, key) pairs share an auxiliary name. "" means the default.
+func validPrefix(p string) error {
+	if i := strings.IndexAny(p, "{}#"); i >= 0 {
+		return fmt.Errorf("%w: prefix %q contains %q (no '{', '}' or '#': they would let two locks share auxiliary keys)", ErrInvalidOpts, clip(p), p[i])
+	}
+	return nil
 }

@@ -51,7 +51,7 @@ func (c *Client) SetLimit(ctx context.Context, key string, limit int) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
-	if err := validKey(key); err != nil {
+	if err := validKey(c.opts.Prefix, key); err != nil {
 		return err
 	}
 	if limit < 0 {
@@ -68,12 +68,6 @@ func (c *Client) SetLimit(ctx context.Context, key string, limit int) error {
 	}
 	return nil
 }
-
-// Suffixes of a semaphore's auxiliary keys (see the package doc).
-const (
-	permitsSuffix = ":permits"
-	limitSuffix   = ":limit"
-)
 
 var (
 	//go:embed scripts/lib/semaphore.lua

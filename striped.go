@@ -45,7 +45,7 @@ func NewStripes(name string, n int) (Stripes, error) {
 	if name == "" {
 		return Stripes{}, ErrEmptyKey
 	}
-	if err := validKey(name + ":" + strconv.Itoa(n-1)); err != nil {
+	if err := validKey("", name+":"+strconv.Itoa(n-1)); err != nil {
 		return Stripes{}, err
 	}
 	return Stripes{name: name, n: n}, nil
@@ -117,7 +117,7 @@ var (
 const codeNotHolder = -1
 
 func (s *Counter) countKey(i int) string {
-	return auxOf(s.c.keysFor(s.segs.Stripe(i)), ":count")
+	return auxOf(s.c.keysFor(s.segs.Stripe(i)), countSuffix)
 }
 
 // Set sets the total to total, spread evenly over the segments (the first

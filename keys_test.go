@@ -1,0 +1,129 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+)
+
+// auxNames returns every auxiliary name a lock on key has under c's prefix,
+// by kind (a waiter's lease with a made-up token of the real shape).
+func auxNames(c *dlock.Client, key string) map[dlock.AuxKind]string {
+	ks := c.KeysFor(key)
+	base := strings.TrimSuffix(ks.Fence, ":fence")
+	return map[dlock.AuxKind]string{
+		dlock.AuxFence: ks.Fence, dlock.AuxQueue: ks.Queue, dlock.AuxWake: ks.Wake,
+		dlock.AuxWaiter:  ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
+		dlock.AuxReaders: base + ":readers", dlock.AuxHolds: base + ":holds",
+		dlock.AuxPermits: base + ":permits", dlock.AuxLimit: base + ":limit",
+		dlock.AuxCount: base + ":count", dlock.AuxGuard: dlock.GuardKey(key),
+	}
+}
+
+// A lock key that is another lock's auxiliary key (its readers, queue,
+// fence...) is refused by every call before any Redis command: before,
+// a lock on "dlock:{orders}:readers" was granted and then deleted by the
+// first reader of "orders".
+func TestReservedKeysRefused(t *testing.T) {
+	ctx := context.Background()
+	var rt roundTrips
+	rdb := srv.NewClient()
+	rdb.AddHook(&rt)
+	c, _ := newClientOn(t, rdb, dlock.Options{})
+	for _, lock := range []string{"orders", "user:{42}:lock", "a}b{", key(t)} {
+		for kind, name := range auxNames(c, lock) {
+			if k, got, ok := c.AuxKeyOf(name); !ok || k != lock || got != kind {
+				t.Errorf("AuxKeyOf(%q) = %q, %q, %v; want %q, %q", name, k, got, ok, lock, kind)
+			}
+			calls := map[string]func() error{
+				"Lock":    func() error { _, err := c.Lock(ctx, name); return err },
+				"TryLock": func() error { _, err := c.TryLock(ctx, name); return err },
+				"Shared":  func() error { _, err := c.TryLock(ctx, name, dlock.Shared()); return err },
+				"Reentrant": func() error {
+					_, err := c.TryLock(ctx, name, dlock.Reentrant("job-1"))
+					return err
+				},
+				"Semaphore": func() error { _, err := c.TryLock(ctx, name, dlock.Semaphore(2)); return err },
+				"SetLimit":  func() error { return c.SetLimit(ctx, name, 2) },
+				"LockMulti": func() error { _, err := c.TryLockMulti(ctx, []string{"free-" + lock, name}); return err },
+				"Inspect":   func() error { _, err := c.Inspect(ctx, name); return err },
+				"ForceRelease": func() error {
+					_, err := c.ForceRelease(ctx, name)
+					return err
+				},
+				"ReleaseToken": func() error { return c.ReleaseToken(ctx, name, "tok") },
+			}
+			for call, f := range calls {
+				before := rt.n.Load()
+				err := f()
+				if !errors.Is(err, dlock.ErrReservedKey) || !errors.Is(err, dlock.ErrInvalidArgument) {
+					t.Fatalf("%s(%q), the %s of %q: err %v, want ErrReservedKey", call, name, kind, lock, err)
+				}
+				if !strings.Contains(err.Error(), string(kind)) || !strings.Contains(err.Error(), lock) {
+					t.Errorf("%s(%q): error %q does not name the kind and the lock", call, name, err)
+				}
+				if n := rt.n.Load() - before; n != 0 {
+					t.Errorf("%s(%q): %d Redis round trips before refusing", call, name, n)
+				}
+			}
+		}
+	}
+	// The lock keys themselves, and names dlock never derives, are fine.
+	for _, k := range []string{"orders", "dlock:orders:fence", "dlock:{orders}:fence:x", "dlock:{orders}:q:short", "other:{orders}:fence"} {
+		lk, err := c.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", k, err)
+		}
+		_ = lk.Unlock(ctx)
+	}
+}
+
+// Prefixes that would let two (prefix, key) pairs share auxiliary names
+// are refused: prefix "dlock:#x" with key "t" named exactly the fence and
+// queue of the default prefix's lock on "x:{t}".
+func TestPrefixAliasRefused(t *testing.T) {
+	def, err := dlock.New(srv.NewClient(), dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer def.Close()
+	for _, p := range []string{"dlock:#x", "#", "a{b", "a}b", "x:{y}"} {
+		c, err := dlock.New(srv.NewClient(), dlock.Options{Prefix: p})
+		if err == nil {
+			a, b := c.KeysFor("t"), def.KeysFor("x:{t}")
+			_ = c.Close()
+			t.Fatalf("prefix %q accepted (its fence for t %q, the default's for x:{t} %q)", p, a.Fence, b.Fence)
+		}
+		if !errors.Is(err, dlock.ErrInvalidOpts) || !strings.Contains(err.Error(), p) {
+			t.Errorf("prefix %q: err %v, want ErrInvalidOpts naming it", p, err)
+		}
+	}
+}
+
+// List finds the locks of a Client whose prefix has glob characters: they
+// are escaped in its SCAN pattern (before, "p[x]" matched nothing).
+func TestListGlobPrefix(t *testing.T) {
+	ctx := context.Background()
+	for _, p := range []string{"p[x]", "p*", `p\q`, "p?"} {
+		c, _ := newClient(t, dlock.Options{Prefix: p})
+		k := key(t)
+		lk, err := c.Lock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		if err := c.List(ctx, "", func(i dlock.Info) bool { // "": the fence scan alone
+			found = found || i.Key == k
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			t.Errorf("prefix %q: List does not show the held lock %q", p, k)
+		}
+		_ = lk.Unlock(ctx)
+	}
+}
