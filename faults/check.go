@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -135,6 +136,10 @@ type grant struct {
 	lock     Op
 	key      string
 	owner    string
+	mode     string
+	group    string
+	permits  int
+	limit    int
 	proc     int
 	start    int64 // the acquire returned: the holder believes it holds from here
 	end      int64 // min(unlock called, loss signalled, crash, last deadline)
@@ -184,7 +189,13 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 	}
 
 	grants := buildGrants(ops, crashes)
-	checkS1(&r, grants)
+	limits := map[string][]Op{}
+	for _, op := range ops {
+		if op.Kind == KSetLimit {
+			limits[op.Key] = append(limits[op.Key], op)
+		}
+	}
+	checkS1(&r, grants, limits)
 	checkS2(&r, ops, grants)
 	checkS3(&r, ops, p)
 	checkR2(&r, ops, grants, p, paused)
@@ -193,15 +204,23 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 
 	if lines != nil {
 		r.Monitored = 1
-		keys, owned := map[string]bool{}, map[string]bool{}
-		for _, g := range grants {
-			keys[g.key] = true
-			owned[g.owner] = true
-		}
+		// The server-side replay knows plain string locks: a key held as
+		// a shared hold (readers, a reentrant owner) or a semaphore's
+		// sorted set is left to S1 and S3.
+		keys, owned, holds := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, op := range ops {
 			if op.Kind == KLock || op.Kind == KTry {
 				keys[op.Key] = true
+				if op.Mode != ModeExclusive || op.Group != "" {
+					holds[op.Key] = true
+				}
 			}
+		}
+		for k := range holds {
+			delete(keys, k)
+		}
+		for _, g := range grants {
+			owned[g.owner] = true
 		}
 		from, to := p.CommandsFrom, p.CommandsTo
 		if from == 0 && to == 0 {
@@ -233,18 +252,22 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 }
 
 func buildGrants(ops []Op, crashes map[int]int64) []*grant {
+	// A multi-key grant has one token on several keys: a grant is one
+	// (owner, key).
+	id := func(owner, key string) string { return owner + "\x00" + key }
 	byOwner := map[string]*grant{}
 	var grants []*grant
 	for _, op := range ops {
 		if (op.Kind == KLock || op.Kind == KTry) && op.Status == OK {
-			g := &grant{lock: op, key: op.Key, owner: op.Owner, proc: op.Proc, start: op.End, deadline: op.Deadline}
-			byOwner[op.Owner] = g
+			g := &grant{lock: op, key: op.Key, owner: op.Owner, mode: op.Mode, group: op.Group,
+				permits: max(op.Permits, 1), limit: op.Limit, proc: op.Proc, start: op.End, deadline: op.Deadline}
+			byOwner[id(op.Owner, op.Key)] = g
 			grants = append(grants, g)
 		}
 	}
 	for i := range ops {
 		op := &ops[i]
-		g := byOwner[op.Owner]
+		g := byOwner[id(op.Owner, op.Key)]
 		if g == nil || op.Kind == KLock || op.Kind == KTry {
 			continue
 		}
@@ -265,7 +288,7 @@ func buildGrants(ops []Op, crashes map[int]int64) []*grant {
 			g.end = min(g.end, g.unlock.Call)
 		}
 		for _, op := range ops {
-			if op.Kind == KLost && op.Owner == g.owner {
+			if op.Kind == KLost && op.Owner == g.owner && op.Key == g.key {
 				g.end = min(g.end, op.Call)
 			}
 		}
@@ -278,8 +301,27 @@ func buildGrants(ops []Op, crashes map[int]int64) []*grant {
 	return grants
 }
 
-// S1: believed-held intervals of different grants of one key overlap.
-func checkS1(r *Result, grants []*grant) {
+// compatible reports whether grants a and b of one key may be held at the
+// same time: one grant (a multi-key token on its key), handles of one
+// reentrant hold, or two readers. Semaphore permits are counted instead
+// (checkSemaphore).
+func compatible(a, b *grant) bool {
+	switch {
+	case a.owner == b.owner:
+		return true
+	case a.group != "" && a.group == b.group:
+		return true
+	case a.mode == ModeShared && b.mode == ModeShared:
+		return true
+	case a.mode == ModeSemaphore && b.mode == ModeSemaphore:
+		return true
+	}
+	return false
+}
+
+// S1: believed-held intervals of incompatible grants of one key overlap;
+// for a semaphore, more permits believed held at once than its limit.
+func checkS1(r *Result, grants []*grant, limits map[string][]Op) {
 	byKey := map[string][]*grant{}
 	for _, g := range grants {
 		byKey[g.key] = append(byKey[g.key], g)
@@ -288,7 +330,7 @@ func checkS1(r *Result, grants []*grant) {
 		sort.Slice(gs, func(i, j int) bool { return gs[i].start < gs[j].start })
 		for i := range gs {
 			for j := i + 1; j < len(gs) && gs[j].start < gs[i].end; j++ {
-				if gs[i].owner == gs[j].owner {
+				if compatible(gs[i], gs[j]) {
 					continue
 				}
 				ov := min(gs[i].end, gs[j].end) - gs[j].start
@@ -296,9 +338,69 @@ func checkS1(r *Result, grants []*grant) {
 					continue
 				}
 				r.S1MaxOverlap = max(r.S1MaxOverlap, ov)
-				r.add(S1, 1, "key %s: fence %d (proc %d) believed held until %s, fence %d (proc %d) from %s: overlap %s",
-					key, gs[i].lock.Fence, gs[i].proc, Dur(gs[i].end), gs[j].lock.Fence, gs[j].proc, Dur(gs[j].start), Dur(ov))
+				r.add(S1, 1, "key %s: %s fence %d (proc %d) believed held until %s, %s fence %d (proc %d) from %s: overlap %s",
+					key, modeName(gs[i]), gs[i].lock.Fence, gs[i].proc, Dur(gs[i].end), modeName(gs[j]), gs[j].lock.Fence, gs[j].proc,
+					Dur(gs[j].start), Dur(ov))
 			}
+		}
+		checkSemaphore(r, key, gs, limits[key])
+	}
+}
+
+func modeName(g *grant) string {
+	switch {
+	case g.mode == ModeShared:
+		return "reader"
+	case g.mode == ModeSemaphore:
+		return fmt.Sprintf("%d permit(s)", g.permits)
+	case g.group != "":
+		return "reentrant " + short(strings.TrimPrefix(g.group, "reentrant:"))
+	}
+	return "writer"
+}
+
+// checkSemaphore sweeps the believed-held intervals of a semaphore's
+// grants: the permits held at once must not exceed the limit in force.
+// The limit is the largest that may be in force: the grants' own, raised
+// by any SetLimit called before (a cut is not trusted to have applied).
+func checkSemaphore(r *Result, key string, gs []*grant, sets []Op) {
+	type ev struct {
+		t int64
+		d int
+		g *grant
+	}
+	var evs []ev
+	for _, g := range gs {
+		if g.mode == ModeSemaphore && g.end > g.start {
+			evs = append(evs, ev{g.start, g.permits, g}, ev{g.end, -g.permits, g})
+		}
+	}
+	if len(evs) == 0 {
+		return
+	}
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].t != evs[j].t {
+			return evs[i].t < evs[j].t
+		}
+		return evs[i].d < evs[j].d // an end before a start at the same instant
+	})
+	held := 0
+	reported := 0
+	for _, e := range evs {
+		held += e.d
+		if e.d <= 0 {
+			continue
+		}
+		limit := e.g.limit
+		for _, s := range sets {
+			if s.Call <= e.t && s.Limit > limit {
+				limit = s.Limit
+			}
+		}
+		if limit > 0 && held > limit && reported < 3 {
+			reported++
+			r.add(S1, 1, "semaphore %s: %d permits believed held at %s, limit %d (grant fence %d, proc %d)",
+				key, held, Dur(e.t), limit, e.g.lock.Fence, e.g.proc)
 		}
 	}
 }
@@ -308,6 +410,9 @@ func checkS2(r *Result, ops []Op, grants []*grant) {
 	byOwner := map[string]*grant{}
 	for _, g := range grants {
 		byOwner[g.owner] = g
+		if g.group != "" {
+			byOwner[g.group] = g // a hold's handles write as their group
+		}
 	}
 	writes := map[string][]Op{}
 	reads := map[string][]Op{}
@@ -358,17 +463,31 @@ func checkS2(r *Result, ops []Op, grants []*grant) {
 	for _, g := range grants {
 		byKey[g.key] = append(byKey[g.key], g)
 	}
+	// One fence per hold: a reentrant hold's handles share it; protocols
+	// without fences (legacy) grant 0.
+	holdOf := func(g *grant) string {
+		if g.group != "" {
+			return g.group
+		}
+		return g.owner
+	}
 	for key, gs := range byKey {
 		seen := map[uint64]string{}
 		for _, g := range gs {
-			if o, ok := seen[g.lock.Fence]; ok && o != g.owner {
+			if g.lock.Fence == 0 {
+				continue
+			}
+			if o, ok := seen[g.lock.Fence]; ok && o != holdOf(g) {
 				r.DupFences++
 				r.add(S2, 1, "%s: fence %d granted twice", key, g.lock.Fence)
 			}
-			seen[g.lock.Fence] = g.owner
+			seen[g.lock.Fence] = holdOf(g)
 		}
 		for _, a := range gs {
 			for _, b := range gs {
+				if a.lock.Fence == 0 || b.lock.Fence == 0 || (a.group != "" && a.group == b.group) {
+					continue
+				}
 				if a.lock.End < b.lock.Call && b.lock.Fence < a.lock.Fence {
 					r.Regressions++
 					r.add(S2, 1, "%s: fence %d granted after fence %d", key, b.lock.Fence, a.lock.Fence)

@@ -40,6 +40,15 @@ const (
 	KPause  Kind = "pause"   // the nemesis stopped a process (Proc) from Call to T
 	KFault  Kind = "fault"   // the nemesis injected a fault (Note) from Call to T
 	KMark   Kind = "mark"    // a progress marker of a worker (Note), for the harness
+	// KSetLimit: Client.SetLimit of a semaphore key (Limit; 0 removes it).
+	KSetLimit Kind = "setlimit"
+)
+
+// Modes of a grant (Event.Mode): how it shares its key with other grants.
+const (
+	ModeExclusive = ""       // a plain, multi-key, legacy, redlock or reentrant lock
+	ModeShared    = "shared" // a reader: overlaps other readers, never a writer
+	ModeSemaphore = "sem"    // Permits of a semaphore with Limit permits in all
 )
 
 // Never is the return time of an operation that never returned.
@@ -68,6 +77,15 @@ type Event struct {
 	Call int64  `json:"call,omitempty"`
 	Err  string `json:"err,omitempty"`
 	Note string `json:"note,omitempty"`
+
+	// Mode, Group, Limit, Permits describe a grant (on its invoke or
+	// completion): Mode is one of the Mode constants; Group names a
+	// reentrant hold (its handles may overlap each other, never another
+	// group); Limit (also of a setlimit) and Permits are a semaphore's.
+	Mode    string `json:"mode,omitempty"`
+	Group   string `json:"group,omitempty"`
+	Limit   int    `json:"limit,omitempty"`
+	Permits int    `json:"permits,omitempty"`
 }
 
 // Recorder receives events. History implements it; a child process's
@@ -114,6 +132,9 @@ type Op struct {
 	Sent, TTL    int64
 	Drift        int64
 	Err, Note    string
+	Mode, Group  string
+	Limit        int
+	Permits      int
 }
 
 // Ops pairs the events into operations, ordered by call time. An invoke
@@ -146,6 +167,18 @@ func Ops(events []Event) []Op {
 		}
 		if e.Note != "" {
 			op.Note = e.Note
+		}
+		if e.Mode != "" {
+			op.Mode = e.Mode
+		}
+		if e.Group != "" {
+			op.Group = e.Group
+		}
+		if e.Limit != 0 {
+			op.Limit = e.Limit
+		}
+		if e.Permits != 0 {
+			op.Permits = e.Permits
 		}
 		if e.Type == Invoke {
 			op.Call = e.T

@@ -2,31 +2,42 @@ package faults
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 )
 
-// The model S3 checks histories against: a lease-aware fenced mutex per
-// lock key, and a fenced register per protected resource. porcupine ships
-// no lock model; this one is written for dlock's guarantees.
+// The model S3 checks histories against: per lock key, a lease-aware set
+// of holders with fences; per protected resource, a fenced register.
+// porcupine ships no lock model; this one is written for dlock's
+// guarantees.
 //
-// Lock object (one per key). State: the owner's token ("" free), the last
-// fence granted, and the earliest moment the owner's lease can expire on
-// the server (minExp). A grant or renewal sent at s with TTL ttl sets the
-// key's expiry at its execution time + ttl, and execution comes after s,
+// Lock object (one per key). State: the holders (each with its token, its
+// mode, its reentrant group, its permits and the earliest moment its lease
+// can expire on the server, minExp), the last fence granted, and the limit
+// a SetLimit stored. A grant or renewal sent at s with TTL ttl sets the
+// lease's expiry at its execution time + ttl, and execution comes after s,
 // so the lease cannot lapse before s + ttl (less expirySlack for Redis's
-// millisecond clock).
+// millisecond clock). A holder "may have lapsed" at t if t ≥ its minExp.
 //
-//	grant ok (token t, fence f): legal if the lock is free, or already t's,
-//	  or the owner's lease may have lapsed (the call returned at or after
-//	  minExp); and f > last fence. The owner becomes t.
-//	renew ok (t): legal only if t owns the lock; minExp moves out.
-//	unlock ok (t): legal only if t owns the lock; it becomes free.
-//	renew/unlock found the lock gone (fail): legal if t does not own it,
-//	  or its lease may have lapsed (the library also reports a loss
-//	  locally at its deadline, minExp less the drift); it becomes free.
-//	unlock unknown: the lock is t's as before, or free.
+//	grant ok (token t, fence f): every holder it conflicts with may have
+//	  lapsed (and is dropped). A writer (a plain, multi-key, legacy or
+//	  redlock grant, or a reentrant group) conflicts with every holder of
+//	  another group; a reader with every non-reader. A semaphore grant of
+//	  p permits fits: p plus the permits of the holders kept is at most the
+//	  limit (the stored one if set, else the caller's); which of the
+//	  holders that may have lapsed are kept is a nondeterministic choice.
+//	  f > last fence, or f is the fence of a live handle of t's reentrant
+//	  group (a join); protocols without fences (0) are not checked.
+//	renew ok (t): legal only if t holds; its minExp moves out.
+//	unlock ok (t): legal only if t holds; it is dropped.
+//	renew/unlock found the lock gone (fail): legal if t does not hold, or
+//	  its lease may have lapsed (the library also reports a loss locally
+//	  at its deadline, minExp less the drift); it is dropped.
+//	unlock unknown: t holds as before, or is dropped.
+//	setlimit ok: the stored limit is set (0 removes it); unknown: either.
 //	grant fail or unknown, renew unknown: no effect (a lost acquire is
 //	  deleted by the library; its fence is never used).
 //
@@ -36,20 +47,25 @@ import (
 //	  same owner). write refused: legal if not. write unknown: either.
 //	read (f, o): legal if (f, o) is the state.
 //
-// The model is nondeterministic only for unknown outcomes.
+// The model is nondeterministic only for unknown outcomes and for which
+// lapsable semaphore holders a grant found gone.
 
 // expirySlack absorbs Redis's millisecond expiry arithmetic.
 const expirySlack = int64(2 * time.Millisecond)
 
 type mInput struct {
-	Kind   Kind
-	Owner  string
-	Fence  uint64 // writes
-	Sent   int64  // grants, renewals
-	TTL    int64
-	Drift  int64
-	Ret    int64 // when the call returned
-	Status EventType
+	Kind    Kind
+	Owner   string
+	Fence   uint64 // writes
+	Sent    int64  // grants, renewals
+	TTL     int64
+	Drift   int64
+	Ret     int64 // when the call returned
+	Status  EventType
+	Mode    string
+	Group   string
+	Limit   int
+	Permits int
 }
 
 type mOutput struct {
@@ -57,58 +73,176 @@ type mOutput struct {
 	Owner string // reads
 }
 
+type holder struct {
+	Owner, Group, Mode string
+	Permits            int
+	Fence              uint64
+	MinExp             int64
+}
+
 type mState struct {
-	Owner  string
-	Fence  uint64
-	MinExp int64
+	Holders []holder // sorted by Owner; never modified in place
+	Fence   uint64
+	Limit   int
+	// The resource's register.
+	RFence uint64
+	ROwner string
+}
+
+func equalState(a, b mState) bool {
+	return a.Fence == b.Fence && a.Limit == b.Limit && a.RFence == b.RFence && a.ROwner == b.ROwner &&
+		slices.Equal(a.Holders, b.Holders)
 }
 
 func newer(s mState, f uint64, o string) bool {
-	return f > s.Fence || (f == s.Fence && o == s.Owner && o != "")
+	return f > s.RFence || (f == s.RFence && o == s.ROwner && o != "")
+}
+
+func (s mState) find(owner string) int {
+	return slices.IndexFunc(s.Holders, func(h holder) bool { return h.Owner == owner })
+}
+
+func (s mState) with(hs []holder) mState {
+	slices.SortFunc(hs, func(a, b holder) int { return strings.Compare(a.Owner, b.Owner) })
+	s.Holders = hs
+	return s
+}
+
+func (s mState) without(owner string) mState {
+	return s.with(slices.DeleteFunc(slices.Clone(s.Holders), func(h holder) bool { return h.Owner == owner }))
+}
+
+// conflicts reports whether a grant (i) cannot be held beside h.
+func conflicts(i mInput, h holder) bool {
+	switch {
+	case h.Owner == i.Owner:
+		return false
+	case i.Group != "" && h.Group == i.Group:
+		return false
+	case i.Mode == ModeShared && h.Mode == ModeShared:
+		return false
+	case i.Mode == ModeSemaphore && h.Mode == ModeSemaphore:
+		return false // counted, not paired
+	}
+	return true
+}
+
+// maxLapseChoices bounds the semaphore grant's nondeterminism: with more
+// holders that may have lapsed, they are all taken as gone.
+const maxLapseChoices = 6
+
+func stepGrant(s mState, i mInput, o mOutput) []any {
+	if i.Status != OK {
+		return []any{s}
+	}
+	if o.Fence != 0 {
+		join := i.Group != "" && slices.ContainsFunc(s.Holders, func(h holder) bool {
+			return h.Group == i.Group && h.Fence == o.Fence
+		})
+		if o.Fence <= s.Fence && !join {
+			return nil // fences must strictly increase (a reentrant join shares its hold's)
+		}
+	}
+	var kept, lapsable []holder
+	for _, h := range s.Holders {
+		switch {
+		case h.Owner == i.Owner:
+			// The same token granted again: its old lease is replaced.
+		case conflicts(i, h):
+			if i.Ret < h.MinExp {
+				return nil // a conflicting holder's lease cannot have lapsed yet
+			}
+		case i.Mode == ModeSemaphore && i.Ret >= h.MinExp:
+			lapsable = append(lapsable, h)
+		default:
+			kept = append(kept, h)
+		}
+	}
+	me := holder{Owner: i.Owner, Group: i.Group, Mode: i.Mode, Permits: max(i.Permits, 1), Fence: o.Fence,
+		MinExp: i.Sent + i.TTL - expirySlack}
+	next := s
+	next.Fence = max(s.Fence, o.Fence)
+	if i.Mode != ModeSemaphore {
+		return []any{next.with(append(slices.Clone(kept), me))}
+	}
+	limit := i.Limit
+	if s.Limit > 0 {
+		limit = s.Limit
+	}
+	used := me.Permits
+	for _, h := range kept {
+		used += h.Permits
+	}
+	if limit > 0 && used > limit {
+		return nil // more permits than the limit, even if every lapsable holder is gone
+	}
+	if len(lapsable) > maxLapseChoices {
+		return []any{next.with(append(slices.Clone(kept), me))}
+	}
+	var out []any
+	for mask := range 1 << len(lapsable) {
+		hs, u := append(slices.Clone(kept), me), used
+		for b, h := range lapsable {
+			if mask&(1<<b) != 0 {
+				hs = append(hs, h)
+				u += h.Permits
+			}
+		}
+		if limit <= 0 || u <= limit {
+			out = append(out, next.with(hs))
+		}
+	}
+	return out
 }
 
 func stepModel(st, in, out any) []any {
 	s, i, o := st.(mState), in.(mInput), out.(mOutput)
 	switch i.Kind {
 	case KLock, KTry:
-		if i.Status != OK {
-			return []any{s}
-		}
-		if s.Owner != "" && s.Owner != i.Owner && i.Ret < s.MinExp {
-			return nil // the owner's lease cannot have lapsed yet
-		}
-		if o.Fence <= s.Fence {
-			return nil // fences must strictly increase
-		}
-		return []any{mState{Owner: i.Owner, Fence: o.Fence, MinExp: i.Sent + i.TTL - expirySlack}}
+		return stepGrant(s, i, o)
 	case KRenew, KExtend, KUnlock:
+		at := s.find(i.Owner)
 		switch i.Status {
 		case OK:
-			if s.Owner != i.Owner {
-				return nil // renewed or released a lock it did not own
+			if at < 0 {
+				return nil // renewed or released a lock it did not hold
 			}
 			if i.Kind == KUnlock {
-				return []any{mState{Fence: s.Fence}}
+				return []any{s.without(i.Owner)}
 			}
-			s.MinExp = max(s.MinExp, i.Sent+i.TTL-expirySlack)
+			hs := slices.Clone(s.Holders)
+			hs[at].MinExp = max(hs[at].MinExp, i.Sent+i.TTL-expirySlack)
+			s.Holders = hs
 			return []any{s}
 		case Fail:
-			if s.Owner != i.Owner {
+			if at < 0 {
 				return []any{s}
 			}
-			if i.Ret < s.MinExp-i.Drift-expirySlack {
+			if i.Ret < s.Holders[at].MinExp-i.Drift-expirySlack {
 				return nil // reported gone while the lease cannot have lapsed
 			}
-			return []any{mState{Fence: s.Fence}}
+			return []any{s.without(i.Owner)}
 		default:
-			if i.Kind == KUnlock && s.Owner == i.Owner {
-				return []any{s, mState{Fence: s.Fence}}
+			if i.Kind == KUnlock && at >= 0 {
+				return []any{s, s.without(i.Owner)}
 			}
 			return []any{s}
+		}
+	case KSetLimit:
+		next := s
+		next.Limit = i.Limit
+		switch i.Status {
+		case OK:
+			return []any{next}
+		case Fail:
+			return []any{s}
+		default:
+			return []any{s, next}
 		}
 	case KWrite:
 		ok := newer(s, i.Fence, i.Owner)
-		next := mState{Owner: i.Owner, Fence: i.Fence}
+		next := s
+		next.RFence, next.ROwner = i.Fence, i.Owner
 		switch i.Status {
 		case OK:
 			if !ok {
@@ -127,7 +261,7 @@ func stepModel(st, in, out any) []any {
 			return []any{s}
 		}
 	case KRead:
-		if s.Fence != o.Fence || s.Owner != o.Owner {
+		if s.RFence != o.Fence || s.ROwner != o.Owner {
 			return nil
 		}
 		return []any{s}
@@ -158,7 +292,7 @@ func Model() porcupine.Model {
 			}
 			return out
 		},
-		Equal: func(a, b any) bool { return a.(mState) == b.(mState) },
+		Equal: func(a, b any) bool { return equalState(a.(mState), b.(mState)) },
 		DescribeOperation: func(in, out any) string {
 			i, o := in.(mInput), out.(mOutput)
 			switch i.Kind {
@@ -173,7 +307,18 @@ func Model() porcupine.Model {
 		},
 		DescribeState: func(st any) string {
 			s := st.(mState)
-			return fmt.Sprintf("owner=%s fence=%d minExp=%s", short(s.Owner), s.Fence, Dur(s.MinExp))
+			if s.Holders == nil && s.Fence == 0 {
+				return fmt.Sprintf("resource fence=%d owner=%s", s.RFence, short(s.ROwner))
+			}
+			var b strings.Builder
+			fmt.Fprintf(&b, "fence=%d", s.Fence)
+			if s.Limit > 0 {
+				fmt.Fprintf(&b, " limit=%d", s.Limit)
+			}
+			for _, h := range s.Holders {
+				fmt.Fprintf(&b, " %s%s/%d(minExp %s)", h.Mode, short(h.Owner), h.Fence, Dur(h.MinExp))
+			}
+			return b.String()
 		},
 	}
 	return m.ToModel()
@@ -199,7 +344,7 @@ func ModelOps(ops []Op, fencedResource bool) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, op := range ops {
 		in := mInput{Kind: op.Kind, Owner: op.Owner, Fence: op.Fence, Sent: op.Sent, TTL: op.TTL, Drift: op.Drift,
-			Ret: op.End, Status: op.Status}
+			Ret: op.End, Status: op.Status, Mode: op.Mode, Group: op.Group, Limit: op.Limit, Permits: op.Permits}
 		part := "lock " + op.Key
 		switch op.Kind {
 		case KLock, KTry:
@@ -210,7 +355,7 @@ func ModelOps(ops []Op, fencedResource bool) []porcupine.Operation {
 			if op.Status == Info {
 				continue
 			}
-		case KUnlock:
+		case KUnlock, KSetLimit:
 		case KWrite, KRead:
 			if !fencedResource || (op.Kind == KRead && op.Status != OK) {
 				continue

@@ -3,7 +3,9 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +29,8 @@ type Node struct {
 
 	closers []io.Closer
 	mu      sync.Mutex
-	held    map[heldKey]*holding
+	held    map[heldKey][]*holding // by the first key and its fence (what RenewInfo names)
+	byLock  map[*dlock.Lock]*holding
 }
 
 type heldKey struct {
@@ -35,10 +38,60 @@ type heldKey struct {
 	fence uint64
 }
 
+// holding is one grant a worker holds.
 type holding struct {
-	w   *Worker
-	lk  *dlock.Lock
-	ttl time.Duration
+	w     *Worker
+	lk    *dlock.Lock
+	ttl   time.Duration
+	owner string   // the grant's identity in the history
+	keys  []string // the keys it holds (several for LockMulti)
+	spec  Spec
+	last  int64 // the last deadline recorded (n.mu)
+	lost  bool  // a failed renewal was recorded (n.mu)
+}
+
+// Spec is the kind of grant an acquire asks for, with the options that
+// ask for it; it is recorded on the grant for the checker.
+type Spec struct {
+	Mode    string // ModeExclusive, ModeShared or ModeSemaphore
+	Owner   string // a reentrant owner ("": not reentrant)
+	Limit   int    // a semaphore's limit
+	Permits int    // a semaphore grant's permits (default 1)
+	Opts    []dlock.LockOption
+}
+
+// Exclusive is a plain lock.
+func Exclusive() Spec { return Spec{} }
+
+// SharedSpec is a read lock (dlock.Shared).
+func SharedSpec() Spec { return Spec{Mode: ModeShared, Opts: []dlock.LockOption{dlock.Shared()}} }
+
+// SemSpec is permits of a semaphore of limit (dlock.Semaphore).
+func SemSpec(limit, permits int) Spec {
+	return Spec{Mode: ModeSemaphore, Limit: limit, Permits: permits,
+		Opts: []dlock.LockOption{dlock.Semaphore(limit), dlock.Permits(permits)}}
+}
+
+// ReentrantSpec is a reentrant handle of owner (dlock.Reentrant).
+func ReentrantSpec(owner string) Spec {
+	return Spec{Owner: owner, Opts: []dlock.LockOption{dlock.Reentrant(owner)}}
+}
+
+// group is how the history names a reentrant hold: namespaced, so that an
+// owner id equal to another grant's token is still another group.
+func (s Spec) group() string {
+	if s.Owner == "" {
+		return ""
+	}
+	return "reentrant:" + s.Owner
+}
+
+func (s Spec) event(e Event) Event {
+	e.Mode, e.Group, e.Limit = s.Mode, s.group(), s.Limit
+	if s.Mode == ModeSemaphore {
+		e.Permits = max(s.Permits, 1)
+	}
+	return e
 }
 
 // NewNode makes a dlock Client over rdb whose renewals are recorded. The
@@ -51,7 +104,7 @@ func NewNode(rdb redis.UniversalClient, opts dlock.Options, clock *Clock, rec Re
 // recording hook added), for Clients built another way (redlock.NewClient).
 // Close closes the Client, then closers.
 func NewNodeWith(opts dlock.Options, clock *Clock, rec Recorder, mk func(dlock.Options) (*dlock.Client, error), closers ...io.Closer) (*Node, error) {
-	n := &Node{Clock: clock, Rec: rec, closers: closers, held: map[heldKey]*holding{}}
+	n := &Node{Clock: clock, Rec: rec, closers: closers, held: map[heldKey][]*holding{}, byLock: map[*dlock.Lock]*holding{}}
 	opts.Hooks.Renew = n.onRenew
 	c, err := mk(opts)
 	if err != nil {
@@ -77,33 +130,77 @@ func (n *Node) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*o.DriftFactor) + o.MinDrift
 }
 
+func (n *Node) add(h *holding) {
+	k := heldKey{h.keys[0], h.lk.FenceOf(h.keys[0])}
+	n.mu.Lock()
+	n.held[k] = append(n.held[k], h)
+	n.byLock[h.lk] = h
+	n.mu.Unlock()
+}
+
+func (n *Node) remove(h *holding) {
+	k := heldKey{h.keys[0], h.lk.FenceOf(h.keys[0])}
+	n.mu.Lock()
+	n.held[k] = slices.DeleteFunc(n.held[k], func(x *holding) bool { return x == h })
+	if len(n.held[k]) == 0 {
+		delete(n.held, k)
+	}
+	delete(n.byLock, h.lk)
+	n.mu.Unlock()
+}
+
+// holdingOf returns what the history knows of lk (nil: not recorded).
+func (n *Node) holdingOf(lk *dlock.Lock) *holding {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.byLock[lk]
+}
+
 // onRenew records a watchdog renewal of a lock a worker holds. A renewal
 // that succeeded moved the deadline to its send time + TTL - drift, which
 // gives the send time. A renewal that found the lock gone is recorded as
 // failed; one whose outcome is unknown (a Redis error, a reply too late)
-// is not recorded.
+// is not recorded. The hook names a key and a fence; the handles of one
+// reentrant hold share them, so the handle renewed is the one whose
+// deadline moved (or which was lost).
 func (n *Node) onRenew(info dlock.RenewInfo) {
-	n.mu.Lock()
-	h := n.held[heldKey{info.Key, info.Fence}]
-	n.mu.Unlock()
-	if h == nil {
-		return
-	}
 	now := n.Clock.Now()
-	e := Event{ID: h.w.id(), Proc: h.w.Proc, T: now, Kind: KRenew, Key: info.Key, Fence: info.Fence,
-		Owner: h.lk.Token(), TTL: int64(h.ttl), Drift: int64(n.drift(h.ttl))}
-	switch {
-	case info.Err == nil:
-		e.Type = OK
-		e.Deadline = n.Clock.At(h.lk.Deadline())
-		e.Sent = e.Deadline - int64(h.ttl-n.drift(h.ttl))
-		e.Call = e.Sent
-	case errors.Is(info.Err, dlock.ErrLost):
-		e.Type, e.Call, e.Err = Fail, now, info.Err.Error()
-	default:
-		return
+	var evs []Event
+	n.mu.Lock()
+	hs := n.held[heldKey{info.Key, info.Fence}]
+	for _, h := range hs {
+		base := Event{ID: 0, Proc: h.w.Proc, T: now, Kind: KRenew, Owner: h.owner,
+			TTL: int64(h.ttl), Drift: int64(n.drift(h.ttl))}
+		switch {
+		case info.Err == nil:
+			dl := n.Clock.At(h.lk.Deadline())
+			if dl <= h.last && len(hs) > 1 {
+				continue
+			}
+			h.last = max(h.last, dl)
+			base.Type = OK
+			base.Deadline = dl
+			base.Sent = dl - int64(h.ttl-n.drift(h.ttl))
+			base.Call = base.Sent
+		case errors.Is(info.Err, dlock.ErrLost):
+			if h.lost || (len(hs) > 1 && h.lk.Err() == nil) {
+				continue
+			}
+			h.lost = true
+			base.Type, base.Call, base.Err = Fail, now, info.Err.Error()
+		default:
+			continue
+		}
+		for _, k := range h.keys {
+			e := base
+			e.ID, e.Key, e.Fence = h.w.id(), k, h.lk.FenceOf(k)
+			evs = append(evs, e)
+		}
 	}
-	n.Rec.Record(e)
+	n.mu.Unlock()
+	for _, e := range evs {
+		n.Rec.Record(e)
+	}
 }
 
 // Worker is one logical client of a history: it takes locks through its
@@ -118,6 +215,10 @@ type Worker struct {
 	BeforeWrite func(lk *dlock.Lock, i int)
 	// LockOpts are added to every acquire (e.g. dlock.WithProtocol).
 	LockOpts []dlock.LockOption
+	// Unique makes each grant's identity in the history unique (the token
+	// and a sequence number), for protocols whose stored value is not
+	// (legacy: a timestamp two clients can share).
+	Unique bool
 
 	seq atomic.Uint64
 }
@@ -135,24 +236,49 @@ func (w *Worker) now() int64 { return w.Node.Clock.Now() }
 // On success it also records the lock's loss, if it is lost, when the
 // library signals it. It returns nil if not acquired.
 func (w *Worker) Acquire(ctx context.Context, key string, ttl time.Duration, wait bool, opts ...dlock.LockOption) *dlock.Lock {
+	return w.AcquireSpec(ctx, key, ttl, wait, Spec{}, opts...)
+}
+
+// AcquireSpec is Acquire of the kind of grant spec describes.
+func (w *Worker) AcquireSpec(ctx context.Context, key string, ttl time.Duration, wait bool, spec Spec, opts ...dlock.LockOption) *dlock.Lock {
+	opts = append(append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), spec.Opts...), opts...)
+	return w.acquire(ctx, []string{key}, ttl, wait, spec, func() (*dlock.Lock, error) {
+		if wait {
+			return w.Node.Locks.Lock(ctx, key, opts...)
+		}
+		return w.Node.Locks.TryLock(ctx, key, opts...)
+	})
+}
+
+// AcquireMulti takes every key of keys (LockMulti or TryLockMulti) and
+// records one grant per key.
+func (w *Worker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, wait bool, opts ...dlock.LockOption) *dlock.Lock {
+	opts = append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), opts...)
+	return w.acquire(ctx, keys, ttl, wait, Spec{}, func() (*dlock.Lock, error) {
+		if wait {
+			return w.Node.Locks.LockMulti(ctx, keys, opts...)
+		}
+		return w.Node.Locks.TryLockMulti(ctx, keys, opts...)
+	})
+}
+
+func (w *Worker) acquire(ctx context.Context, keys []string, ttl time.Duration, wait bool, spec Spec, do func() (*dlock.Lock, error)) *dlock.Lock {
 	kind := KTry
 	if wait {
 		kind = KLock
 	}
-	id := w.id()
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	var ctxDeadline int64
 	if d, ok := ctx.Deadline(); ok {
 		ctxDeadline = w.Node.Clock.At(d)
 	}
-	w.rec(Event{Type: Invoke, ID: id, T: w.now(), Kind: kind, Key: key, Deadline: ctxDeadline, TTL: int64(ttl)})
-	opts = append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), opts...)
-	var lk *dlock.Lock
-	var err error
-	if wait {
-		lk, err = w.Node.Locks.Lock(ctx, key, opts...)
-	} else {
-		lk, err = w.Node.Locks.TryLock(ctx, key, opts...)
+	ids := make(map[string]uint64, len(keys))
+	t := w.now()
+	for _, k := range keys {
+		ids[k] = w.id()
+		w.rec(spec.event(Event{Type: Invoke, ID: ids[k], T: t, Kind: kind, Key: k, Deadline: ctxDeadline, TTL: int64(ttl)}))
 	}
+	lk, err := do()
 	now := w.now()
 	if err != nil {
 		typ := Fail
@@ -161,21 +287,40 @@ func (w *Worker) Acquire(ctx context.Context, key string, ttl time.Duration, wai
 			// deletes it in the background).
 			typ = Info
 		}
-		w.rec(Event{Type: typ, ID: id, T: now, Kind: kind, Key: key, Err: errText(err)})
+		for _, k := range keys {
+			w.rec(Event{Type: typ, ID: ids[k], T: now, Kind: kind, Key: k, Err: errText(err)})
+		}
 		return nil
+	}
+	owner := lk.Token()
+	if w.Unique {
+		owner = fmt.Sprintf("%s@%d.%d", owner, w.Proc, w.seq.Add(1))
+	}
+	h := &holding{w: w, lk: lk, ttl: ttl, owner: owner, keys: keys, spec: spec}
+	if lks := lk.Keys(); len(lks) > 0 {
+		h.keys = lks
 	}
 	drift := w.Node.drift(ttl)
 	deadline := w.Node.Clock.At(lk.Deadline())
-	w.rec(Event{Type: OK, ID: id, T: now, Kind: kind, Key: key, Fence: lk.Fence(), Owner: lk.Token(),
-		Deadline: deadline, Sent: deadline - int64(ttl-drift), TTL: int64(ttl), Drift: int64(drift)})
-	w.Node.mu.Lock()
-	w.Node.held[heldKey{key, lk.Fence()}] = &holding{w: w, lk: lk, ttl: ttl}
-	w.Node.mu.Unlock()
+	h.last = deadline
+	for _, k := range h.keys {
+		id, ok := ids[k]
+		if !ok { // a key the library names differently: record it anyway
+			id = w.id()
+			w.rec(spec.event(Event{Type: Invoke, ID: id, T: t, Kind: kind, Key: k, Deadline: ctxDeadline, TTL: int64(ttl)}))
+		}
+		w.rec(spec.event(Event{Type: OK, ID: id, T: now, Kind: kind, Key: k, Fence: lk.FenceOf(k), Owner: owner,
+			Deadline: deadline, Sent: deadline - int64(ttl-drift), TTL: int64(ttl), Drift: int64(drift)}))
+	}
+	w.Node.add(h)
 	go func() {
 		<-lk.Done()
 		if err := lk.Err(); errors.Is(err, dlock.ErrLost) {
-			w.rec(Event{Type: OK, ID: w.id(), T: w.now(), Kind: KLost, Key: key, Fence: lk.Fence(),
-				Owner: lk.Token(), Deadline: w.Node.Clock.At(lk.Deadline()), Err: errText(err)})
+			t, dl := w.now(), w.Node.Clock.At(lk.Deadline())
+			for _, k := range h.keys {
+				w.rec(Event{Type: OK, ID: w.id(), T: t, Kind: KLost, Key: k, Fence: lk.FenceOf(k),
+					Owner: owner, Deadline: dl, Err: errText(err)})
+			}
 		}
 	}()
 	return lk
@@ -189,6 +334,8 @@ func Valid(lk *dlock.Lock) bool {
 
 // Work makes up to writes writes under lk, hold apart, each after
 // checking the lock is still valid; it stops at the first invalid check.
+// A reader reads the resource instead, a semaphore holder only holds; a
+// multi-key holder writes every key's resource.
 func (w *Worker) Work(ctx context.Context, lk *dlock.Lock, writes int, hold time.Duration) {
 	for i := range writes {
 		if !Valid(lk) || ctx.Err() != nil {
@@ -220,15 +367,36 @@ func ParseResourceValue(v string) (uint64, string) {
 	return n, o
 }
 
-// Write writes lk's fence and token to the resource of lk's key: with
-// dlock.FencedSet if the worker is fenced, else with a plain SET (a
-// resource that trusts the lock). A refused stale write is a Fail, an
-// error an Info.
+// Write writes lk's fence and identity to the resource of each of lk's
+// keys: with dlock.FencedSet if the worker is fenced, else with a plain
+// SET (a resource that trusts the lock). A refused stale write is a Fail,
+// an error an Info. A reader reads instead; a semaphore permit does
+// nothing (its holders share no register).
 func (w *Worker) Write(ctx context.Context, lk *dlock.Lock) {
 	if w.Res == nil {
 		return
 	}
-	key, fence, owner := lk.Key(), lk.Fence(), lk.Token()
+	h := w.Node.holdingOf(lk)
+	keys, owner, spec := []string{lk.Key()}, lk.Token(), Spec{}
+	if h != nil {
+		keys, owner, spec = h.keys, h.owner, h.spec
+		if g := spec.group(); g != "" {
+			owner = g // the handles of one hold write as one owner, with one fence
+		}
+	}
+	for _, key := range keys {
+		switch spec.Mode {
+		case ModeSemaphore:
+			continue
+		case ModeShared:
+			readResource(ctx, w.Res, key, w.Node.Clock, w.Node.Rec, w.Proc, uint64(1)<<61|w.id())
+			continue
+		}
+		w.writeKey(ctx, key, lk.FenceOf(key), owner)
+	}
+}
+
+func (w *Worker) writeKey(ctx context.Context, key string, fence uint64, owner string) {
 	id := w.id()
 	w.rec(Event{Type: Invoke, ID: id, T: w.now(), Kind: KWrite, Key: key, Fence: fence, Owner: owner})
 	var err error
@@ -247,24 +415,34 @@ func (w *Worker) Write(ctx context.Context, lk *dlock.Lock) {
 	w.rec(e)
 }
 
-// Release unlocks lk and records it.
+// Release unlocks lk and records it (once per key).
 func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
-	key := lk.Key()
-	id := w.id()
-	w.rec(Event{Type: Invoke, ID: id, T: w.now(), Kind: KUnlock, Key: key, Fence: lk.Fence(), Owner: lk.Token(),
-		Deadline: w.Node.Clock.At(lk.Deadline())})
-	err := lk.Unlock(ctx)
-	e := Event{Type: OK, ID: id, T: w.now(), Kind: KUnlock, Key: key}
-	switch {
-	case errors.Is(err, dlock.ErrNotHeld):
-		e.Type, e.Err = Fail, errText(err)
-	case err != nil:
-		e.Type, e.Err = Info, errText(err)
+	h := w.Node.holdingOf(lk)
+	keys, owner := []string{lk.Key()}, lk.Token()
+	if h != nil {
+		keys, owner = h.keys, h.owner
 	}
-	w.rec(e)
-	w.Node.mu.Lock()
-	delete(w.Node.held, heldKey{key, lk.Fence()})
-	w.Node.mu.Unlock()
+	ids := make([]uint64, len(keys))
+	t, dl := w.now(), w.Node.Clock.At(lk.Deadline())
+	for i, k := range keys {
+		ids[i] = w.id()
+		w.rec(Event{Type: Invoke, ID: ids[i], T: t, Kind: KUnlock, Key: k, Fence: lk.FenceOf(k), Owner: owner, Deadline: dl})
+	}
+	err := lk.Unlock(ctx)
+	now := w.now()
+	for i, k := range keys {
+		e := Event{Type: OK, ID: ids[i], T: now, Kind: KUnlock, Key: k}
+		switch {
+		case errors.Is(err, dlock.ErrNotHeld):
+			e.Type, e.Err = Fail, errText(err)
+		case err != nil:
+			e.Type, e.Err = Info, errText(err)
+		}
+		w.rec(e)
+	}
+	if h != nil {
+		w.Node.remove(h)
+	}
 	return err
 }
 
@@ -272,12 +450,30 @@ func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 // TryLock), make writes under it, release it. It reports whether it held
 // the lock.
 func (w *Worker) Cycle(ctx context.Context, key string, ttl, wait time.Duration, writes int, hold time.Duration) bool {
+	return w.CycleSpec(ctx, key, Spec{}, ttl, wait, writes, hold)
+}
+
+// CycleSpec is Cycle for the kind of grant spec describes.
+func (w *Worker) CycleSpec(ctx context.Context, key string, spec Spec, ttl, wait time.Duration, writes int, hold time.Duration) bool {
+	return w.cycle(ctx, wait, writes, hold, func(actx context.Context) *dlock.Lock {
+		return w.AcquireSpec(actx, key, ttl, wait > 0, spec)
+	})
+}
+
+// CycleMulti is Cycle of a multi-key lock on keys.
+func (w *Worker) CycleMulti(ctx context.Context, keys []string, ttl, wait time.Duration, writes int, hold time.Duration) bool {
+	return w.cycle(ctx, wait, writes, hold, func(actx context.Context) *dlock.Lock {
+		return w.AcquireMulti(actx, keys, ttl, wait > 0)
+	})
+}
+
+func (w *Worker) cycle(ctx context.Context, wait time.Duration, writes int, hold time.Duration, acquire func(context.Context) *dlock.Lock) bool {
 	timeout := wait
 	if wait <= 0 {
 		timeout = 2 * time.Second
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
-	lk := w.Acquire(actx, key, ttl, wait > 0)
+	lk := acquire(actx)
 	cancel()
 	if lk == nil {
 		return false
@@ -292,7 +488,10 @@ func (w *Worker) Cycle(ctx context.Context, key string, ttl, wait time.Duration,
 // ReadResource reads the resource of key and records the read (proc is
 // the reader's, ids come from seq).
 func ReadResource(ctx context.Context, res redis.UniversalClient, key string, clock *Clock, rec Recorder, proc int, seq *atomic.Uint64) {
-	id := uint64(1)<<62 | seq.Add(1)
+	readResource(ctx, res, key, clock, rec, proc, uint64(1)<<62|seq.Add(1))
+}
+
+func readResource(ctx context.Context, res redis.UniversalClient, key string, clock *Clock, rec Recorder, proc int, id uint64) {
 	rec.Record(Event{Type: Invoke, ID: id, Proc: proc, T: clock.Now(), Kind: KRead, Key: key})
 	v, err := res.Get(ctx, ResKey(key)).Result()
 	e := Event{Type: OK, ID: id, Proc: proc, T: clock.Now(), Kind: KRead, Key: key}
