@@ -73,6 +73,7 @@ type Result struct {
 	Commands, Handoffs int // L3
 	Monitored          int // histories with a server-side view (R1, L3, L4 checked)
 	Orphans            []int64
+	Counter            []CounterRun // Counter stock checks
 	Details            []string
 	// Illegal is porcupine's account of the first history S3 rejected,
 	// for porcupine.Visualize with Model().
@@ -121,6 +122,7 @@ func (r *Result) Merge(o Result) {
 	r.Monitored += o.Monitored
 	r.Handoffs += o.Handoffs
 	r.Orphans = append(r.Orphans, o.Orphans...)
+	r.Counter = append(r.Counter, o.Counter...)
 	if r.Illegal == nil {
 		r.Illegal = o.Illegal
 	}
@@ -129,6 +131,12 @@ func (r *Result) Merge(o Result) {
 			r.Details = append(r.Details, d)
 		}
 	}
+}
+
+// CounterRun is one history's Counter: its stock, the units sold (orders
+// committed), what was left, and the Take calls that failed.
+type CounterRun struct {
+	Stock, Sold, Left, Errors int64
 }
 
 // grant is one successful acquire and what followed it.

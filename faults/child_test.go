@@ -41,6 +41,7 @@ type childConfig struct {
 	Fenced   bool
 	Lease    time.Duration // dlock.Options.WaiterLease (0: default)
 	Pickup   time.Duration // dlock.Options.PickupTimeout (0: default)
+	Duty     float64       // Role "hog": spin this fraction of the time (see Load)
 }
 
 // childMain is the child's whole life.
@@ -49,6 +50,9 @@ func childMain(js string) int {
 	if err := json.Unmarshal([]byte(js), &cfg); err != nil {
 		fmt.Println("child: bad config:", err)
 		return 2
+	}
+	if cfg.Role == "hog" {
+		return hogMain(cfg.Duty)
 	}
 	clock, err := ClockFromEnv()
 	if err != nil || clock == nil {
@@ -126,6 +130,7 @@ func (h *harness) spawn(cfg childConfig) *child {
 	js, _ := json.Marshal(cfg)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(js), clock.Env(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, childEnvFor(h.sc.load)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

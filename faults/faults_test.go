@@ -92,6 +92,7 @@ type scenario struct {
 	run        func(h *harness)
 	assert     func(t *testing.T, r Result) // extra checks that the fault did what it should
 	note       string                       // what the row shows
+	load       Load                         // a CPU hog beside the clients (and pauses)
 }
 
 type row struct {
@@ -102,6 +103,7 @@ type row struct {
 	elapsed    time.Duration
 	verdict    string
 	note       string
+	load       Load
 }
 
 func scenarioSeed(sc scenario) uint64 {
@@ -127,6 +129,7 @@ type harness struct {
 	mu    sync.Mutex
 	keys  []string
 	reads atomic.Uint64
+	extra Result // what a scenario checked itself (Counter stock), merged into the history's
 }
 
 func (h *harness) nextProc() int { return int(h.procs.Add(1) - 1) }
@@ -201,7 +204,7 @@ func runScenario(t *testing.T, sc scenario, rounds int) Result {
 	}
 	rows.Lock()
 	rows.list = append(rows.list, row{topo: sc.topo, name: sc.name, res: total, must: sc.must, seed: seed,
-		elapsed: time.Since(start), verdict: verdict, note: sc.note})
+		elapsed: time.Since(start), verdict: verdict, note: sc.note, load: sc.load})
 	rows.Unlock()
 	return total
 }
@@ -215,6 +218,14 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 		sc.params(&h.params)
 	}
 	h.res = h.client(resSrv.Addr(), true)
+	stopLoad, err := startLoad(sc.load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopLoad()
+	if sc.load.Pauses {
+		defer startPauses(h)()
+	}
 	var lines []MonLine
 	if sc.topo == "single" {
 		// One lock server per history, watched by MONITOR.
@@ -236,6 +247,10 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	}
 	events := h.hist.Events()
 	r := Check(events, lines, h.params)
+	h.mu.Lock()
+	h.extra.Histories = 0
+	r.Merge(h.extra)
+	h.mu.Unlock()
 	if unexpected(*sc, r) || os.Getenv("DLOCK_FAULTS_SAVE") != "" {
 		return r, save(sc, round, events, r)
 	}
@@ -306,13 +321,13 @@ func renderTable(total time.Duration) string {
 	}
 	fmt.Fprintf(&b, "\ndlock fault-injection suite: %s, seed %d (DLOCK_SEED), %s, %s%s, %d CPUs, %v\n",
 		tier, suiteSeed, redisVersion(), runtime.Version(), race, runtime.NumCPU(), total.Round(time.Second))
-	fmt.Fprintf(&b, "%-9s %-34s %4s %-16s", "topology", "scenario", "hist", "ops ok/fail/unk")
+	fmt.Fprintf(&b, "%-9s %-34s %-16s %4s %-16s", "topology", "scenario", "load", "hist", "ops ok/fail/unk")
 	for _, inv := range Invariants {
 		fmt.Fprintf(&b, " %4s", inv)
 	}
 	fmt.Fprintf(&b, "  %-17s %6s  %s\n", "hand-over p50/p99", "time", "verdict")
 	for _, r := range rows.list {
-		fmt.Fprintf(&b, "%-9s %-34s %4d %-16s", r.topo, r.name, r.res.Histories,
+		fmt.Fprintf(&b, "%-9s %-34s %-16s %4d %-16s", r.topo, r.name, r.load, r.res.Histories,
 			fmt.Sprintf("%d/%d/%d", r.res.OK, r.res.Fail, r.res.Unknown))
 		for _, inv := range Invariants {
 			n := r.res.Violations[inv]
@@ -337,6 +352,8 @@ func renderTable(total time.Duration) string {
 		fmt.Fprintf(&b, "  %-17s %6s  %s\n", hand, r.elapsed.Round(100*time.Millisecond), r.verdict)
 	}
 	b.WriteString("n! = violations a canary must show (a documented limit, detected); - = not exercised.\n")
+	b.WriteString("load: CPU hog beside the clients, busy processes (p) + goroutines (g) at a duty cycle;\n")
+	b.WriteString("  pauses = scheduler pauses injected at the engine's pause points.\n")
 	b.WriteString("seed per row: DLOCK_SEED reproduces the suite; figures:\n")
 	for _, r := range rows.list {
 		fmt.Fprintf(&b, "  %-9s %-34s seed %-20d %s\n", r.topo, r.name, r.seed, figures(r.res))
@@ -372,6 +389,14 @@ func figures(r Result) string {
 	}
 	if len(r.Orphans) > 0 {
 		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), Dur(slices.Max(r.Orphans))))
+	}
+	if len(r.Counter) > 0 {
+		var c CounterRun
+		for _, x := range r.Counter {
+			c.Stock, c.Sold, c.Left, c.Errors = c.Stock+x.Stock, c.Sold+x.Sold, c.Left+x.Left, c.Errors+x.Errors
+		}
+		f = append(f, fmt.Sprintf("counter stock %d: sold %d, left %d, missing %d, Take errors %d",
+			c.Stock, c.Sold, c.Left, c.Stock-c.Sold-c.Left, c.Errors))
 	}
 	if len(f) == 0 {
 		return "-"

@@ -83,6 +83,19 @@ func quickScenarios() []scenario {
 			note: "checker canary: an acquire whose reply was lost, by a client that does not clean up (TTL 3s)"},
 		{topo: single, name: "renew-jitter", rounds: 1, run: renewJitter,
 			note: "TTL 120ms, latency jitter 0-25ms each way on every lock connection"},
+		{topo: single, name: "primitives mix", rounds: 1, run: mixScenario(2 * time.Second),
+			note: "exclusive+reentrant, readers+writers, semaphore+SetLimit, multi-key, legacy, Counter; no fault"},
+		{topo: single, name: "primitives mix, CPU hog", rounds: 1, run: mixScenario(2 * time.Second),
+			load: Load{Procs: 2, Goroutines: 2, Duty: 0.8},
+			note: "the same with busy processes and goroutines beside the clients"},
+	}
+}
+
+// mixScenario runs the primitives mix on 3 Clients of the lock server.
+func mixScenario(d time.Duration) func(h *harness) {
+	return func(h *harness) {
+		nodes := []*Node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
+		primitivesMix(h, nodes, mixOpts{dur: d, counter: true})
 	}
 }
 
