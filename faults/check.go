@@ -74,6 +74,7 @@ type Result struct {
 	Monitored          int // histories with a server-side view (R1, L3, L4 checked)
 	Orphans            []int64
 	Counter            []CounterRun // Counter stock checks
+	Refused            int          // acquires (or Clients) refused as invalid arguments
 	Details            []string
 	// Illegal is porcupine's account of the first history S3 rejected,
 	// for porcupine.Visualize with Model().
@@ -123,6 +124,7 @@ func (r *Result) Merge(o Result) {
 	r.Handoffs += o.Handoffs
 	r.Orphans = append(r.Orphans, o.Orphans...)
 	r.Counter = append(r.Counter, o.Counter...)
+	r.Refused += o.Refused
 	if r.Illegal == nil {
 		r.Illegal = o.Illegal
 	}
@@ -170,6 +172,9 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 				r.OK++
 			case Fail:
 				r.Fail++
+				if (op.Kind == KLock || op.Kind == KTry) && strings.Contains(op.Err, "invalid argument") {
+					r.Refused++
+				}
 			default:
 				r.Unknown++
 			}
@@ -215,10 +220,14 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		// The server-side replay knows plain string locks: a key held as
 		// a shared hold (readers, a reentrant owner) or a semaphore's
 		// sorted set is left to S1 and S3.
+		// Only keys somebody was granted are replayed: a name that was
+		// refused (a reserved auxiliary name) is dlock's own state.
 		keys, owned, holds := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, op := range ops {
 			if op.Kind == KLock || op.Kind == KTry {
-				keys[op.Key] = true
+				if op.Status == OK {
+					keys[op.Key] = true
+				}
 				if op.Mode != ModeExclusive || op.Group != "" {
 					holds[op.Key] = true
 				}

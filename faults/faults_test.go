@@ -93,6 +93,10 @@ type scenario struct {
 	assert     func(t *testing.T, r Result) // extra checks that the fault did what it should
 	note       string                       // what the row shows
 	load       Load                         // a CPU hog beside the clients (and pauses)
+	// pending, if set, says why the defect this scenario finds is not
+	// fixed in this build ("" once it is): its violations are then shown
+	// but do not fail the suite. Each is a quick probe of the fix.
+	pending func(t *testing.T) string
 }
 
 type row struct {
@@ -189,7 +193,15 @@ func runScenario(t *testing.T, sc scenario, rounds int) Result {
 			saved = append(saved, path)
 		}
 	}
-	verdict := judge(t, sc, total)
+	var verdict string
+	if why := pendingReason(t, sc); why != "" {
+		verdict = "pending: " + why
+		if len(total.Violations) == 0 {
+			verdict = "ok (" + why + ")"
+		}
+	} else {
+		verdict = judge(t, sc, total)
+	}
 	if sc.assert != nil && !t.Failed() {
 		sc.assert(t, total)
 	}
@@ -280,6 +292,13 @@ func save(sc *scenario, round int, events []Event, r Result) string {
 		_ = porcupine.VisualizePath(Model(), *r.Illegal, base+".html")
 	}
 	return base + ".json"
+}
+
+func pendingReason(t *testing.T, sc scenario) string {
+	if sc.pending == nil || os.Getenv("DLOCK_FAULTS_STRICT") == "1" {
+		return ""
+	}
+	return sc.pending(t)
 }
 
 // judge compares the violations with the scenario's expectations.
@@ -389,6 +408,9 @@ func figures(r Result) string {
 	}
 	if len(r.Orphans) > 0 {
 		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), Dur(slices.Max(r.Orphans))))
+	}
+	if r.Refused > 0 {
+		f = append(f, fmt.Sprintf("refused as invalid arguments %d", r.Refused))
 	}
 	if len(r.Counter) > 0 {
 		var c CounterRun

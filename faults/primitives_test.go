@@ -128,7 +128,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 		})
 	}
 	if o.counter {
-		wg.Go(func() { counterSales(h, nodes, stop) })
+		wg.Go(func() { counterSales(h, nodes, stop, h.key("counter")) })
 	}
 	wg.Wait()
 }
@@ -191,10 +191,9 @@ var errOrderRejected = errors.New("order rejected")
 // sold twice is a stale write accepted by the resource (S2). Take errors
 // that may have applied the sale are counted apart (units may be missing
 // then, never extra).
-func counterSales(h *harness, nodes []*Node, stop time.Time) {
+func counterSales(h *harness, nodes []*Node, stop time.Time, name string) {
 	ctx := h.t.Context()
 	const stock = 40
-	name := h.key("counter")
 	c0, err := nodes[0].Locks.Counter(name, 4)
 	if err != nil {
 		h.t.Error(err)

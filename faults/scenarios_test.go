@@ -88,6 +88,9 @@ func quickScenarios() []scenario {
 		{topo: single, name: "primitives mix, CPU hog", rounds: 1, run: mixScenario(2 * time.Second),
 			load: Load{Procs: 2, Goroutines: 2, Duty: 0.8},
 			note: "the same with busy processes and goroutines beside the clients"},
+		{topo: single, name: "hostile keys", rounds: 1, run: hostileKeys,
+			pending: pendingAll(pendingReservedNames, pendingReentrantIdentity),
+			note: "locks on other locks' auxiliary names, aliasing/glob prefixes, owner ids equal to holders' values"},
 	}
 }
 
