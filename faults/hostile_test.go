@@ -2,7 +2,7 @@ package faults
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -186,4 +186,3 @@ func containsStr(xs []string, s string) bool {
 	}
 	return false
 }
-

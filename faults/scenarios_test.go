@@ -90,7 +90,7 @@ func quickScenarios() []scenario {
 			note: "the same with busy processes and goroutines beside the clients"},
 		{topo: single, name: "hostile keys", rounds: 1, run: hostileKeys,
 			pending: pendingAll(pendingReservedNames, pendingReentrantIdentity),
-			note: "locks on other locks' auxiliary names, aliasing/glob prefixes, owner ids equal to holders' values"},
+			note:    "locks on other locks' auxiliary names, aliasing/glob prefixes, owner ids equal to holders' values"},
 	}
 }
 
