@@ -10,6 +10,12 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
+// StallProc is the process of the KPause spans in which the test process
+// itself was measurably not scheduled (a ticker's ticks came late): the
+// machine's load stopped every worker in it then. R2 and L1 do not count
+// that time against the library (S1-S3 do not care).
+const StallProc = -3
+
 // Inv names an invariant (correctness.md §6.1).
 type Inv string
 
@@ -67,15 +73,19 @@ type Result struct {
 	S3Illegal, S3Unk   int
 	R2MaxLag           int64
 	R2Exempt           int // losses signalled late because the holder itself was stopped
+	R2Stalled          int // ... or because the test process was not scheduled (StallProc)
+	L1Stalled          int // Lock calls late because the test process was not scheduled
 	L1MaxOver          int64
 	Handovers          []int64 // unlock (or crash) → next grant, ns
 	CrashHandovers     []int64
 	Commands, Handoffs int // L3
 	Monitored          int // histories with a server-side view (R1, L3, L4 checked)
 	Orphans            []int64
-	Counter            []CounterRun // Counter stock checks
-	Refused            int          // acquires (or Clients) refused as invalid arguments
+	Counter            []CounterRun   // Counter stock checks
+	Refused            int            // acquires (or Clients) refused as invalid arguments
+	CmdFaults          map[string]int // command-level faults injected, by action
 	Details            []string
+	stalled            func(from, to int64) int64
 	// Illegal is porcupine's account of the first history S3 rejected,
 	// for porcupine.Visualize with Model().
 	Illegal *porcupine.LinearizationInfo
@@ -116,6 +126,8 @@ func (r *Result) Merge(o Result) {
 	r.S3Unk += o.S3Unk
 	r.R2MaxLag = max(r.R2MaxLag, o.R2MaxLag)
 	r.R2Exempt += o.R2Exempt
+	r.R2Stalled += o.R2Stalled
+	r.L1Stalled += o.L1Stalled
 	r.L1MaxOver = max(r.L1MaxOver, o.L1MaxOver)
 	r.Handovers = append(r.Handovers, o.Handovers...)
 	r.CrashHandovers = append(r.CrashHandovers, o.CrashHandovers...)
@@ -125,6 +137,12 @@ func (r *Result) Merge(o Result) {
 	r.Orphans = append(r.Orphans, o.Orphans...)
 	r.Counter = append(r.Counter, o.Counter...)
 	r.Refused += o.Refused
+	for k, v := range o.CmdFaults {
+		if r.CmdFaults == nil {
+			r.CmdFaults = map[string]int{}
+		}
+		r.CmdFaults[k] += v
+	}
 	if r.Illegal == nil {
 		r.Illegal = o.Illegal
 	}
@@ -181,10 +199,15 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		}
 	}
 	pauses := map[int][][2]int64{}
+	var stalls [][2]int64
 	crashes := map[int]int64{}
 	for _, op := range ops {
 		switch op.Kind {
 		case KPause:
+			if op.Proc == StallProc {
+				stalls = append(stalls, [2]int64{op.Call, op.End})
+				continue
+			}
 			pauses[op.Proc] = append(pauses[op.Proc], [2]int64{op.Call, op.End})
 		case KCrash:
 			if _, ok := crashes[op.Proc]; !ok {
@@ -200,6 +223,17 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		}
 		return false
 	}
+	// stalled is how long, between from and to, the test process itself
+	// was measurably not scheduled (see StallProc): time the checked
+	// process could not act in, as if stopped.
+	stalled := func(from, to int64) int64 {
+		var d int64
+		for _, s := range stalls {
+			d += max(0, min(s[1], to)-max(s[0], from))
+		}
+		return d
+	}
+	r.stalled = stalled
 
 	grants := buildGrants(ops, crashes)
 	limits := map[string][]Op{}
@@ -549,9 +583,15 @@ func checkR2(r *Result, ops []Op, grants []*grant, p Params, paused func(int, in
 		if op.Kind != KLost {
 			continue
 		}
-		lag := op.Call - max(op.Deadline, granted[op.Owner])
+		from := max(op.Deadline, granted[op.Owner])
+		lag := op.Call - from
 		if lag > 0 && paused(op.Proc, op.Deadline, op.Call) {
 			r.R2Exempt++
+			continue
+		}
+		if st := r.stalled(from, op.Call); lag > int64(p.R2Slack) && lag-st <= int64(p.R2Slack) {
+			r.R2Stalled++ // late by the time the process was not scheduled
+			r.R2MaxLag = max(r.R2MaxLag, lag-st)
 			continue
 		}
 		r.R2MaxLag = max(r.R2MaxLag, lag)
@@ -573,6 +613,10 @@ func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool)
 			continue
 		}
 		if paused(op.Proc, op.CtxDeadline, op.End) {
+			continue
+		}
+		if over-r.stalled(op.CtxDeadline, op.End) <= int64(p.L1Slack) {
+			r.L1Stalled++
 			continue
 		}
 		r.L1MaxOver = max(r.L1MaxOver, over)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -134,6 +135,8 @@ type harness struct {
 	keys  []string
 	reads atomic.Uint64
 	extra Result // what a scenario checked itself (Counter stock), merged into the history's
+	// injectors: the command-fault layers of the history's clients.
+	injectors []*faultcmd.Injector
 }
 
 func (h *harness) nextProc() int { return int(h.procs.Add(1) - 1) }
@@ -238,6 +241,7 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	if sc.load.Pauses {
 		defer startPauses(h)()
 	}
+	defer watchStalls(h)()
 	var lines []MonLine
 	if sc.topo == "single" {
 		// One lock server per history, watched by MONITOR.
@@ -254,6 +258,7 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	} else {
 		sc.run(h) // builds its own topology; no single server-side view
 	}
+	cmdCounts := h.logInjected()
 	for _, k := range h.keys {
 		ReadResource(t.Context(), h.res, k, clock, h.hist, -2, &h.reads)
 	}
@@ -261,6 +266,7 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	r := Check(events, lines, h.params)
 	h.mu.Lock()
 	h.extra.Histories = 0
+	h.extra.CmdFaults = cmdCounts
 	r.Merge(h.extra)
 	h.mu.Unlock()
 	if unexpected(*sc, r) || os.Getenv("DLOCK_FAULTS_SAVE") != "" {
@@ -395,7 +401,11 @@ func figures(r Result) string {
 		f = append(f, fmt.Sprintf("S3 undecided %d", r.S3Unk))
 	}
 	if r.R2MaxLag != 0 || r.R2Exempt > 0 {
-		f = append(f, fmt.Sprintf("loss signal max %s after deadline (%d while stopped)", Dur(r.R2MaxLag), r.R2Exempt))
+		f = append(f, fmt.Sprintf("loss signal max %s after deadline (%d while stopped, %d while the process was starved)",
+			Dur(r.R2MaxLag), r.R2Exempt, r.R2Stalled))
+	}
+	if r.L1Stalled > 0 {
+		f = append(f, fmt.Sprintf("%d Lock calls late while the process was starved", r.L1Stalled))
 	}
 	if r.L1MaxOver > 0 {
 		f = append(f, "Lock max "+Dur(r.L1MaxOver)+" past ctx deadline")
@@ -408,6 +418,15 @@ func figures(r Result) string {
 	}
 	if len(r.Orphans) > 0 {
 		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), Dur(slices.Max(r.Orphans))))
+	}
+	if len(r.CmdFaults) > 0 {
+		var parts []string
+		for _, a := range []string{"drop-reply", "fail-before", "delay", "hold"} {
+			if n := r.CmdFaults[a]; n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", a, n))
+			}
+		}
+		f = append(f, "command faults: "+strings.Join(parts, ", "))
 	}
 	if r.Refused > 0 {
 		f = append(f, fmt.Sprintf("refused as invalid arguments %d", r.Refused))

@@ -137,3 +137,37 @@ func childEnvFor(l Load) []string {
 func startPauses(h *harness) (stop func()) {
 	return func() {}
 }
+
+// stallTick and stallMin: the stall watcher ticks every stallTick; a tick
+// later than stallMin is a stall of the whole test process.
+const (
+	stallTick = 2 * time.Millisecond
+	stallMin  = 15 * time.Millisecond
+)
+
+// watchStalls records, for the history of h, the spans in which the test
+// process was not scheduled (StallProc); it returns the function that
+// stops it. The spans are what a busy machine does to every goroutine of
+// the process: R2 and L1 do not count them against the library.
+func watchStalls(h *harness) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		last := time.Now()
+		t := time.NewTicker(stallTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			now := time.Now()
+			if gap := now.Sub(last); gap > stallMin {
+				h.nem.Span(KPause, StallProc, "test process not scheduled", clock.At(last.Add(stallTick)), clock.At(now))
+			}
+			last = now
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}

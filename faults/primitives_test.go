@@ -25,7 +25,12 @@ type mixOpts struct {
 	dur     time.Duration
 	ttl     time.Duration
 	counter bool // also sell a Counter's stock
+	// only: the parts to run ("x" exclusive+reentrant, "rw" readers and
+	// writers, "sem" semaphore+SetLimit, "multi", "legacy"); nil: all.
+	only []string
 }
+
+func (o mixOpts) has(part string) bool { return o.only == nil || containsStr(o.only, part) }
 
 // primitivesMix runs every primitive's workers on nodes (round robin) for
 // o.dur, and the SetLimit nemesis on the semaphore.
@@ -61,26 +66,26 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 
 	// Exclusive and reentrant on one key.
 	x := h.key("x")
-	for range 2 {
+	for range 2 * b2i(o.has("x")) {
 		loop(func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, x, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
 	}
-	for i := range 2 {
+	for i := range 2 * b2i(o.has("x")) {
 		owner := fmt.Sprintf("job-%d-%d", h.round, i)
 		loop(func(w *Worker, rng *rand.Rand) { reentrantCycle(ctx, w, x, owner, ttl, waitFor(rng), rng) })
 	}
 	// Readers and writers.
 	rw := h.key("rw")
-	for range 3 {
+	for range 3 * b2i(o.has("rw")) {
 		loop(func(w *Worker, rng *rand.Rand) {
 			w.CycleSpec(ctx, rw, SharedSpec(), ttl, waitFor(rng), 1+rng.IntN(2), hold(rng))
 		})
 	}
-	for range 2 {
+	for range 2 * b2i(o.has("rw")) {
 		loop(func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, rw, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
 	}
 	// A semaphore of 2 (SetLimit moves it to 3 and back meanwhile).
 	sem := h.key("sem")
-	for range 4 {
+	for range 4 * b2i(o.has("sem")) {
 		loop(func(w *Worker, rng *rand.Rand) {
 			permits := 1
 			if rng.IntN(5) == 0 {
@@ -89,7 +94,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 			w.CycleSpec(ctx, sem, SemSpec(2, permits), ttl, waitFor(rng), 1, hold(rng)*3)
 		})
 	}
-	{
+	if o.has("sem") {
 		n := nodes[0]
 		proc := h.nextProc()
 		rng := rand.New(rand.NewPCG(h.rng.Uint64(), 99))
@@ -108,7 +113,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	}
 	// Multi-key over overlapping pairs of three keys.
 	mk := []string{h.key("m1"), h.key("m2"), h.key("m3")}
-	for range 3 {
+	for range 3 * b2i(o.has("multi")) {
 		loop(func(w *Worker, rng *rand.Rand) {
 			i := rng.IntN(3)
 			w.CycleMulti(ctx, []string{mk[i], mk[(i+1)%3]}, ttl, waitFor(rng), 1, hold(rng))
@@ -117,7 +122,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	// Legacy, in milliseconds (values are shared by clients locking in one
 	// unit: the history names each grant itself).
 	leg := h.key("legacy")
-	for range 2 {
+	for range 2 * b2i(o.has("legacy")) {
 		w, rng := worker()
 		w.LockOpts = []dlock.LockOption{dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Milliseconds}))}
 		w.Unique, w.Res = true, nil
@@ -131,6 +136,13 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 		wg.Go(func() { counterSales(h, nodes, stop, h.key("counter")) })
 	}
 	wg.Wait()
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // reentrantCycle: the owner's handle, sometimes a nested one (taken while

@@ -286,12 +286,25 @@ type redlockSet struct {
 // redlockNode makes a recorded Redlock Client over addrs (one go-redis
 // client per node, failing fast, as the redlock package advises).
 func (h *harness) redlockNode(addrs []string, ropts redlock.Options) redlockSet {
+	return h.redlockNodeOpts(addrs, ropts, nil)
+}
+
+// redlockNodeWith is redlockNode with each node's client passed to setup
+// before use (to add a hook).
+func (h *harness) redlockNodeWith(addrs []string, setup func(*redis.Client)) redlockSet {
+	return h.redlockNodeOpts(addrs, redlock.Options{}, setup)
+}
+
+func (h *harness) redlockNodeOpts(addrs []string, ropts redlock.Options, setup func(*redis.Client)) redlockSet {
 	h.t.Helper()
 	var nodes []redis.UniversalClient
 	var closers []io.Closer
 	for _, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true, MaxRetries: -1,
 			DialTimeout: 250 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
+		if setup != nil {
+			setup(c)
+		}
 		nodes = append(nodes, c)
 		closers = append(closers, c)
 	}
