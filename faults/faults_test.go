@@ -109,6 +109,7 @@ type row struct {
 	verdict    string
 	note       string
 	load       Load
+	pending    string
 }
 
 func scenarioSeed(sc scenario) uint64 {
@@ -197,11 +198,14 @@ func runScenario(t *testing.T, sc scenario, rounds int) Result {
 		}
 	}
 	var verdict string
-	if why := pendingReason(t, sc); why != "" {
-		verdict = "pending: " + why
+	why := pendingReason(t, sc)
+	if why != "" {
+		n := strings.Count(why, ";") + 1
+		verdict = fmt.Sprintf("pending: %d fix(es) missing", n)
 		if len(total.Violations) == 0 {
-			verdict = "ok (" + why + ")"
+			verdict = fmt.Sprintf("ok (%d fix(es) missing)", n)
 		}
+		t.Logf("%s: violations not judged, fixes missing in this build: %s", sc.name, why)
 	} else {
 		verdict = judge(t, sc, total)
 	}
@@ -219,7 +223,7 @@ func runScenario(t *testing.T, sc scenario, rounds int) Result {
 	}
 	rows.Lock()
 	rows.list = append(rows.list, row{topo: sc.topo, name: sc.name, res: total, must: sc.must, seed: seed,
-		elapsed: time.Since(start), verdict: verdict, note: sc.note, load: sc.load})
+		elapsed: time.Since(start), verdict: verdict, note: sc.note, load: sc.load, pending: why})
 	rows.Unlock()
 	return total
 }
@@ -382,6 +386,9 @@ func renderTable(total time.Duration) string {
 	b.WriteString("seed per row: DLOCK_SEED reproduces the suite; figures:\n")
 	for _, r := range rows.list {
 		fmt.Fprintf(&b, "  %-9s %-34s seed %-20d %s\n", r.topo, r.name, r.seed, figures(r.res))
+		if r.pending != "" {
+			fmt.Fprintf(&b, "  %-9s %-34s fixes missing: %s\n", "", "", r.pending)
+		}
 	}
 	return b.String()
 }

@@ -3,11 +3,14 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
+	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -80,4 +83,137 @@ func pendingReentrantIdentity(t *testing.T) string {
 		return "a reentrant owner equal to a token joins its lock"
 	}
 	return ""
+}
+
+// faultyProbeClient is probeClient with a command-fault layer.
+func faultyProbeClient(t *testing.T) (*dlock.Client, *faultcmd.Injector, func()) {
+	rdb := redis.NewClient(&redis.Options{Addr: resSrv.Addr(), ContextTimeoutEnabled: true})
+	inj := faultcmd.New()
+	rdb.AddHook(inj)
+	c, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, inj, func() { _ = c.Close(); _ = rdb.Close() }
+}
+
+func probeKey(t *testing.T, what string) string {
+	return fmt.Sprintf("fk-probe:%s:%d", what, time.Now().UnixNano())
+}
+
+// pendingLegacyLostSetnx (issue 12, defect 2): a legacy SETNX whose reply
+// is lost while another client holds the key with the same value (same
+// second, same TTL) must not delete that client's lock.
+func pendingLegacyLostSetnx(t *testing.T) string {
+	b, _, doneB := probeClient(t)
+	defer doneB()
+	a, inj, doneA := faultyProbeClient(t)
+	defer doneA()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	p := dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Seconds}))
+	direct := redis.NewClient(&redis.Options{Addr: resSrv.Addr()})
+	defer direct.Close()
+	for range 3 {
+		k := probeKey(t, "legacy-setnx")
+		inj.Clear()
+		inj.Add(faultcmd.Rule{Action: faultcmd.DropReply, Match: faultcmd.Match{Cmd: "setnx", Key: k}})
+		sec := time.Now().Unix()
+		lb, err := b.TryLock(ctx, k, p, dlock.WithTTL(3*time.Second), dlock.WithoutRenewal())
+		if err != nil {
+			return ""
+		}
+		_, _ = a.TryLock(ctx, k, p, dlock.WithTTL(3*time.Second), dlock.WithoutRenewal())
+		if time.Now().Unix() != sec {
+			_ = lb.Unlock(ctx)
+			continue // not the same second: try again
+		}
+		time.Sleep(200 * time.Millisecond) // the background clean-up
+		n := direct.Exists(ctx, k).Val()
+		_ = lb.Unlock(ctx)
+		if n == 0 {
+			return "a lost legacy SETNX reply deletes another client's lock"
+		}
+		return ""
+	}
+	return ""
+}
+
+// pendingCounterRestock (issue 12, defect 7): an Unlock error after fn
+// committed must not put the units back.
+func pendingCounterRestock(t *testing.T) string {
+	c, inj, done := faultyProbeClient(t)
+	defer done()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	name := probeKey(t, "counter")
+	ctr, err := c.Counter(name, 1)
+	if err != nil || ctr.Set(ctx, 1) != nil {
+		return ""
+	}
+	inj.Add(faultcmd.Rule{Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "release", Key: name + ":0"}})
+	_, err = ctr.Take(ctx, 1, func(context.Context, int) error { return nil })
+	left, _ := ctr.Total(ctx)
+	if err != nil && left > 0 {
+		return "Counter.Take puts sold units back after an Unlock error"
+	}
+	return ""
+}
+
+// pendingUnlockMisreport (issue 12, defect 6): Unlock retried after a lost
+// reply, the first having handed the key to a queued waiter, must not
+// report a loss.
+func pendingUnlockMisreport(t *testing.T) string {
+	a, inj, doneA := faultyProbeClient(t)
+	defer doneA()
+	w, rdb, doneW := probeClient(t)
+	defer doneW()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	k := probeKey(t, "unlock")
+	lk, err := a.TryLock(ctx, k)
+	if err != nil {
+		return ""
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, _ := w.Lock(ctx, k)
+		got <- l
+	}()
+	for end := time.Now().Add(2 * time.Second); rdb.LLen(ctx, "dlock:{"+k+"}:q").Val() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			return ""
+		}
+	}
+	inj.Add(faultcmd.Rule{Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "release", Key: k}})
+	err = lk.Unlock(ctx)
+	if err != nil {
+		err = lk.Unlock(ctx)
+	}
+	if l := <-got; l != nil {
+		_ = l.Unlock(ctx)
+	}
+	if errors.Is(err, dlock.ErrLost) {
+		return "an Unlock retried after a lost reply reports a loss"
+	}
+	return ""
+}
+
+// pendingCmdClass: every probe of a defect the random command-fault
+// schedule can run into.
+var pendingCmdClass = pendingAll(pendingLegacyLostSetnx, pendingCounterRestock, pendingUnlockMisreport)
+
+// TestPendingProbes prints what each probe finds in this build.
+func TestPendingProbes(t *testing.T) {
+	for name, p := range map[string]func(*testing.T) string{
+		"reserved names": pendingReservedNames, "reentrant identity": pendingReentrantIdentity,
+		"legacy lost SETNX": pendingLegacyLostSetnx, "counter restock": pendingCounterRestock,
+		"unlock misreport": pendingUnlockMisreport,
+	} {
+		why := p(t)
+		if why == "" {
+			why = "fixed"
+		}
+		t.Logf("%-20s %s", name, why)
+	}
 }

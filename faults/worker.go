@@ -429,6 +429,12 @@ func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 		w.rec(Event{Type: Invoke, ID: ids[i], T: t, Kind: KUnlock, Key: k, Fence: lk.FenceOf(k), Owner: owner, Deadline: dl})
 	}
 	err := lk.Unlock(ctx)
+	// A careful caller retries an Unlock whose outcome is unknown (a lost
+	// reply, a Redis blip): the retry must neither fail nor report a loss
+	// for a release that went through.
+	for i := 0; i < 2 && errors.Is(err, dlock.ErrUnavailable) && ctx.Err() == nil; i++ {
+		err = lk.Unlock(ctx)
+	}
 	now := w.now()
 	for i, k := range keys {
 		e := Event{Type: OK, ID: ids[i], T: now, Kind: KUnlock, Key: k}
