@@ -84,6 +84,7 @@ type Result struct {
 	Counter            []CounterRun   // Counter stock checks
 	Refused            int            // acquires (or Clients) refused as invalid arguments
 	CmdFaults          map[string]int // command-level faults injected, by action
+	Pauses             int            // scheduler pauses injected at the engine's pause points
 	Details            []string
 	stalled            func(from, to int64) int64
 	// Illegal is porcupine's account of the first history S3 rejected,
@@ -137,6 +138,7 @@ func (r *Result) Merge(o Result) {
 	r.Orphans = append(r.Orphans, o.Orphans...)
 	r.Counter = append(r.Counter, o.Counter...)
 	r.Refused += o.Refused
+	r.Pauses += o.Pauses
 	for k, v := range o.CmdFaults {
 		if r.CmdFaults == nil {
 			r.CmdFaults = map[string]int{}
@@ -247,7 +249,7 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 	checkS3(&r, ops, p)
 	checkR2(&r, ops, grants, p, paused)
 	checkL1(&r, ops, p, paused)
-	checkHandovers(&r, grants, ops, p)
+	checkHandovers(&r, grants, ops, p, crashes)
 
 	if lines != nil {
 		r.Monitored = 1
@@ -626,7 +628,7 @@ func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool)
 
 // Hand-overs: release → the next grant of a waiter that was already
 // waiting; crash → the next grant (L2).
-func checkHandovers(r *Result, grants []*grant, ops []Op, p Params) {
+func checkHandovers(r *Result, grants []*grant, ops []Op, p Params, crashes map[int]int64) {
 	byKey := map[string][]*grant{}
 	for _, g := range grants {
 		byKey[g.key] = append(byKey[g.key], g)
@@ -644,7 +646,7 @@ func checkHandovers(r *Result, grants []*grant, ops []Op, p Params) {
 			switch {
 			case g.crashed:
 				if next == nil {
-					if waiting(ops, key, g.crashAt) {
+					if waiting(ops, key, g.crashAt, crashes, p.L2Bound) {
 						r.add(L2, 1, "%s: nobody got the lock after its holder crashed", key)
 					}
 					continue
@@ -663,9 +665,13 @@ func checkHandovers(r *Result, grants []*grant, ops []Op, p Params) {
 	}
 }
 
-// waiting reports whether a Lock call on key was in progress at t.
-func waiting(ops []Op, key string, t int64) bool {
+// waiting reports whether a Lock call on key was in progress at t, by a
+// process that was not itself killed within bound of t.
+func waiting(ops []Op, key string, t int64, crashes map[int]int64, bound time.Duration) bool {
 	for _, op := range ops {
+		if c, ok := crashes[op.Proc]; ok && c <= t+int64(bound) {
+			continue
+		}
 		if op.Kind == KLock && op.Key == key && op.Call <= t && (op.End == 0 || op.End >= t) {
 			return true
 		}

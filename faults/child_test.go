@@ -42,6 +42,23 @@ type childConfig struct {
 	Lease    time.Duration // dlock.Options.WaiterLease (0: default)
 	Pickup   time.Duration // dlock.Options.PickupTimeout (0: default)
 	Duty     float64       // Role "hog": spin this fraction of the time (see Load)
+	// Mode, Owner, Limit: the kind of lock (ModeShared, ModeSemaphore of
+	// Limit, a reentrant Owner; default a plain lock).
+	Mode  string
+	Owner string
+	Limit int
+}
+
+func (c childConfig) spec() Spec {
+	switch {
+	case c.Mode == ModeShared:
+		return SharedSpec()
+	case c.Mode == ModeSemaphore:
+		return SemSpec(max(c.Limit, 1), 1)
+	case c.Owner != "":
+		return ReentrantSpec(c.Owner)
+	}
+	return Spec{}
 }
 
 // childMain is the child's whole life.
@@ -86,7 +103,7 @@ func childMain(js string) int {
 	}
 	ctx := context.Background()
 	actx, cancel := context.WithTimeout(ctx, cfg.Wait)
-	lk := w.Acquire(actx, cfg.Key, cfg.TTL, true)
+	lk := w.AcquireSpec(actx, cfg.Key, cfg.TTL, true, cfg.spec())
 	cancel()
 	if lk == nil {
 		mark("not-acquired")

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func (h *harness) cmdNode(opts dlock.Options) (*Node, *faultcmd.Injector) {
 
 // schedule starts s on inj, seeded from the history.
 func (h *harness) schedule(inj *faultcmd.Injector, s cmdSchedule) {
-	inj.SetRandom(&faultcmd.Random{Seed: h.rng.Uint64(), Match: s.match, DropReply: s.drop, FailBefore: s.fail,
+	inj.SetRandom(&faultcmd.Random{Seed: h.seed(), Match: s.match, DropReply: s.drop, FailBefore: s.fail,
 		Delay: s.delay, MaxDelay: s.maxDelay})
 }
 
@@ -178,6 +179,7 @@ func cmdServerMix(d time.Duration, s cmdSchedule) func(h *harness) {
 				PickupTimeout: 300 * time.Millisecond, RetryInterval: 300 * time.Millisecond}))
 		}
 		stop := time.Now().Add(d)
+		rng := rand.New(rand.NewPCG(h.seed(), 5))
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
@@ -185,17 +187,17 @@ func cmdServerMix(d time.Duration, s cmdSchedule) func(h *harness) {
 		}()
 		admin := h.client(h.lock.Addr(), true)
 		for time.Now().Before(stop.Add(-300 * time.Millisecond)) {
-			sleep(time.Duration(150+h.rng.IntN(250)) * time.Millisecond)
-			switch h.rng.IntN(3) {
+			sleep(time.Duration(150+rng.IntN(250)) * time.Millisecond)
+			switch rng.IntN(3) {
 			case 0:
-				h.nem.Do("reset all connections", proxies[h.rng.IntN(len(proxies))].CutAll)
+				h.nem.Do("reset all connections", proxies[rng.IntN(len(proxies))].CutAll)
 			case 1:
 				h.nem.Do("DEBUG SLEEP 0.2", func() { _ = admin.Do(ctx, "debug", "sleep", "0.2").Err() })
 			case 2:
-				px := proxies[h.rng.IntN(len(proxies))]
+				px := proxies[rng.IntN(len(proxies))]
 				h.nem.Do("latency 0-30ms for 300ms", func() {
 					for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); sleep(20 * time.Millisecond) {
-						px.SetLatency(time.Duration(h.rng.IntN(31)) * time.Millisecond)
+						px.SetLatency(time.Duration(rng.IntN(31)) * time.Millisecond)
 					}
 					px.SetLatency(0)
 				})

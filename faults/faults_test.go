@@ -87,6 +87,7 @@ type scenario struct {
 	topo, name string
 	rounds     int   // histories in the quick tier
 	must       []Inv // a canary: each of these must be violated
+	mustAny    bool  // ... or at least one of them (a limit several checks see, timing deciding which)
 	may        []Inv // documented side effects of the fault: may be violated
 	server     redistest.Config
 	params     func(*Params)
@@ -132,12 +133,21 @@ type harness struct {
 	params Params
 
 	procs atomic.Int64
+	rngMu sync.Mutex
 	mu    sync.Mutex
 	keys  []string
 	reads atomic.Uint64
 	extra Result // what a scenario checked itself (Counter stock), merged into the history's
 	// injectors: the command-fault layers of the history's clients.
 	injectors []*faultcmd.Injector
+}
+
+// seed draws from the history's generator; safe for concurrent use (h.rng
+// itself is only for the scenario's own goroutine).
+func (h *harness) seed() uint64 {
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.Uint64()
 }
 
 func (h *harness) nextProc() int { return int(h.procs.Add(1) - 1) }
@@ -241,11 +251,14 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopLoad()
+	defer func() { stopLoad() }()
+	stopPauses := func() {}
 	if sc.load.Pauses {
-		defer startPauses(h)()
+		stopPauses = startPauses(h)
 	}
-	defer watchStalls(h)()
+	defer func() { stopPauses() }()
+	stopStalls := watchStalls(h)
+	defer func() { stopStalls() }()
 	var lines []MonLine
 	if sc.topo == "single" {
 		// One lock server per history, watched by MONITOR.
@@ -262,6 +275,12 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	} else {
 		sc.run(h) // builds its own topology; no single server-side view
 	}
+	stopPauses()
+	stopPauses = func() {}
+	stopLoad()
+	stopLoad = func() {}
+	stopStalls()
+	stopStalls = func() {}
 	cmdCounts := h.logInjected()
 	for _, k := range h.keys {
 		ReadResource(t.Context(), h.res, k, clock, h.hist, -2, &h.reads)
@@ -315,8 +334,14 @@ func pendingReason(t *testing.T, sc scenario) string {
 func judge(t *testing.T, sc scenario, r Result) string {
 	t.Helper()
 	verdict := "ok"
+	seen := 0
 	for _, inv := range sc.must {
-		if r.Violations[inv] == 0 {
+		if r.Violations[inv] > 0 {
+			seen++
+		}
+	}
+	for _, inv := range sc.must {
+		if r.Violations[inv] == 0 && !(sc.mustAny && seen > 0) {
 			t.Errorf("canary %s/%s no longer detects %s: the harness or the checker is broken", sc.topo, sc.name, inv)
 			verdict = "FAIL: canary silent"
 		}
@@ -434,6 +459,9 @@ func figures(r Result) string {
 			}
 		}
 		f = append(f, "command faults: "+strings.Join(parts, ", "))
+	}
+	if r.Pauses > 0 {
+		f = append(f, fmt.Sprintf("scheduler pauses %d", r.Pauses))
 	}
 	if r.Refused > 0 {
 		f = append(f, fmt.Sprintf("refused as invalid arguments %d", r.Refused))

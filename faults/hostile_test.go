@@ -42,7 +42,7 @@ func hostileKeys(h *harness) {
 	loop := func(n *Node, fn func(w *Worker, rng *rand.Rand)) {
 		w := h.worker(n, true)
 		seq++
-		rng := rand.New(rand.NewPCG(h.rng.Uint64(), uint64(seq)))
+		rng := rand.New(rand.NewPCG(h.seed(), uint64(seq)))
 		wg.Go(func() {
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				fn(w, rng)
@@ -105,7 +105,7 @@ func hostileKeys(h *harness) {
 		w := h.worker(def[0], true)
 		w.LockOpts = []dlock.LockOption{dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Milliseconds}))}
 		w.Unique, w.Res = true, nil
-		rng := rand.New(rand.NewPCG(h.rng.Uint64(), 77))
+		rng := rand.New(rand.NewPCG(h.seed(), 77))
 		targets := []string{"dlock:{" + orders + "}:fence", "dlock:{" + orders + "}:q", "dlock:{" + pool + "}:limit"}
 		h.track(targets...)
 		wg.Go(func() {

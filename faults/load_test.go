@@ -3,6 +3,7 @@ package faults
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/probe"
 )
 
 // CPU starvation as a fault dimension. A scenario with a Load runs its
@@ -131,11 +134,48 @@ func childEnvFor(l Load) []string {
 	return []string{"GOMAXPROCS=1"}
 }
 
-// startPauses injects scheduler pauses at the engine's pause points for
-// the history of h, and returns the function that stops them. (Until the
-// engine has pause points, nothing.)
+// pauseMax: the longest scheduler pause injected at each of the engine's
+// pause points (a GC pause or a preempted goroutine); some exceed a short
+// TTL or PickupTimeout on purpose.
+var pauseMax = map[string]time.Duration{
+	probe.AfterGrant:          150 * time.Millisecond,
+	probe.BeforeWithdraw:      100 * time.Millisecond,
+	probe.HandoffReceived:     60 * time.Millisecond,
+	probe.BeforeConfirm:       400 * time.Millisecond,
+	probe.WatchdogBeforeBatch: 100 * time.Millisecond,
+	probe.WatchdogAfterBatch:  100 * time.Millisecond,
+	probe.BeforeRelease:       60 * time.Millisecond,
+}
+
+// pauseRate is the probability that a pause point pauses.
+const pauseRate = 0.1
+
+// startPauses injects scheduler pauses at random points into the engine's
+// goroutines (watchdog, notifier, waiters, acquire and release paths) for
+// the history of h, seeded from it, and returns the function that stops
+// them; their count goes into the report.
 func startPauses(h *harness) (stop func()) {
-	return func() {}
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(h.seed(), 0x9a05e))
+	var n atomic.Int64
+	restore := probe.Set(func(name, key string) {
+		mu.Lock()
+		d := time.Duration(0)
+		if rng.Float64() < pauseRate {
+			d = time.Duration(rng.Int64N(int64(pauseMax[name]) + 1))
+		}
+		mu.Unlock()
+		if d > 0 {
+			n.Add(1)
+			time.Sleep(d)
+		}
+	})
+	return func() {
+		restore()
+		h.mu.Lock()
+		h.extra.Pauses += int(n.Load())
+		h.mu.Unlock()
+	}
 }
 
 // stallTick and stallMin: the stall watcher ticks every stallTick; a tick

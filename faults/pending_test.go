@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultcmd"
+	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
 )
@@ -201,14 +205,15 @@ func pendingUnlockMisreport(t *testing.T) string {
 
 // pendingCmdClass: every probe of a defect the random command-fault
 // schedule can run into.
-var pendingCmdClass = pendingAll(pendingLegacyLostSetnx, pendingCounterRestock, pendingUnlockMisreport)
+var pendingCmdClass = pendingAll(pendingWithdrawRetry, pendingLegacyLostSetnx, pendingCounterRestock, pendingUnlockMisreport)
 
 // TestPendingProbes prints what each probe finds in this build.
 func TestPendingProbes(t *testing.T) {
 	for name, p := range map[string]func(*testing.T) string{
 		"reserved names": pendingReservedNames, "reentrant identity": pendingReentrantIdentity,
 		"legacy lost SETNX": pendingLegacyLostSetnx, "counter restock": pendingCounterRestock,
-		"unlock misreport": pendingUnlockMisreport,
+		"unlock misreport": pendingUnlockMisreport, "withdraw retry": pendingWithdrawRetry,
+		"pause points": pendingPausePoints, "queue TTL": pendingQueueTTL,
 	} {
 		why := p(t)
 		if why == "" {
@@ -216,4 +221,135 @@ func TestPendingProbes(t *testing.T) {
 		}
 		t.Logf("%-20s %s", name, why)
 	}
+}
+
+// pendingWithdrawRetry (issue 12, defect 1): a token given up (its
+// clean-up queued) is never granted again. Probed on the engine's side:
+// a queued waiter whose confirm reply is lost retries; the withdraw is
+// held until that retry completes; the key must not be freed under it.
+func pendingWithdrawRetry(t *testing.T) string {
+	a, inj, doneA := faultyProbeClient(t)
+	defer doneA()
+	d, rdb, doneD := probeClient(t)
+	defer doneD()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	k := probeKey(t, "withdraw")
+	ld, err := d.TryLock(ctx, k)
+	if err != nil {
+		return ""
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l, _ := a.Lock(ctx, k)
+		got <- l
+	}()
+	for end := time.Now().Add(2 * time.Second); rdb.LLen(ctx, "dlock:{"+k+"}:q").Val() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			return ""
+		}
+	}
+	inj.Add(faultcmd.Rule{Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "acquire", Key: k}})
+	hold := inj.Add(faultcmd.Rule{Action: faultcmd.Hold, Match: faultcmd.Match{Script: "release", Key: k},
+		Until: faultcmd.Match{Script: "acquire", Key: k}, HoldTimeout: time.Second})
+	_ = ld.Unlock(ctx)
+	la := <-got
+	if la == nil {
+		return ""
+	}
+	defer func() { _ = la.Unlock(ctx) }()
+	for end := time.Now().Add(1500 * time.Millisecond); hold.Fired() == 0 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the withdraw landed
+	if v := rdb.Get(ctx, k).Val(); la.Err() == nil && v != la.Token() {
+		return "a withdrawn token is granted again"
+	}
+	return ""
+}
+
+// pendingPausePoints: the engine calls its pause points (a lock that is
+// granted passes AfterGrant).
+func pendingPausePoints(t *testing.T) string {
+	c, _, done := probeClient(t)
+	defer done()
+	var n atomic.Int64
+	restore := probe.Set(func(string, string) { n.Add(1) })
+	defer restore()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if lk, err := c.TryLock(ctx, probeKey(t, "points")); err == nil {
+		_ = lk.Unlock(ctx)
+	}
+	if n.Load() == 0 {
+		return "the engine's pause points are not in this build"
+	}
+	return ""
+}
+
+// pendingQueueTTL (issue 12, defect 5): the wait queue expires with its
+// last waiter.
+func pendingQueueTTL(t *testing.T) string {
+	a, rdb, done := probeClient(t)
+	defer done()
+	b, _, doneB := probeClient(t)
+	defer doneB()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	k := probeKey(t, "queue")
+	lk, err := a.TryLock(ctx, k)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = lk.Unlock(context.WithoutCancel(ctx)) }()
+	wctx, wcancel := context.WithCancel(ctx)
+	go func() { _, _ = b.Lock(wctx, k) }()
+	defer wcancel()
+	q := "dlock:{" + k + "}:q"
+	for end := time.Now().Add(2 * time.Second); rdb.LLen(ctx, q).Val() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			return ""
+		}
+	}
+	if rdb.PTTL(ctx, q).Val() < 0 {
+		return "the wait queue has no TTL"
+	}
+	return ""
+}
+
+// fencesFromClock reports whether this build draws every fence as
+// max(counter + 1, the server's TIME in µs) (issue 12, defect 8): then a
+// promoted replica or a rolled-back AOF with a stale counter still hands
+// out increasing fences, and the failover and power-loss canaries must no
+// longer show repeated fences (S2). Probed once: a counter set to 5 must
+// not give fence 6.
+var fencesFromClock = sync.OnceValue(func() bool {
+	rdb := redis.NewClient(&redis.Options{Addr: resSrv.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	c, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	k := fmt.Sprintf("fk-probe:fence:%d", time.Now().UnixNano())
+	if err := rdb.Set(ctx, "dlock:{"+k+"}:fence", 5, time.Minute).Err(); err != nil {
+		return false
+	}
+	lk, err := c.TryLock(ctx, k)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = lk.Unlock(ctx) }()
+	return lk.Fence() > 6
+})
+
+// fenceCanary is the must list of a canary whose grants repeat a fence
+// unless fences come from the server's clock.
+func fenceCanary(invs ...Inv) []Inv {
+	if fencesFromClock() {
+		return slices.DeleteFunc(slices.Clone(invs), func(i Inv) bool { return i == S2 })
+	}
+	return invs
 }

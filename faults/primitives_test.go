@@ -46,7 +46,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	worker := func() (*Worker, *rand.Rand) {
 		w := h.worker(nodes[next%len(nodes)], true)
 		next++
-		return w, rand.New(rand.NewPCG(h.rng.Uint64(), uint64(next)))
+		return w, rand.New(rand.NewPCG(h.seed(), uint64(next)))
 	}
 	loop := func(fn func(w *Worker, rng *rand.Rand)) {
 		w, rng := worker()
@@ -97,7 +97,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	if o.has("sem") {
 		n := nodes[0]
 		proc := h.nextProc()
-		rng := rand.New(rand.NewPCG(h.rng.Uint64(), 99))
+		rng := rand.New(rand.NewPCG(h.seed(), 99))
 		wg.Go(func() {
 			var seq atomic.Uint64
 			for time.Now().Before(stop) && ctx.Err() == nil {
@@ -222,7 +222,7 @@ func counterSales(h *harness, nodes []*Node, stop time.Time, name string) {
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		c, _ := n.Locks.Counter(name, 4)
-		rng := rand.New(rand.NewPCG(h.rng.Uint64(), uint64(i)))
+		rng := rand.New(rand.NewPCG(h.seed(), uint64(i)))
 		wg.Go(func() {
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
