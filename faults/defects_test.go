@@ -200,7 +200,7 @@ func lateConfirm(spec Spec) func(h *harness) {
 		opts := dlock.Options{PickupTimeout: 200 * time.Millisecond, WaiterLease: 900 * time.Millisecond}
 		nodes := []*Node{h.lockNode(opts), h.lockNode(opts)}
 		const bound = 3 * time.Second
-		stop := time.Now().Add(2500 * time.Millisecond)
+		stop := time.Now().Add(1800 * time.Millisecond)
 		var armed, fired atomic.Bool
 		restore := probe.Set(func(name, key string) {
 			if name == probe.BeforeConfirm && key == k && armed.Load() && fired.CompareAndSwap(false, true) {

@@ -13,14 +13,19 @@ import (
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
-// TestSoak is the long tier: a seeded random mix of every self-healing
-// fault of the quick tier (network latency, blackholes and resets through
-// a proxy on every lock connection; DEBUG SLEEP, CLIENT PAUSE and SIGSTOP
-// of the server; SIGSTOP and SIGKILL of child holders) over a contended,
-// fenced workload, one history per round, until DLOCK_SOAK_DURATION
-// (default 10m) is spent. Every invariant must hold: the mix leaves out
-// the documented limits (restarts without persistence, power loss).
-// Run it with DLOCK_SOAK=1 (or -soak); DLOCK_SEED reproduces a run.
+// TestSoak is the long tier, every row under CPU load: a seeded random
+// mix of every self-healing server fault of the quick tier (network
+// latency, blackholes and resets through a proxy on every lock connection;
+// DEBUG SLEEP, CLIENT PAUSE and SIGSTOP of the server; SIGSTOP and SIGKILL
+// of child holders) over a contended, fenced workload; and every primitive
+// (exclusive, reentrant, shared, semaphore with SetLimit, multi-key,
+// legacy, Counter) under the random command-fault schedule plus proxy
+// resets and server stalls, with scheduler pauses at the engine's pause
+// points. One history per round, until DLOCK_SOAK_DURATION (default 10m,
+// split between the rows) is spent. Every invariant must hold: the mix
+// leaves out the documented limits (restarts without persistence, power
+// loss). Run it with DLOCK_SOAK=1 (or -soak); DLOCK_SEED reproduces a
+// run's schedule (not the machine's load).
 func TestSoak(t *testing.T) {
 	if !soakEnabled() {
 		t.Skip("the soak runs with DLOCK_SOAK=1 or -soak")
@@ -32,14 +37,24 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("DLOCK_SOAK_DURATION: %v", err)
 		}
 	}
-	rounds := int(d / (6 * time.Second))
+	rounds := int(d / 2 / (7 * time.Second))
 	if v := os.Getenv("DLOCK_SOAK_ROUNDS"); v != "" {
 		rounds, _ = strconv.Atoi(v)
 	}
-	sc := scenario{topo: "single", name: "soak random mix", run: soakRound,
-		params: func(p *Params) { p.L2Bound = 3 * time.Second },
-		note:   "seeded random mix of every self-healing fault"}
-	runScenario(t, sc, max(rounds, 1))
+	loaded := func(p *Params) {
+		underLoad(p)
+		p.L2Bound = 3 * time.Second
+	}
+	for _, sc := range []scenario{
+		{topo: "single", name: "soak random mix", run: soakRound, params: loaded,
+			load: Load{Procs: 1, Goroutines: 1, Duty: 0.6},
+			note: "seeded random mix of every self-healing server fault"},
+		{topo: "single", name: "soak primitives, cmd faults", run: cmdServerMix(5*time.Second, defaultSchedule),
+			params: loaded, load: Load{Procs: 2, Goroutines: 2, Duty: 0.8, Pauses: true}, pending: pendingCmdClass,
+			note: "every primitive under random command faults, proxy resets and server stalls"},
+	} {
+		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, max(rounds, 1)) })
+	}
 }
 
 // soakRound is one history: 6 workers on 3 Clients, each Client behind

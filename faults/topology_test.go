@@ -38,7 +38,7 @@ func topologyScenarios() []scenario {
 		{topo: "cluster", name: "failover unreplicated (canary)", rounds: 1, run: clusterFailover,
 			must: fenceCanary(S1, S2), may: []Inv{S3},
 			note: "3+3 cluster: grant not replicated, the key's master SIGKILLed, its replica promoted"},
-		{topo: "redlock", name: "minority blackholed", rounds: 2, run: redlockMinority,
+		{topo: "redlock", name: "minority blackholed", rounds: 1, run: redlockMinority,
 			note: "3 nodes behind proxies, 4 workers; one node blackholed for 1s of 2s"},
 		{topo: "redlock", name: "rotating majorities", rounds: 1, run: redlockRotating,
 			note: "6 grants, each with a different node blackholed: fences must still increase"},
