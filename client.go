@@ -151,11 +151,12 @@ func (c *Client) background(fn func(ctx context.Context) error) {
 }
 
 // ambiguous reports whether err leaves unknown whether the command ran:
-// anything but an error reply from Redis itself.
+// anything but an error reply from Redis itself, and an error a script
+// raised while running (it may have written before; see scriptRaised).
 func ambiguous(err error) bool {
 	var re redis.Error
 	if errors.As(err, &re) {
-		return false
+		return scriptRaised(re)
 	}
 	return err != nil
 }

@@ -89,13 +89,17 @@
 // For a lock on key K with Options.Prefix P (default "dlock"):
 //
 //	K                 string: the holder's token, with a PX TTL; read-locked:
-//	                  SharedValue ("dlock:shared"); reentrant: the owner id
-//	                  (both expire with the last live handle's lease)
+//	                  SharedValue ("dlock:shared"); reentrant:
+//	                  ReentrantPrefix + the owner id (both expire with the
+//	                  last live handle's lease)
 //	P:{K}:fence       string: the last fencing token handed out for K
-//	P:{K}:q           list: tokens of the queued waiters, oldest first
+//	P:{K}:q           list: tokens of the queued waiters, oldest first;
+//	                  expires with the longest lease of its waiters
 //	P:{K}:q:<token>   string: a queued waiter's lease (PX), holding its
 //	                  Client's hand-off channel, then "{r" for a reader or
-//	                  "{<n>" for a semaphore waiter of n permits
+//	                  "{<n>" for a semaphore waiter of n permits; a "!" in
+//	                  front while a hand-off to it awaits its confirmation;
+//	                  deleted when the waiter is granted
 //	P:{K}:wake        pub/sub channel: "released" when K is freed with
 //	                  nobody queued (for Barging waiters)
 //	P:{K}:readers     sorted set: the readers of a read-locked K, each
@@ -139,14 +143,19 @@
 //
 // # Fencing tokens
 //
-// Every grant carries Fence(): an INCR of the fence counter, which starts
-// from Redis TIME in microseconds whenever the counter does not exist. It
-// increases strictly per key across all dlock clients, is unique per grant,
-// and keeps increasing after the counter expires (TTL+10s after the last
-// grant or renewal, so storage stays bounded): by then the clock is far
-// above the last value. It goes back if Redis loses writes: a restart
-// without persistence whose clock is behind, or a failover to a replica
-// that missed the last grant.
+// Every grant carries Fence(): max(counter + 1, Redis TIME in
+// microseconds), stored back in the fence counter. It increases strictly
+// per key across all dlock clients, is unique per grant, and keeps
+// increasing after the counter expires (TTL+10s after the last grant or
+// renewal, so storage stays bounded), after a restart without persistence,
+// and after a failover to a replica that missed the last grants: the clock
+// term is above every fence handed out before, as long as the server that
+// draws it has a clock that is not behind the clock of the server that drew
+// the last fence (fences are at most TIME at the moment they are drawn,
+// plus the grants drawn within one microsecond). The precise condition:
+// fences repeat or go back only if Redis loses the counter's last writes
+// AND the new server's TIME is behind the old server's TIME at its last
+// grant (a clock stepped back, or a replica on a machine whose clock lags).
 //
 // # Guarantees and limits
 //

@@ -71,7 +71,7 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 		if owner == "" || owner == SharedValue {
 			return nil, ErrInvalidOwner
 		}
-		return reentrantLock{holdSet{group: owner, suffix: holdsSuffix}}, nil
+		return reentrantLock{holdSet{group: reentrantValue(owner), suffix: holdsSuffix}}, nil
 	case kindSemaphore:
 		return semaphore{limit: cfg.limit, permits: cfg.permits}, nil
 	}

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -231,4 +232,19 @@ func releaseOnce(ctx context.Context, rdb redis.UniversalClient, p Protocol, k K
 		return d.ReleaseDirect(ctx, k, value)
 	}
 	return p.Release(k, value).Run(ctx, rdb).Int64()
+}
+
+// scriptRaised reports whether the error reply re was raised by a script
+// while it ran (a failing redis.call, a Lua error, SCRIPT KILL), rather
+// than refused before it started (NOSCRIPT, BUSY, MOVED, LOADING...).
+// Redis does not roll back a script's writes when it fails, so such an
+// error is ambiguous, never definite: the scripts check every type before
+// their first write, but one raised after a write would otherwise leave
+// a key written that nobody withdraws. Redis 7 ends these replies with
+// "script: <sha>, on @user_script:<line>."; Redis 6 starts them with
+// "ERR Error running script".
+func scriptRaised(re redis.Error) bool {
+	msg := re.Error()
+	return strings.Contains(msg, "@user_script:") || strings.Contains(msg, "Error running script") ||
+		strings.Contains(msg, "user_script:")
 }

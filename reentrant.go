@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	_ "embed"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,9 +27,11 @@ import (
 // Every handle of one hold has the same Fence, drawn when the hold began.
 // The hold count is the number of live handles.
 //
-// The lock key holds the owner id as a plain string with a PX TTL (the
-// longest of the handles' leases), so SET NX clients and dlock's other
-// locks on the key are excluded while it is held.
+// The lock key holds "dlock:reentrant:" followed by the owner id, with a
+// PX TTL (the longest of the handles' leases), so SET NX clients and
+// dlock's other locks on the key are excluded while it is held. Only a
+// reentrant hold of the same owner joins it: a key holding the bare owner
+// id (another client's token, a legacy timestamp) is someone else's lock.
 //
 // Why no goroutine-based reentrancy (as some Redisson ports offer, keyed
 // on a goroutine id parsed from runtime.Stack): Go has no supported
@@ -74,6 +77,22 @@ var (
 	reentrantAcquireSrc    string
 	reentrantAcquireScript = libScript(reentrantAcquireSrc)
 )
+
+// ReentrantPrefix starts what the lock key of a reentrant hold stores: the
+// prefix, then the owner id. No other kind of lock stores a value with it
+// (tokens have no ':', legacy values are digits, a read phase holds
+// SharedValue), so a reentrant owner never mistakes another lock for its
+// own hold.
+const ReentrantPrefix = "dlock:reentrant:"
+
+// reentrantValue is what the lock key holds while owner holds it.
+func reentrantValue(owner string) string { return ReentrantPrefix + owner }
+
+// ReentrantOwner decodes a lock key's value: the owner id of the reentrant
+// hold it names, and whether it names one (for tools that show holders).
+func ReentrantOwner(value string) (owner string, ok bool) {
+	return strings.CutPrefix(value, ReentrantPrefix)
+}
 
 // reentrantLock is the protocol of Reentrant: a shared hold whose group is
 // the owner id (see holds.go). Waiters of other owners queue for an

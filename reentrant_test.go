@@ -37,8 +37,8 @@ func TestReentrantDepthAcrossProcesses(t *testing.T) {
 		}
 	}
 	// The key names the owner, with a TTL: SET NX clients are excluded.
-	if v := rdb.Get(ctx, k).Val(); v != owner {
-		t.Fatalf("key holds %q, want the owner", v)
+	if o, ok := dlock.ReentrantOwner(rdb.Get(ctx, k).Val()); !ok || o != owner {
+		t.Fatalf("key holds %q, want the owner", rdb.Get(ctx, k).Val())
 	}
 	if rdb.SetNX(ctx, k, "foreign", time.Minute).Val() {
 		t.Fatal("SET NX succeeded over a reentrant hold")
@@ -158,7 +158,7 @@ func TestReentrantRenewalAndCrashedHandle(t *testing.T) {
 	if err := dead.Err(); !errors.Is(err, dlock.ErrExpired) {
 		t.Fatalf("unrenewed handle: %v, want ErrExpired", err)
 	}
-	if rdb.Get(ctx, k).Val() != "o" {
+	if rdb.Get(ctx, k).Val() != dlock.ReentrantPrefix+"o" {
 		t.Fatal("hold gone")
 	}
 	a.Unlock(ctx)
@@ -239,7 +239,7 @@ func TestReentrantInteropWithPlainLock(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("reentrant waiter not handed the key")
 	}
-	if rdb.Get(ctx, k).Val() != "o" {
+	if rdb.Get(ctx, k).Val() != dlock.ReentrantPrefix+"o" {
 		t.Fatal("hand-off not turned into the owner's hold")
 	}
 	go func() {

@@ -13,38 +13,61 @@
 --                       waiter is queued (no barging)
 --                'q1'   a waiter's first attempt: like 'try', and if not
 --                       granted, join the queue's tail
---                'q'    a queued waiter's retry: refresh its lease (rejoin
---                       the tail if it had lapsed); take a free key if it
---                       is at the head of the live queue
+--                'q'    a queued waiter's retry: refresh its lease (back
+--                       at the head if a hand-off to it lapsed, at the tail
+--                       if its lease had); take a free key if it is at the
+--                       head of the live queue
 --                'barge' ignore the queue: take the key whenever it is free
 -- ARGV[5]  (q1, q) the waiter's queue payload: its hand-off channel
 -- ARGV[6]  (q1, q) the waiter's lease in milliseconds
 --
 -- Returns {1, fence}  acquired (or the key already held our token: a hand-off
 --                     being confirmed, or a retried acquire). The key's TTL is
---                     set to ARGV[2]. fence = the counter's next value (see
---                     lib/fence.lua).
+--                     set to ARGV[2]. fence = max(counter + 1, TIME in µs)
+--                     (see lib/fence.lua). A waiter's lease key is deleted.
 --         {0, pttl}   not acquired; pttl = the holder's remaining TTL in ms
 --                     (-1: no TTL; -2: the key is free but waiters are ahead)
---         {-2, 0}     KEYS[1] exists but is not a string (not a lock)
+--         {-2, 0}     KEYS[1], KEYS[2] or KEYS[3] exists with another type
+--                     (not a lock, a counter, a queue): nothing was written
 local token, mode = ARGV[1], ARGV[4]
+local K, F, Q = KEYS[1], KEYS[2], KEYS[3]
 
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
+local v = redis.pcall('GET', K)
+if is_err(v) then
+  return {-2, 0}
+end
+local c = fence_read(F)
+if not c then
   return {-2, 0}
 end
 if v == token then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, fence_next(KEYS[2], ARGV[3])}
+  redis.call('PEXPIRE', K, ARGV[2])
+  q_granted(Q, token)
+  return {1, fence_draw(F, c, ARGV[3])}
 end
-if not v and (mode == 'barge' or not q_ahead(KEYS[3], token)) then
-  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-  return {1, fence_next(KEYS[2], ARGV[3])}
+if mode == 'q' and not q_join(Q, token, ARGV[5], ARGV[6], false) then
+  return {-2, 0}
 end
-if mode == 'q1' or mode == 'q' then
-  q_join(KEYS[3], token, ARGV[5], ARGV[6], mode == 'q1')
+if not v then
+  local ahead = false
+  if mode ~= 'barge' then
+    ahead = q_ahead(Q, token)
+    if ahead == nil then
+      return {-2, 0}
+    end
+  end
+  if not ahead then
+    redis.call('SET', K, token, 'PX', ARGV[2])
+    if mode == 'q' then
+      q_granted(Q, token)
+    end
+    return {1, fence_draw(F, c, ARGV[3])}
+  end
+end
+if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then
+  return {-2, 0}
 end
 if not v then
   return {0, -2}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', K)}

@@ -28,6 +28,8 @@ for i = 1, #KEYS, 2 do
 end
 for i = 1, #KEYS, 2 do
   redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  redis.call('PEXPIRE', KEYS[i + 1], ARGV[3])
+  -- GT: never shortened (holders with longer TTLs share it), and a key
+  -- without a TTL (not one of our counters) is left alone.
+  redis.call('PEXPIRE', KEYS[i + 1], ARGV[3], 'GT')
 end
 return 1

@@ -18,9 +18,10 @@
 --          0  the lock key is gone, or the handle's lease had ended (its
 --             share of the hold expired): the handle is lost
 --         -1  the lock key holds something else: another owner has it
---         -2  the lock key exists but is not a string
+--         -2  the lock key exists but is not a string, or the hold set
+--             is not a sorted set: nothing was written
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
+if is_err(v) or not h_count(KEYS[2]) then
   return -2
 end
 if not v then

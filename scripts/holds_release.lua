@@ -21,10 +21,11 @@
 --          0  the key is gone, or the handle's lease had already ended
 --             (leaving: nothing of ours was there)
 --         -1  the lock key holds something else: left untouched
---         -2  the lock key exists but is not a string: left untouched
+--         -2  the lock key exists but is not a string, or the queue or
+--             the hold set has another type: nothing was written
 local token, group = ARGV[1], ARGV[5]
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
+if is_err(v) or not h_count(KEYS[3]) or not q_ok(KEYS[2]) then
   return -2
 end
 if ARGV[4] == '1' then

@@ -13,7 +13,9 @@
 --                whose queue has no live waiter ahead) or already ours,
 --                and keep them; at the first key that is not, join its
 --                queue and stop. Hand-offs then arrive for that key, and
---                the next attempt goes on from there. Holding the keys
+--                the next attempt goes on from there ('q' refreshes the
+--                waiter's lease in that queue first, and puts it back at
+--                the head if a hand-off of that key to it lapsed). Holding the keys
 --                before it while waiting cannot deadlock: every locker
 --                takes keys in the same order.
 -- ARGV[5]  (q1, q) the waiter's queue payload: its hand-off channel
@@ -23,13 +25,16 @@
 --                                   per key, in KEYS order
 --         {0, pttl, i}   not acquired: key i (1-based) is held (pttl as in
 --                        acquire.lua); in q modes keys before i are ours
---         {-2, 0, i}     key i is not a string; nothing was taken
+--         {-2, 0, i}     key i (or its counter or queue) exists with another
+--                        type; nothing was written
 local token, mode = ARGV[1], ARGV[4]
+local queued = mode == 'q1' or mode == 'q'
 local n = #KEYS / 3
-local vals = {}
+local vals, fences = {}, {}
 for i = 1, n do
   local v = redis.pcall('GET', KEYS[3 * i - 2])
-  if type(v) == 'table' and v.err then
+  fences[i] = fence_read(KEYS[3 * i - 1])
+  if is_err(v) or not fences[i] or (queued and not q_ok(KEYS[3 * i])) then
     return {-2, 0, i}
   end
   vals[i] = v
@@ -42,11 +47,19 @@ local function blocked(i)
   return {0, redis.call('PTTL', KEYS[3 * i - 2]), i}
 end
 
-if mode == 'try' or mode == 'barge' then
+if not queued then
   for i = 1, n do
     local v = vals[i]
-    if v ~= token and (v or (mode ~= 'barge' and q_ahead(KEYS[3 * i], token))) then
+    if v ~= token and v then
       return blocked(i)
+    end
+    if v ~= token and mode ~= 'barge' then
+      local ahead = q_ahead(KEYS[3 * i], token)
+      if ahead == nil then
+        return {-2, 0, i}
+      elseif ahead then
+        return blocked(i)
+      end
     end
   end
   for i = 1, n do
@@ -57,16 +70,27 @@ else
     local k, q, v = KEYS[3 * i - 2], KEYS[3 * i], vals[i]
     if v == token then
       redis.call('PEXPIRE', k, ARGV[2])
-    elseif not v and not q_ahead(q, token) then
-      redis.call('SET', k, token, 'PX', ARGV[2])
+      q_granted(q, token)
     else
-      q_join(q, token, ARGV[5], ARGV[6], false)
-      return blocked(i)
+      if mode == 'q' then
+        -- Refresh or rejoin this key's queue first: back at the head if a
+        -- hand-off of this key lapsed. A first join goes to the tail.
+        q_join(q, token, ARGV[5], ARGV[6], false)
+      end
+      if not v and not q_ahead(q, token) then
+        redis.call('SET', k, token, 'PX', ARGV[2])
+        q_granted(q, token)
+      else
+        if mode == 'q1' then
+          q_join(q, token, ARGV[5], ARGV[6], false)
+        end
+        return blocked(i)
+      end
     end
   end
 end
 local r = {1}
 for i = 1, n do
-  r[i + 1] = fence_next(KEYS[3 * i - 1], ARGV[3])
+  r[i + 1] = fence_draw(KEYS[3 * i - 1], fences[i], ARGV[3])
 end
 return r

@@ -11,7 +11,8 @@
 -- Returns  1  every key held our token (all released)
 --          0  some key was gone (the others were released)
 --         -1  some key held another owner's token (left untouched)
---         -2  some key was not a string (left untouched)
+--         -2  some key was not a string, or its queue not a list (left
+--             untouched)
 -- The worst outcome wins: -2, then -1, then 0.
 local token, code = ARGV[1], 1
 local rank = {[1] = 0, [0] = 1, [-1] = 2, [-2] = 3}
@@ -22,9 +23,8 @@ local function worse(c)
 end
 for i = 1, #KEYS / 2 do
   local k, q = KEYS[2 * i - 1], KEYS[2 * i]
-  q_leave(q, token)
   local v = redis.pcall('GET', k)
-  if type(v) == 'table' and v.err then
+  if is_err(v) or not q_leave(q, token) then
     worse(-2)
   elseif v == token then
     q_handoff(k, q, ARGV[2], ARGV[2 + i])

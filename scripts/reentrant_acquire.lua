@@ -2,9 +2,9 @@
 -- owner's current hold (no queueing: the owner already holds it), or
 -- confirm a hand-off. Uses lib/fence.lua, lib/queue.lua, lib/holds.lua.
 --
--- KEYS[1]  the lock key: holds the owner id (ARGV[7]) as a plain string,
---          expiring with the owner's last handle, so SET NX clients and
---          dlock's other locks on the key are excluded by it
+-- KEYS[1]  the lock key: holds the hold's value (ARGV[7]) as a plain
+--          string, expiring with the owner's last handle, so SET NX clients
+--          and dlock's other locks on the key are excluded by it
 -- KEYS[2]  the fence counter
 -- KEYS[3]  the wait queue (lib/queue.lua)
 -- KEYS[4]  the hold set (lib/holds.lua): one member per handle; the hold
@@ -15,7 +15,9 @@
 -- ARGV[4]  mode: try, q1, q or barge (as in acquire.lua)
 -- ARGV[5]  (q1, q) the waiter's queue payload: its hand-off channel
 -- ARGV[6]  (q1, q) the waiter's queue lease in milliseconds
--- ARGV[7]  the owner id
+-- ARGV[7]  the hold's value: 'dlock:reentrant:' and the owner id, a string
+--          no other kind of lock stores (tokens have no ':', legacy values
+--          are digits, a read phase holds 'dlock:shared')
 --
 -- A new hold draws a fencing token; every handle of that hold gets the same
 -- one (the fence counter does not move while one owner holds the key).
@@ -23,12 +25,16 @@
 -- Returns {1, fence}  acquired: a new hold, or one more handle of the
 --                     owner's live hold
 --         {0, pttl}   held by another owner: pttl as in acquire.lua
---         {-2, 0}     KEYS[1] exists but is not a string
+--         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, owner = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[7]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local v = redis.pcall('GET', K)
-if type(v) == 'table' and v.err then
+if is_err(v) then
+  return {-2, 0}
+end
+local c, handles = fence_read(F), h_count(H)
+if not c or not handles or not q_ok(Q) then
   return {-2, 0}
 end
 local now = now_ms()
@@ -37,18 +43,21 @@ local function hold(new)
   local f
   if new then
     redis.call('SET', K, owner)
-    redis.call('DEL', H)
-    f = fence_next(F, ARGV[3])
-  else
-    f = tonumber(redis.call('GET', F))
-    if f then
-      keep_for(F, ARGV[3])
-    else
-      f = fence_next(F, ARGV[3])
+    if handles > 0 then
+      redis.call('DEL', H) -- handles of an earlier hold that ended
     end
+    f = fence_draw(F, c, ARGV[3])
+  elseif c > 0 then
+    f = c
+    keep_for(F, ARGV[3])
+  else
+    f = fence_draw(F, c, ARGV[3])
   end
   redis.call('ZADD', H, now + ttl, token)
   redis.call('LREM', Q, 0, token)
+  if mode == 'q' or v == token then
+    q_granted(Q, token)
+  end
   h_settle(K, H)
   return {1, f}
 end
@@ -61,13 +70,26 @@ if v == owner then
   -- Our owner holds it: join (a key naming us with no live handle left is
   -- a hold that just ended: start a new one).
   h_prune(H, now)
-  return hold(redis.call('EXISTS', H) == 0)
+  handles = redis.call('ZCARD', H)
+  return hold(handles == 0)
 end
-if not v and (mode == 'barge' or not q_ahead(Q, token)) then
-  return hold(true)
+if mode == 'q' and not q_join(Q, token, ARGV[5], ARGV[6], false) then
+  return {-2, 0}
 end
-if mode == 'q1' or mode == 'q' then
-  q_join(Q, token, ARGV[5], ARGV[6], mode == 'q1')
+if not v then
+  local ahead = false
+  if mode ~= 'barge' then
+    ahead = q_ahead(Q, token)
+    if ahead == nil then
+      return {-2, 0}
+    end
+  end
+  if not ahead then
+    return hold(true)
+  end
+end
+if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then
+  return {-2, 0}
 end
 if not v then
   return {0, -2}

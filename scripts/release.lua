@@ -13,22 +13,26 @@
 --          leaving the queue; 'force': release whatever the key holds
 --
 -- The hand-off (q_handoff): the key is set to the next live waiter's token
--- with a PX of ARGV[3], and that token is published on the waiter's own
--- channel. Waiters whose lease expired are skipped. A shared or reentrant
+-- with a PX of ARGV[3], the waiter's lease is marked handed (see
+-- lib/queue.lua's pickup state), and that token is published on the
+-- waiter's own channel. Waiters whose lease expired are skipped. A shared or reentrant
 -- waiter converts such a hand-off into its own kind of hold when it
 -- confirms it.
 --
 -- Returns  1  released (freed, or handed off)
 --          0  the key is gone, or (leaving) was not ours: nothing released
 --         -1  the key holds another owner's token: left untouched
---         -2  the key exists but is not a string: left untouched
+--         -2  the key exists but is not a string, or the queue is not a
+--             list: nothing was written
 local token = ARGV[1]
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
+if is_err(v) then
   return -2
 end
 if ARGV[4] == '1' then
-  q_leave(KEYS[2], token)
+  if not q_leave(KEYS[2], token) then
+    return -2
+  end
   if v ~= token then
     return 0
   end
@@ -37,5 +41,7 @@ elseif not v then
 elseif v ~= token and ARGV[4] ~= 'force' then
   return -1
 end
-q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+if not q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
+  return -2
+end
 return 1

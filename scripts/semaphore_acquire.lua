@@ -25,23 +25,28 @@
 -- Returns {1, fence}  acquired
 --         {0, wait}   not acquired; wait = ms until the earliest holder's
 --                     lease ends (-2: none holds any, waiters are ahead)
---         {-2, 0}     KEYS[1] is not a sorted set (not a semaphore)
+--         {-2, 0}     KEYS[1] is not a sorted set (not a semaphore), or another
+--                     key has a type or value not ours: nothing was written
 --         {-3, limit} n is above the limit: it can never be granted
 local token, ttl, mode, n = ARGV[1], tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[7])
 local S, P, L, F, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local mine = redis.pcall('ZSCORE', S, token)
-if type(mine) == 'table' and mine.err then
+local limit = sem_limit(L, ARGV[8])
+local c = fence_read(F)
+if is_err(mine) or not limit or not c or not sem_ok(P) or not q_ok(Q) then
   return {-2, 0}
 end
 local now = now_ms()
-local limit = sem_limit(L, ARGV[8])
 local used = sem_prune(S, P, now)
 
 local function grant()
   redis.call('ZADD', S, now + ttl, token)
+  if mode == 'q' or mine then
+    q_granted(Q, token)
+  end
   sem_settle(S, P)
-  return {1, fence_next(F, ARGV[3])}
+  return {1, fence_draw(F, c, ARGV[3])}
 end
 
 if mine and tonumber(mine) > now then
@@ -50,6 +55,9 @@ end
 if n > limit then
   q_leave(Q, token)
   return {-3, limit}
+end
+if mode == 'q' then
+  q_join(Q, token, ARGV[5], ARGV[6], false) -- back at the head if a hand-off lapsed
 end
 local free = limit - used
 if mode ~= 'barge' then
@@ -62,8 +70,8 @@ if n <= free and (mode == 'barge' or redis.call('LLEN', Q) == 0) then
   sem_take(S, P, token, n, now + ttl)
   return grant()
 end
-if mode == 'q1' or mode == 'q' then
-  q_join(Q, token, ARGV[5], ARGV[6], mode == 'q1')
+if mode == 'q1' then
+  q_join(Q, token, ARGV[5], ARGV[6], true)
 end
 local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
 if #first == 0 then

@@ -11,9 +11,10 @@
 -- Returns  1  renewed: the holder's lease ends ARGV[2] ms from now
 --          0  the holder is gone or its lease had ended: its permits
 --             were (or will be) given back; it is lost
---         -2  KEYS[1] is not a sorted set
+--         -2  KEYS[1] is not a sorted set, or KEYS[2] not a hash:
+--             nothing was written
 local s = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
-if type(s) == 'table' and s.err then
+if is_err(s) or not sem_ok(KEYS[2]) then
   return -2
 end
 local now = now_ms()

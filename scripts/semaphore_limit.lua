@@ -13,10 +13,11 @@
 -- Holders above a lowered limit keep their permits; newcomers wait until
 -- the permits in use drop below it.
 --
--- Returns the permits in use, or -2 if KEYS[1] is not a sorted set.
+-- Returns the permits in use, or -2 if KEYS[1] is not a sorted set or
+-- another key has a type or value not ours (nothing was written).
 local S, P, L, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local t = redis.call('TYPE', S)['ok']
-if t ~= 'zset' and t ~= 'none' then
+if (t ~= 'zset' and t ~= 'none') or not sem_limit(L, '0') or not sem_ok(P) or not q_ok(Q) then
   return -2
 end
 if ARGV[1] == '0' then

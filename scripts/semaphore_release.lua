@@ -18,17 +18,18 @@
 -- Returns  1  released
 --          0  the holder was gone or its lease had ended (leaving: it
 --             held nothing)
---         -2  KEYS[1] is not a sorted set
+--         -2  KEYS[1] is not a sorted set, or another key has a type
+--             or value not ours: nothing was written
 local S, P, L, Q, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local s = redis.pcall('ZSCORE', S, token)
-if type(s) == 'table' and s.err then
+local limit = sem_limit(L, ARGV[5])
+if is_err(s) or not limit or not sem_ok(P) or not q_ok(Q) then
   return -2
 end
 if ARGV[4] == '1' then
   q_leave(Q, token)
 end
 local now = now_ms()
-local limit = sem_limit(L, ARGV[5])
 local used = sem_prune(S, P, now)
 local code, freed = 0, 0
 if s and tonumber(s) > now then

@@ -21,18 +21,24 @@
 -- while a live writer is queued before it (anywhere in the queue, for a
 -- newcomer). Whenever a reader gets in, the live readers at the head of
 -- the queue (up to the first writer) are let in with it: each is added to
--- the hold set with a pickup lease and its token published on its channel.
--- Every reader grant draws its own fencing token.
+-- the hold set with a pickup lease, its queue lease is marked handed and
+-- its token published on its channel (lib/queue.lua's pickup state: one
+-- that confirms too late is back at the head of the queue). Every reader
+-- grant draws its own fencing token.
 --
 -- Returns {1, fence}  acquired
 --         {0, pttl}   not acquired: pttl = the lock key's remaining TTL
 --                     (-2: free, but a writer is queued ahead)
---         {-2, 0}     KEYS[1] exists but is not a string
+--         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, marker = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[8]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local v = redis.pcall('GET', K)
-if type(v) == 'table' and v.err then
+if is_err(v) then
+  return {-2, 0}
+end
+local c = fence_read(F)
+if not c or not h_count(H) or not q_ok(Q) then
   return {-2, 0}
 end
 local now = now_ms()
@@ -64,6 +70,9 @@ local function grant(start)
   end
   redis.call('ZADD', H, now + ttl, token)
   redis.call('LREM', Q, 0, token)
+  if mode == 'q' or v == token then
+    q_granted(Q, token)
+  end
   -- Let in the live readers at the head of the queue, up to a writer.
   while true do
     local m = redis.call('LINDEX', Q, 0)
@@ -77,12 +86,13 @@ local function grant(start)
         break
       end
       redis.call('ZADD', H, now + tonumber(ARGV[7]), m)
+      q_handed(Q, m)
       redis.call('PUBLISH', ch, m)
     end
     redis.call('LPOP', Q)
   end
   h_settle(K, H)
-  return {1, fence_next(F, ARGV[3])}
+  return {1, fence_draw(F, c, ARGV[3])}
 end
 
 if v == token then
@@ -94,6 +104,11 @@ if v == marker then
   if h_live(H, token, now) then
     return grant(false) -- let in with a batch, or a retried acquire
   end
+end
+if mode == 'q' then
+  q_join(Q, token, ARGV[5], ARGV[6], false)
+end
+if v == marker then
   if redis.call('EXISTS', H) == 0 then
     redis.call('DEL', K) -- every reader's lease ended: the phase is over
     v = false
@@ -104,8 +119,8 @@ end
 if not v and not writer_ahead() then
   return grant(true)
 end
-if mode == 'q1' or mode == 'q' then
-  q_join(Q, token, ARGV[5], ARGV[6], mode == 'q1')
+if mode == 'q1' then
+  q_join(Q, token, ARGV[5], ARGV[6], true)
 end
 if not v then
   return {0, -2}

@@ -1,31 +1,48 @@
--- lib/fence.lua: fencing tokens and key lifetimes. Prepended (with the
--- other lib/*.lua files) to every script that grants; it defines local
--- functions only and runs no command of its own.
+-- lib/fence.lua: fencing tokens, key lifetimes and type checks. Prepended
+-- (with the other lib/*.lua files) to every script that grants; it
+-- defines local functions only and runs no command of its own.
 
--- keep_for makes key live at least ms more milliseconds: its TTL is raised,
--- never lowered (holders with different TTLs share some keys). A key
--- without a TTL gets one; a missing key is left missing.
-local function keep_for(key, ms)
-  if redis.call('PTTL', key) < tonumber(ms) then
-    redis.call('PEXPIRE', key, ms)
-  end
+-- is_err reports whether r, a redis.pcall reply, is an error (WRONGTYPE:
+-- the key exists but is not of the type the script expects).
+local function is_err(r)
+  return type(r) == 'table' and r.err ~= nil
 end
 
--- fence_next draws the next fencing token from the counter f, which then
--- lives at least fttl ms more. An absent counter (never used, or expired)
--- restarts from the server's TIME in microseconds: above every token handed
--- out before it expired.
-local function fence_next(f, fttl)
-  local n = redis.call('INCR', f)
-  if n == 1 then
-    local t = redis.call('TIME')
-    n = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', f, string.format('%d', n), 'PX', fttl)
-  else
-    -- GT: only ever raised (the counter always has a TTL: it is created
-    -- with one just above). One call instead of PTTL + PEXPIRE.
-    redis.call('PEXPIRE', f, fttl, 'GT')
+-- keep_for makes key live at least ms more milliseconds: its TTL is raised,
+-- never lowered (holders with different TTLs share some keys), and a key
+-- without a TTL is left without one (it is not ours: we create every key
+-- with a TTL). A missing key is left missing.
+local function keep_for(key, ms)
+  redis.call('PEXPIRE', key, ms, 'GT')
+end
+
+-- fence_read returns the fence counter f's value (0 if f does not exist),
+-- or nil if f is not a counter (not a string of decimal digits: another
+-- program's key under our name). Scripts call it before their first write,
+-- so a foreign key there ends them with nothing written.
+local function fence_read(f)
+  local v = redis.pcall('GET', f)
+  if not v then
+    return 0
   end
+  if is_err(v) or not string.match(v, '^%d+$') or #v > 16 then
+    return nil
+  end
+  return tonumber(v)
+end
+
+-- fence_draw draws the next fencing token after c (f's value, from
+-- fence_read): max(c + 1, the server's TIME in microseconds). The counter
+-- then lives at least fttl ms more. The counter makes tokens unique and
+-- increasing on one server; the clock keeps them increasing when the
+-- counter is gone or behind: after it expired, after a restart without
+-- persistence, or on a replica promoted before it received the last grants
+-- (as long as that server's clock is not behind the old one's).
+local function fence_draw(f, c, fttl)
+  local t = redis.call('TIME')
+  local n = math.max(c + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local ms = math.max(tonumber(fttl), redis.call('PTTL', f))
+  redis.call('SET', f, string.format('%d', n), 'PX', ms)
   return n
 end
 

@@ -6,6 +6,16 @@
 -- lock key K, a string naming the hold (the reentrant owner, or the shared
 -- marker of a read lock), and H itself expire when the last lease does.
 
+-- h_count returns the number of handles in h (0 if h does not exist), or
+-- nil if h is not a sorted set (another program's key under our name).
+local function h_count(h)
+  local n = redis.pcall('ZCARD', h)
+  if is_err(n) then
+    return nil
+  end
+  return n
+end
+
 -- h_live returns the lease end of token in h if it is still running.
 local function h_live(h, token, now)
   local s = redis.call('ZSCORE', h, token)

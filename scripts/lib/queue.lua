@@ -7,10 +7,26 @@
 -- optionally followed by '{' and what it asks for: 'r' for a shared
 -- (read) hold, or a number of semaphore permits. Nothing after the channel
 -- means an exclusive lock. Channels never contain '{' (the Client's prefix
--- cannot), so the split is unambiguous.
+-- cannot), so the split is unambiguous. Q itself expires with the longest
+-- lease of its waiters (every join raises its TTL to the joiner's lease).
+--
+-- The pickup state. A hand-off takes the waiter out of Q, gives it what it
+-- waited for for the pickup time only (the lock key holding its token, or
+-- its permits or read handle scored with the pickup's end), publishes its
+-- token on its channel, and marks its lease key handed: '!' in front of
+-- the payload, TTL unchanged. The waiter's next acquire confirms (its grant
+-- deletes the lease key: a granted waiter keeps no lease). If that acquire
+-- comes after the pickup lapsed (a GC pause, a stalled CPU), it finds the
+-- mark and puts the waiter back at the head of Q (q_join): it is the next
+-- one served. A waiter that died leaves only the marked lease, which
+-- expires with its lease; nobody waits for it.
 
--- q_parse splits a payload into its channel and its request.
+-- q_parse splits a payload into its channel and its request (a handed
+-- mark, if any, is dropped).
 local function q_parse(p)
+  if string.byte(p, 1) == 33 then -- '!'
+    p = string.sub(p, 2)
+  end
   local i = string.find(p, '{', 1, true)
   if not i then
     return p, ''
@@ -18,11 +34,21 @@ local function q_parse(p)
   return string.sub(p, 1, i - 1), string.sub(p, i + 1)
 end
 
+-- q_ok reports whether q is a list or does not exist (else it is another
+-- program's key under our name: the caller writes nothing).
+local function q_ok(q)
+  return not is_err(redis.pcall('LLEN', q))
+end
+
 -- q_ahead reports whether a live waiter other than token is first in q.
 -- Dead waiters at the head are dropped; token itself, if first, is popped
--- (the caller is about to take what it waited for).
+-- (the caller is about to take what it waited for). Returns nil, having
+-- written nothing, if q is not a list.
 local function q_ahead(q, token)
-  local head = redis.call('LINDEX', q, 0)
+  local head = redis.pcall('LINDEX', q, 0)
+  if is_err(head) then
+    return nil
+  end
   while head do
     if head == token then
       redis.call('LPOP', q)
@@ -37,40 +63,86 @@ local function q_ahead(q, token)
   return false
 end
 
--- q_join refreshes token's lease in q to lease ms with payload p, and puts
--- token at the tail if it is not queued: always on a first attempt
--- (first), else only if its lease had lapsed and it is not in the list.
-local function q_join(q, token, p, lease, first)
-  local had = redis.call('SET', q .. ':' .. token, p, 'PX', lease, 'GET')
-  if first or (not had and not redis.call('LPOS', q, token)) then
-    redis.call('RPUSH', q, token)
+-- q_keep makes q live at least ms more (a list we created has a TTL; one
+-- left without by an older version gets one).
+local function q_keep(q, ms)
+  if redis.call('PTTL', q) < tonumber(ms) then
+    redis.call('PEXPIRE', q, ms)
   end
 end
 
--- q_leave takes token out of q and deletes its lease.
-local function q_leave(q, token)
-  redis.call('LREM', q, 0, token)
+-- q_join refreshes token's lease in q to lease ms with payload p, and
+-- keeps token queued: at the tail on a first attempt (first); else back
+-- at the head if its hand-off lapsed (the lease is marked handed), or at
+-- the tail if its lease had lapsed and it is no longer in the list.
+-- Returns false, having written nothing, if q is not a list.
+local function q_join(q, token, p, lease, first)
+  if not q_ok(q) then
+    return false
+  end
+  local had = redis.call('SET', q .. ':' .. token, p, 'PX', lease, 'GET')
+  if first then
+    redis.call('RPUSH', q, token)
+  elseif had and string.byte(had, 1) == 33 then
+    if not redis.call('LPOS', q, token) then
+      redis.call('LPUSH', q, token)
+    end
+  elseif not had and not redis.call('LPOS', q, token) then
+    redis.call('RPUSH', q, token)
+  end
+  q_keep(q, lease)
+  return true
+end
+
+-- q_granted ends token's wait in q: it got what it waited for, so its
+-- lease key goes (it is not in the list any more).
+local function q_granted(q, token)
   redis.call('DEL', q .. ':' .. token)
+end
+
+-- q_handed marks waiter token's lease handed (see the pickup state) and
+-- returns its payload; nil if the waiter is dead (no lease).
+local function q_handed(q, token)
+  local l = q .. ':' .. token
+  local p = redis.call('GET', l)
+  if p and string.byte(p, 1) ~= 33 then
+    redis.call('SET', l, '!' .. p, 'KEEPTTL')
+  end
+  return p
+end
+
+-- q_leave takes token out of q and deletes its lease. Returns false,
+-- having written nothing, if q is not a list.
+local function q_leave(q, token)
+  if is_err(redis.pcall('LREM', q, 0, token)) then
+    return false
+  end
+  redis.call('DEL', q .. ':' .. token)
+  return true
 end
 
 -- q_handoff passes the exclusive key k, which the caller just gave up, to
 -- the first live waiter of q: k holds that waiter's token for pickup ms
--- (the waiter's next acquire confirms it) and the token is published on
--- the waiter's channel. Dead waiters are skipped. With no live waiter, k
--- is deleted and 'released' is published on wake.
+-- (the waiter's next acquire confirms it), the waiter's lease is marked
+-- handed, and the token is published on the waiter's channel. Dead waiters
+-- are skipped. With no live waiter, k is deleted and 'released' is
+-- published on wake. Returns false, having written nothing, if q is not a
+-- list.
 local function q_handoff(k, q, pickup, wake)
-  while true do
-    local nxt = redis.call('LPOP', q)
-    if not nxt then
-      break
-    end
-    local p = redis.call('GET', q .. ':' .. nxt)
+  local nxt = redis.pcall('LPOP', q)
+  if is_err(nxt) then
+    return false
+  end
+  while nxt do
+    local p = q_handed(q, nxt)
     if p then
       redis.call('SET', k, nxt, 'PX', pickup)
       redis.call('PUBLISH', (q_parse(p)), nxt)
-      return
+      return true
     end
+    nxt = redis.call('LPOP', q)
   end
   redis.call('DEL', k)
   redis.call('PUBLISH', wake, 'released')
+  return true
 end

@@ -34,8 +34,9 @@ end
 
 -- sem_pump hands free permits to the live waiters at the head of Q, in
 -- order, while the first one's request fits: each becomes a holder with a
--- pickup lease and its token is published on its channel (except self,
--- the caller, which confirms in the same script). A request above the
+-- pickup lease, its queue lease is marked handed and its token is
+-- published on its channel (except self, the caller, which confirms in the
+-- same script); see lib/queue.lua's pickup state. A request above the
 -- limit can never fit: it is taken out of the queue and woken, so it fails
 -- instead of stalling everyone behind it. Returns the permits left free.
 local function sem_pump(S, P, Q, free, limit, now, pickup, self)
@@ -50,7 +51,7 @@ local function sem_pump(S, P, Q, free, limit, now, pickup, self)
       local n = tonumber(req) or 1
       if n > limit then
         redis.call('LPOP', Q)
-        redis.call('DEL', Q .. ':' .. m)
+        q_granted(Q, m) -- not a grant: it is told to give up
         redis.call('PUBLISH', ch, m)
       elseif n > free then
         break
@@ -59,6 +60,7 @@ local function sem_pump(S, P, Q, free, limit, now, pickup, self)
         sem_take(S, P, m, n, now + tonumber(pickup))
         free = free - n
         if m ~= self then
+          q_handed(Q, m)
           redis.call('PUBLISH', ch, m)
         end
       end
@@ -77,7 +79,18 @@ local function sem_settle(S, P)
   end
 end
 
--- sem_limit is the semaphore's limit: L's value, else the caller's.
+-- sem_limit is the semaphore's limit: L's value, else the caller's; nil
+-- if L is not a limit (another type, or not a number).
 local function sem_limit(L, default)
-  return tonumber(redis.call('GET', L) or default)
+  local l = redis.pcall('GET', L)
+  if is_err(l) then
+    return nil
+  end
+  return tonumber(l or default)
+end
+
+-- sem_ok reports whether P is a hash or absent (S is checked by the
+-- caller's first ZSCORE).
+local function sem_ok(P)
+  return not is_err(redis.pcall('HLEN', P))
 end

@@ -1,0 +1,74 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// ScriptDriver runs single acquire and release scripts of one lock with a
+// chosen token and queue mode, so tests can set up the exact interleavings
+// (a hand-off whose confirm comes after its pickup) that the engine makes
+// only under pauses.
+type ScriptDriver struct {
+	c     *Client
+	base  Protocol
+	keys  Keys
+	Chan  string // the channel hand-offs to this driver's waiters go to
+	Lease time.Duration
+	KeyB  string // free for tests: a key they track
+}
+
+// NewScriptDriver returns a driver for keys (one key, or a same-slot
+// multi-key lock) with opts (Shared, Reentrant, Semaphore or none).
+func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...LockOption) (*ScriptDriver, error) {
+	cfg, err := c.lockConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	var p Protocol
+	if len(keys) > 1 {
+		p = c.multiGroups(keys)[0]
+	} else if p, err = c.primitive(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + newToken(), Lease: c.opts.WaiterLease}, nil
+}
+
+func (d *ScriptDriver) proto(mode string) Protocol {
+	m := d.c.queueMode(mode)
+	m.channel = d.Chan
+	m.lease = d.Lease
+	switch p := d.base.(type) {
+	case tokenLock:
+		return tokenLock{m}
+	case queued:
+		return p.withMode(m)
+	}
+	return d.base
+}
+
+// Acquire makes one attempt in mode (try, q1, q, barge) with token.
+func (d *ScriptDriver) Acquire(ctx context.Context, token, mode string, ttl time.Duration) (bool, uint64, error) {
+	g, err := d.proto(mode).Acquire(ctx, d.c.rdb, d.keys, token, ttl)
+	return g.Acquired, g.Fence, err
+}
+
+// Release releases token's hold; Leave withdraws token (waiting or held).
+func (d *ScriptDriver) Release(ctx context.Context, token string) (int64, error) {
+	return releaseOnce(ctx, d.c.rdb, d.proto("q"), d.keys, token)
+}
+
+// Leave withdraws token, queued, handed or holding.
+func (d *ScriptDriver) Leave(ctx context.Context, token string) error {
+	return withdraw(ctx, d.c.rdb, d.proto("q"), d.keys, token)
+}
+
+// Keys are the names of the driver's (first) lock.
+func (d *ScriptDriver) Keys() Keys { return d.keys }
+
+// NewTestToken returns a fresh token.
+func NewTestToken() string { return newToken() }
+
+// Ambiguous exposes the classification of errors that leave unknown
+// whether a command ran.
+func Ambiguous(err error) bool { return ambiguous(err) }

@@ -1,0 +1,346 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// lateConfirmCase drives one kind of lock through a hand-off whose confirm
+// arrives after its pickup lapsed, with another waiter queued behind.
+type lateConfirmCase struct {
+	name string
+	keys func(k string) []string
+	opts []dlock.LockOption
+	// handedTo reports whether the lock (the last key) is handed to token.
+	handedTo func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, token string) bool
+}
+
+func keyHolds(ctx context.Context, rdb *redis.Client, key, token string) bool {
+	return rdb.Get(ctx, key).Val() == token
+}
+
+func lateConfirmCases() []lateConfirmCase {
+	one := func(k string) []string { return []string{k} }
+	return []lateConfirmCase{
+		{name: "exclusive", keys: one, handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
+			return keyHolds(ctx, rdb, d.Keys().Lock, tok)
+		}},
+		{name: "semaphore", keys: one, opts: []dlock.LockOption{dlock.Semaphore(1)},
+			handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
+				return rdb.ZScore(ctx, d.Keys().Lock, tok).Err() == nil
+			}},
+		{name: "multi-key", keys: func(k string) []string { return []string{k + ":a", k + ":b"} },
+			handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
+				return keyHolds(ctx, rdb, d.KeyB, tok)
+			}},
+	}
+}
+
+// TestLateConfirmRejoinsQueue: a waiter whose hand-off lapsed before its
+// confirm arrived (a GC pause, a stalled CPU) is back at the head of the
+// queue at once, so the next release hands it the lock although another
+// waiter queued behind it meanwhile. Before, the hand-off had taken it out
+// of the queue for good (its lease key outlived the hand-off, so its
+// retries never rejoined): it got the lock only when the queue was empty.
+func TestLateConfirmRejoinsQueue(t *testing.T) {
+	const pickup = 50 * time.Millisecond
+	for _, tc := range lateConfirmCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			c, rdb := newClient(t, dlock.Options{PickupTimeout: pickup, WaiterLease: time.Minute})
+			keys := tc.keys(key(t))
+			last := keys[len(keys)-1]
+			multi, err := dlock.NewScriptDriver(ctx, c, keys, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			multi.KeyB = last
+			single, err := dlock.NewScriptDriver(ctx, c, []string{last}, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiter := single
+			if len(keys) > 1 {
+				waiter = multi
+			}
+			holder, w, x, y := dlock.NewTestToken(), dlock.NewTestToken(), dlock.NewTestToken(), dlock.NewTestToken()
+			ttl := time.Minute
+			mustAcquire := func(d *dlock.ScriptDriver, tok, mode string) {
+				t.Helper()
+				if ok, _, err := d.Acquire(ctx, tok, mode, ttl); err != nil || !ok {
+					t.Fatalf("%s: acquired %v, err %v", mode, ok, err)
+				}
+			}
+			mustWait := func(d *dlock.ScriptDriver, tok, mode string) {
+				t.Helper()
+				if ok, _, err := d.Acquire(ctx, tok, mode, ttl); err != nil || ok {
+					t.Fatalf("%s: acquired %v, err %v; want queued", mode, ok, err)
+				}
+			}
+			mustAcquire(single, holder, "try")
+			mustWait(waiter, w, "q1")
+			if _, err := single.Release(ctx, holder); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.handedTo(ctx, rdb, multi, w) {
+				t.Fatal("release did not hand the lock to the queued waiter")
+			}
+			time.Sleep(4 * pickup) // the waiter stalls: its pickup lapses
+			mustAcquire(single, x, "try") // a newcomer gets the lapsed key
+			mustWait(waiter, w, "q")      // the late confirm
+			mustWait(single, y, "q1")     // steady contention: y queues behind
+			if _, err := single.Release(ctx, x); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.handedTo(ctx, rdb, multi, w) {
+				t.Fatal("the waiter whose hand-off lapsed was not served next: it fell out of the queue")
+			}
+			mustAcquire(waiter, w, "q") // confirms in time now
+			// A granted waiter keeps no lease key.
+			if n := rdb.Exists(ctx, single.Keys().Queue+":"+w).Val(); n != 0 {
+				t.Fatal("the granted waiter's queue lease outlives its grant")
+			}
+		})
+	}
+}
+
+// TestLateReaderRejoinsQueue: the same for a reader let in with a batch
+// (the readers queued behind the one a writer's release handed the key to)
+// whose confirm comes after its pickup lapsed.
+func TestLateReaderRejoinsQueue(t *testing.T) {
+	const pickup = 50 * time.Millisecond
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{PickupTimeout: pickup, WaiterLease: time.Minute})
+	k := key(t)
+	reader, err := dlock.NewScriptDriver(ctx, c, []string{k}, dlock.Shared())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := dlock.NewScriptDriver(ctx, c, []string{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, r1, r2, x, y := dlock.NewTestToken(), dlock.NewTestToken(), dlock.NewTestToken(), dlock.NewTestToken(), dlock.NewTestToken()
+	step := func(d *dlock.ScriptDriver, tok, mode string, want bool) {
+		t.Helper()
+		if ok, _, err := d.Acquire(ctx, tok, mode, time.Minute); err != nil || ok != want {
+			t.Fatalf("%s: acquired %v, err %v; want %v", mode, ok, err, want)
+		}
+	}
+	step(writer, w0, "try", true)
+	step(reader, r1, "q1", false)
+	step(reader, r2, "q1", false)
+	if _, err := writer.Release(ctx, w0); err != nil {
+		t.Fatal(err)
+	}
+	step(reader, r1, "q", true) // a read phase; r2 is let in with it
+	if rdb.ZScore(ctx, reader.Keys().Queue[:len(reader.Keys().Queue)-2]+":readers", r2).Err() != nil {
+		t.Fatal("the queued reader was not let in with the batch")
+	}
+	step(writer, x, "q1", false)
+	time.Sleep(4 * pickup) // r2 stalls: its pickup lapses
+	if _, err := reader.Release(ctx, r1); err != nil {
+		t.Fatal(err)
+	}
+	step(writer, x, "q", true)
+	step(reader, r2, "q", false) // the late confirm
+	step(writer, y, "q1", false)
+	if _, err := writer.Release(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	if !keyHolds(ctx, rdb, k, r2) {
+		t.Fatalf("the reader whose pickup lapsed was not served next (key holds %q)", rdb.Get(ctx, k).Val())
+	}
+	step(reader, r2, "q", true)
+}
+
+// TestFenceAboveStaleCounter: a fence is max(counter+1, server TIME in
+// µs), so a counter that went back (a replica promoted before it received
+// the last grants, a restart from an old snapshot) does not make fences
+// repeat while the server's clock is not behind. Before, the next fence was
+// the stale counter + 1: an old fence again.
+func TestFenceAboveStaleCounter(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	lk, err := c.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := lk.Fence()
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The counter as a replica that missed the grant above may hold it.
+	if err := rdb.Set(ctx, c.KeysFor(k).Fence, first-1000, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, opt := range []dlock.LockOption{nil, dlock.Shared(), dlock.Reentrant("o")} {
+		lk, err := c.Lock(ctx, k, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Fence() <= first {
+			t.Fatalf("fence %d after %d: fences went back with the counter", lk.Fence(), first)
+		}
+		first = lk.Fence()
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rdb.Set(ctx, c.KeysFor(k).Fence, 7, time.Minute)
+	}
+}
+
+// TestScriptErrorAfterWriteIsAmbiguous: Redis does not roll back a script
+// that fails after writing, so its error reply must count as ambiguous
+// (the engine then withdraws what may have been written), not as a
+// definite "nothing happened".
+func TestScriptErrorAfterWriteIsAmbiguous(t *testing.T) {
+	ctx := t.Context()
+	_, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	err := rdb.Eval(ctx, "redis.call('SET', KEYS[1], 'x') return redis.call('INCR', KEYS[1])", []string{k}).Err()
+	if err == nil || rdb.Exists(ctx, k).Val() != 1 {
+		t.Fatalf("setup: err %v", err)
+	}
+	if !dlock.Ambiguous(err) {
+		t.Fatalf("%v: classified definite, but the script wrote before failing", err)
+	}
+	// Refused before running: definite.
+	if err := rdb.EvalSha(ctx, "0000000000000000000000000000000000000000", []string{k}).Err(); err == nil || dlock.Ambiguous(err) {
+		t.Fatalf("NOSCRIPT classified ambiguous: %v", err)
+	}
+}
+
+// TestReentrantJoinsOnlyItsOwnHold: a reentrant owner joins only a
+// reentrant hold of the same owner, never a key that merely holds the same
+// string (another client's token, which `dlock status` shows; a legacy
+// lock's predictable timestamp).
+func TestReentrantJoinsOnlyItsOwnHold(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	lk, err := c.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Unlock(ctx)
+	if r, err := c.TryLock(ctx, k, dlock.Reentrant(lk.Token())); !errors.Is(err, dlock.ErrNotAcquired) {
+		if r != nil {
+			r.Unlock(ctx)
+		}
+		t.Fatalf("Reentrant(holder's token): %v; want ErrNotAcquired (two holders)", err)
+	}
+	legacy := key(t)
+	stamp := "1796101017"
+	rdb.Set(ctx, legacy, stamp, time.Minute)
+	if r, err := c.TryLock(ctx, legacy, dlock.Reentrant(stamp)); !errors.Is(err, dlock.ErrNotAcquired) {
+		if r != nil {
+			r.Unlock(ctx)
+		}
+		t.Fatalf("Reentrant(legacy value): %v; want ErrNotAcquired (two holders)", err)
+	}
+	// The owner's own hold is still joined.
+	a, err := c.TryLock(ctx, key(t)+"r", dlock.Reentrant("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.TryLock(ctx, a.Key(), dlock.Reentrant("job"))
+	if err != nil {
+		t.Fatalf("the owner's second handle: %v", err)
+	}
+	b.Unlock(ctx)
+	a.Unlock(ctx)
+}
+
+// TestScriptsRefuseForeignTypes: a key of another type (or another
+// program's value) under one of a lock's auxiliary names makes the acquire
+// fail with ErrWrongType before anything is written: no lock key left held
+// by nobody, the foreign key untouched. Renewals never give a foreign key
+// without a TTL one.
+func TestScriptsRefuseForeignTypes(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	type plant struct {
+		name string
+		aux  func(k dlock.Keys) string // the auxiliary name to plant on
+		set  func(name string)         // what to plant
+		opts []dlock.LockOption
+	}
+	str := func(name string) { rdb.Set(ctx, name, "foreign-value", 0) }
+	hash := func(name string) { rdb.HSet(ctx, name, "f", "v") }
+	aux := func(suffix string) func(k dlock.Keys) string {
+		return func(k dlock.Keys) string { return k.Fence[:len(k.Fence)-len(":fence")] + suffix }
+	}
+	cases := []plant{
+		{"token/fence", aux(":fence"), str, nil},
+		{"token/queue", aux(":q"), str, nil},
+		{"reentrant/fence", aux(":fence"), hash, []dlock.LockOption{dlock.Reentrant("o")}},
+		{"reentrant/holds", aux(":holds"), str, []dlock.LockOption{dlock.Reentrant("o")}},
+		{"shared/readers", aux(":readers"), str, []dlock.LockOption{dlock.Shared()}},
+		{"shared/queue", aux(":q"), hash, []dlock.LockOption{dlock.Shared()}},
+		{"semaphore/limit", aux(":limit"), str, []dlock.LockOption{dlock.Semaphore(2)}},
+		{"semaphore/permits", aux(":permits"), str, []dlock.LockOption{dlock.Semaphore(2)}},
+		{"semaphore/fence", aux(":fence"), str, []dlock.LockOption{dlock.Semaphore(2)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			k := key(t)
+			name := tc.aux(c.KeysFor(k))
+			tc.set(name)
+			before, _ := rdb.Dump(ctx, name).Result()
+			for _, try := range []bool{true, false} {
+				var err error
+				var lk *dlock.Lock
+				if try {
+					lk, err = c.TryLock(ctx, k, tc.opts...)
+				} else {
+					lk, err = c.Lock(ctx, k, tc.opts...)
+				}
+				if lk != nil {
+					lk.Unlock(ctx)
+				}
+				if !errors.Is(err, dlock.ErrWrongType) {
+					t.Fatalf("try=%v: %v; want ErrWrongType", try, err)
+				}
+			}
+			if n := rdb.Exists(ctx, k).Val(); n != 0 {
+				t.Fatalf("the lock key was written (%q): held by nobody", rdb.Get(ctx, k).Val())
+			}
+			if after, _ := rdb.Dump(ctx, name).Result(); after != before || rdb.PTTL(ctx, name).Val() != -1 {
+				t.Fatal("the foreign key was changed")
+			}
+		})
+	}
+	t.Run("multi/fence", func(t *testing.T) {
+		k := key(t)
+		a, b := k+":a", k+":b"
+		str(c.KeysFor(b).Fence)
+		if _, err := c.TryLockMulti(ctx, []string{a, b}); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("%v; want ErrWrongType", err)
+		}
+		if rdb.Exists(ctx, a, b).Val() != 0 {
+			t.Fatal("a key of the multi-key lock was written")
+		}
+	})
+	t.Run("renewal", func(t *testing.T) {
+		k := key(t)
+		lk, err := c.Lock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lk.Unlock(ctx)
+		str(c.KeysFor(k).Fence) // another program's persistent key there now
+		if err := lk.Extend(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if d := rdb.PTTL(ctx, c.KeysFor(k).Fence).Val(); d != -1 {
+			t.Fatalf("the renewal gave a foreign persistent key a TTL (%v)", d)
+		}
+	})
+}
