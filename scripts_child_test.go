@@ -45,7 +45,9 @@ func runContendChild() int {
 	}
 	ctx := context.Background()
 	kinds := []func(i, g int) (*dlock.Lock, error){
-		func(i, _ int) (*dlock.Lock, error) { return c.Lock(ctx, fmt.Sprintf("%s:%d", base, i), dlock.WithTTL(contendTTL)) },
+		func(i, _ int) (*dlock.Lock, error) {
+			return c.Lock(ctx, fmt.Sprintf("%s:%d", base, i), dlock.WithTTL(contendTTL))
+		},
 		func(i, g int) (*dlock.Lock, error) {
 			return c.Lock(ctx, fmt.Sprintf("%s:r%d", base, i), dlock.WithTTL(contendTTL), dlock.Reentrant(fmt.Sprintf("o%d-%d", os.Getpid(), g)))
 		},

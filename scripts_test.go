@@ -90,7 +90,7 @@ func TestLateConfirmRejoinsQueue(t *testing.T) {
 			if !tc.handedTo(ctx, rdb, multi, w) {
 				t.Fatal("release did not hand the lock to the queued waiter")
 			}
-			time.Sleep(4 * pickup) // the waiter stalls: its pickup lapses
+			time.Sleep(4 * pickup)        // the waiter stalls: its pickup lapses
 			mustAcquire(single, x, "try") // a newcomer gets the lapsed key
 			mustWait(waiter, w, "q")      // the late confirm
 			mustWait(single, y, "q1")     // steady contention: y queues behind
