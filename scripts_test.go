@@ -3,10 +3,15 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -343,4 +348,63 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 			t.Fatalf("the renewal gave a foreign persistent key a TTL (%v)", d)
 		}
 	})
+}
+
+// goid is the current goroutine's id, parsed from its stack header: only
+// to tell, in a test, which contender a probe pause stalled.
+func goid() uint64 {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	var id uint64
+	fmt.Sscanf(string(b), "goroutine %d ", &id)
+	return id
+}
+
+// TestLateConfirmServedUnderContention: under steady contention (four
+// Clients locking one key back to back), a waiter that stalls between its
+// hand-off and its confirm for longer than PickupTimeout (a GC pause) gets
+// the lock soon after, while the contention goes on. Before, it had fallen
+// out of the queue and got the lock only if the queue happened to empty.
+func TestLateConfirmServedUnderContention(t *testing.T) {
+	const pickup = 100 * time.Millisecond
+	k := key(t)
+	var victim atomic.Uint64
+	restore := probe.Set(func(name, key string) {
+		if name == probe.BeforeConfirm && key == k && victim.CompareAndSwap(0, goid()) {
+			time.Sleep(5 * pickup)
+		}
+	})
+	defer restore()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var served atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 {
+		c, _ := newClient(t, dlock.Options{PickupTimeout: pickup, WaiterLease: time.Second})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			me := goid()
+			for ctx.Err() == nil && !served.Load() {
+				lk, err := c.Lock(ctx, k, dlock.WithTTL(5*time.Second))
+				if err != nil {
+					continue
+				}
+				if victim.Load() == me {
+					served.Store(true)
+				}
+				time.Sleep(5 * time.Millisecond)
+				_ = lk.Unlock(context.WithoutCancel(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	if victim.Load() == 0 {
+		t.Fatal("no hand-off was confirmed: no contention")
+	}
+	// The bound is a safety bound for a loaded machine: once back at the
+	// head of the queue, the waiter is served after one hold (5 ms).
+	if !served.Load() {
+		t.Fatal("the waiter whose hand-off lapsed was not served within 20 s of steady contention: it fell out of the queue")
+	}
 }
