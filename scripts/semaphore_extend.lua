@@ -18,10 +18,10 @@ if is_err(s) or not sem_ok(KEYS[2]) then
   return -2
 end
 local now = now_ms()
+sem_prune(KEYS[1], KEYS[2], now) -- give back the permits of ended leases (ours too)
 if not s or tonumber(s) <= now then
   return 0
 end
-sem_prune(KEYS[1], KEYS[2], now) -- give back the permits of ended leases
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
 keep_for(KEYS[3], ARGV[3])
