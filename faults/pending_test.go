@@ -214,6 +214,7 @@ func TestPendingProbes(t *testing.T) {
 		"legacy lost SETNX": pendingLegacyLostSetnx, "counter restock": pendingCounterRestock,
 		"unlock misreport": pendingUnlockMisreport, "withdraw retry": pendingWithdrawRetry,
 		"pause points": pendingPausePoints, "queue TTL": pendingQueueTTL,
+		"late confirm": pendingLateConfirm,
 	} {
 		why := p(t)
 		if why == "" {
@@ -352,4 +353,86 @@ func fenceCanary(invs ...Inv) []Inv {
 		return slices.DeleteFunc(slices.Clone(invs), func(i Inv) bool { return i == S2 })
 	}
 	return invs
+}
+
+// pendingLateConfirm (issue 12, defect 4): a waiter whose hand-off lapsed
+// (its confirm came after PickupTimeout) is back in the queue at once.
+func pendingLateConfirm(t *testing.T) string {
+	if why := pendingPausePoints(t); why != "" {
+		return why
+	}
+	opts := dlock.Options{PickupTimeout: 100 * time.Millisecond, WaiterLease: 30 * time.Second}
+	mk := func() (*dlock.Client, func()) {
+		rdb := redis.NewClient(&redis.Options{Addr: resSrv.Addr(), ContextTimeoutEnabled: true})
+		c, err := dlock.New(rdb, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, func() { _ = c.Close(); _ = rdb.Close() }
+	}
+	a, da := mk()
+	defer da()
+	w, dw := mk()
+	defer dw()
+	x, dx := mk()
+	defer dx()
+	direct := redis.NewClient(&redis.Options{Addr: resSrv.Addr()})
+	defer direct.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	k := probeKey(t, "confirm")
+	q := "dlock:{" + k + "}:q"
+	queued := func(n int64) bool {
+		for end := time.Now().Add(2 * time.Second); direct.LLen(ctx, q).Val() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				return false
+			}
+		}
+		return true
+	}
+	la, err := a.TryLock(ctx, k)
+	if err != nil {
+		return ""
+	}
+	var fired atomic.Bool
+	restore := probe.Set(func(name, key string) {
+		if name == probe.BeforeConfirm && key == k && fired.CompareAndSwap(false, true) {
+			time.Sleep(300 * time.Millisecond)
+		}
+	})
+	defer restore()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	go func() {
+		if l, err := w.Lock(wctx, k); err == nil {
+			_ = l.Unlock(context.WithoutCancel(ctx))
+		}
+	}()
+	if !queued(1) {
+		return ""
+	}
+	xl := make(chan *dlock.Lock, 1)
+	go func() {
+		l, _ := x.Lock(wctx, k)
+		xl <- l
+	}()
+	if !queued(2) {
+		return ""
+	}
+	_ = la.Unlock(ctx)
+	var lx *dlock.Lock
+	select {
+	case lx = <-xl:
+	case <-ctx.Done():
+	}
+	if lx == nil {
+		return ""
+	}
+	time.Sleep(400 * time.Millisecond) // W's late confirm has come back
+	n := direct.LLen(ctx, q).Val()
+	_ = lx.Unlock(ctx)
+	if fired.Load() && n == 0 {
+		return "a waiter whose hand-off lapsed is left out of the queue"
+	}
+	return ""
 }
