@@ -668,8 +668,9 @@ func checkHandovers(r *Result, grants []*grant, ops []Op, p Params, crashes map[
 // waiting reports whether a Lock call on key was in progress at t, by a
 // process that was not itself killed within bound of t.
 func waiting(ops []Op, key string, t int64, crashes map[int]int64, bound time.Duration) bool {
+	window := int64(max(bound, time.Second))
 	for _, op := range ops {
-		if c, ok := crashes[op.Proc]; ok && c <= t+int64(bound) {
+		if c, ok := crashes[op.Proc]; ok && c <= t+window {
 			continue
 		}
 		if op.Kind == KLock && op.Key == key && op.Call <= t && (op.End == 0 || op.End >= t) {
