@@ -408,3 +408,31 @@ func TestLateConfirmServedUnderContention(t *testing.T) {
 		t.Fatal("the waiter whose hand-off lapsed was not served within 20 s of steady contention: it fell out of the queue")
 	}
 }
+
+// TestCounterRefusesForeignCount: a segment's count key holding something
+// that is not a count makes Take fail with ErrWrongType, writing nothing.
+func TestCounterRefusesForeignCount(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	name := key(t)
+	stock, err := c.Counter(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stock.Set(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	fk := c.KeysFor(name + ":0").Fence
+	count := fk[:len(fk)-len(":fence")] + ":count"
+	if rdb.Get(ctx, count).Val() != "5" {
+		t.Fatalf("count key %q: %q", count, rdb.Get(ctx, count).Val())
+	}
+	rdb.Set(ctx, count, "not-a-count", 0)
+	_, err = stock.Take(ctx, 1, func(context.Context, int) error { return nil })
+	if !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Take: %v; want ErrWrongType", err)
+	}
+	if rdb.Get(ctx, count).Val() != "not-a-count" {
+		t.Fatal("the foreign key was changed")
+	}
+}

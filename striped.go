@@ -257,6 +257,8 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 		return false, unavailable(err)
 	case len(res) != 2:
 		return false, errors.New("dlock: unexpected reply from the counter script")
+	case res[0] == codeWrongType:
+		return false, ErrWrongType
 	case res[0] == codeNotHolder:
 		if lerr := lk.Err(); lerr != nil {
 			return false, lerr

@@ -9,11 +9,16 @@
 -- Returns {1, count}   done; count = the segment's new value
 --         {0, count}   not enough: the segment holds only count
 --         {-1, 0}      the caller does not hold the segment's lock
+--         {-2, 0}      KEYS[2] is not an integer string: nothing was written
 local v = redis.pcall('GET', KEYS[1])
 if v ~= ARGV[1] then
   return {-1, 0}
 end
-local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+local c = redis.pcall('GET', KEYS[2])
+if type(c) == 'table' or (c and not string.match(c, '^%-?%d+$')) then
+  return {-2, 0} -- not a count: another program's key under our name
+end
+c = tonumber(c or '0')
 local d = tonumber(ARGV[2])
 if c + d < 0 then
   return {0, c}
