@@ -226,8 +226,10 @@ func (k *Lock) FenceOf(key string) uint64 {
 // across expiries of the key. It is 0 for a protocol without fencing
 // (package legacy). Every handle of one reentrant hold has the hold's
 // fence; a multi-key lock returns that of Keys()[0] (see FenceOf). Pass it
-// to the protected resource so it can reject a stale holder. It is as durable as Redis: a restart without
-// persistence or a failover that loses writes can make it go back.
+// to the protected resource so it can reject a stale holder. It is drawn as
+// max(counter+1, the server's clock in µs), so it keeps increasing after a
+// restart without persistence or a failover that lost the counter's last
+// writes, unless the new server's clock is behind the old one's.
 func (k *Lock) Fence() uint64 { return k.l.fence }
 
 // Deadline returns the moment until which the lock is certainly held: the
