@@ -106,6 +106,14 @@ func (l *lease) onDeadline() {
 		l.mu.Unlock()
 		return
 	}
+	if l.releaseTried {
+		// Unlock sent a release whose reply was lost: it may have freed
+		// the key (and a FIFO release handed it on). Whatever happened,
+		// the hold ended because the caller released it, not by a loss.
+		l.endReleasedLocked()
+		l.mu.Unlock()
+		return
+	}
 	cause := ErrExpired
 	switch {
 	case l.renewErr != nil:
@@ -312,11 +320,16 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	switch {
 	case err != nil:
-		l.mu.Lock()
-		l.releaseTried = true
-		l.mu.Unlock()
+		if ambiguous(err) {
+			l.mu.Lock()
+			l.releaseTried = true
+			l.mu.Unlock()
+		}
 		err = unavailable(err)
-	case code == codeOK, code == codeGone && tried:
+	case code == codeOK, tried:
+		// tried: an earlier release may have run without its reply; if it
+		// did, the key is gone, or handed to a waiter (or taken since):
+		// whatever this retry finds, the release happened, not a loss.
 		l.mu.Lock()
 		if l.state != stateHeld {
 			// The deadline passed while the release was in flight: Lost
@@ -325,13 +338,8 @@ func (l *lease) release(ctx context.Context) error {
 			l.mu.Unlock()
 			return nil
 		}
-		l.state = stateReleased
-		l.err = ErrReleased
-		l.timer.Stop()
+		l.endReleasedLocked()
 		l.mu.Unlock()
-		l.c.stats.held.Add(-1)
-		l.c.stats.released.Add(1)
-		close(l.done)
 		err = nil
 	default:
 		err = l.lose(causeOf(code))
@@ -344,13 +352,31 @@ func (l *lease) release(ctx context.Context) error {
 	return err
 }
 
+// endReleasedLocked ends a held lease as released. Callers hold l.mu.
+func (l *lease) endReleasedLocked() {
+	l.state = stateReleased
+	l.err = ErrReleased
+	l.timer.Stop()
+	l.c.stats.held.Add(-1)
+	l.c.stats.released.Add(1)
+	close(l.done)
+}
+
 func (l *lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
 }
 
+// Err is exact: past the deadline it reports the loss even if the
+// deadline timer has not run yet (on a starved machine it runs late).
 func (l *lease) Err() error {
+	l.mu.Lock()
+	late := l.state == stateHeld && l.timer != nil && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	if late {
+		l.onDeadline()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err

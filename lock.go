@@ -80,9 +80,24 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 
 // obtain acquires the lock keys names with proto: the attempt and wait
 // loop every kind of lock shares. Inputs are already validated.
+//
+// A token is never used again once it was given up. When an attempt ends
+// ambiguously (its reply was lost: it may have taken the key, or queued
+// us) or its grant came back after the validity it bought, the engine
+// withdraws that token in the background and the next attempt uses a
+// fresh one. Reusing it would be unsafe: the withdrawal runs on another
+// pooled connection, so the retry can reach Redis first, be granted (the
+// key holds our token), and then the withdrawal lands and frees or hands
+// off the key under a caller who believes it holds it. Waiting for the
+// withdrawal before retrying would not be enough either: the lost attempt
+// itself may still be in flight. So the withdrawal leaves a tombstone for
+// the token that every acquire script honours (scripts/lib/queue.lua):
+// the given-up token cannot be granted or queued by an attempt that lands
+// late, and nothing is left held by nobody. A fresh token loses the
+// waiter's place in the queue, which only happens after such a fault.
 func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto Protocol, cfg lockConfig, wait bool) (*Lock, error) {
 	token := newToken()
-	spec := waitSpec{key: keys.Lock, token: token, channel: keys.Wake}
+	spec := waitSpec{key: keys.Lock, token: func() string { return token }, channel: keys.Wake}
 	// A protocol whose waiters queue in Redis: queued waiters unless
 	// Barging; TryLock never queues.
 	mode := "try"
@@ -95,9 +110,23 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 	base := proto
 	proto, q := c.modal(base, mode)
 	spec.queued = q && mode == "q1"
-	spec.leave = func(ctx context.Context) error {
-		probe.Point(probe.BeforeWithdraw, keys.Lock)
-		return withdraw(ctx, c.rdb, proto, keys, token)
+	spec.leave = func() func(ctx context.Context) error {
+		p, v := proto, token
+		return func(ctx context.Context) error {
+			probe.Point(probe.BeforeWithdraw, keys.Lock)
+			return withdraw(ctx, c.rdb, p, keys, v)
+		}
+	}
+	// giveUp withdraws v (written by p) in the background and makes sure
+	// the next attempt uses a fresh token.
+	giveUp := func(p Protocol, v string) {
+		c.background(func(ctx context.Context) error {
+			probe.Point(probe.BeforeWithdraw, keys.Lock)
+			return withdraw(ctx, c.rdb, p, keys, v)
+		})
+		old := token
+		token = newToken()
+		c.notify.retoken(old, token)
 	}
 	l := c.newLease(proto, keys, cfg)
 	attempts := 0
@@ -115,15 +144,12 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		if spec.queued && mode == "q1" {
 			proto, _ = c.modal(base, "q") // later attempts refresh the queue entry
 		}
+		var rb *rollbackError
 		switch {
 		case err == nil && g.Acquired && time.Now().After(sent.Add(cfg.ttl-c.opts.drift(cfg.ttl))):
 			// The grant's reply came back after the validity it bought: the
 			// lock may already be someone else's. Give it back, try again.
-			v := g.Value
-			c.background(func(ctx context.Context) error {
-				probe.Point(probe.BeforeWithdraw, keys.Lock)
-				return withdraw(ctx, c.rdb, p, keys, v)
-			})
+			giveUp(p, g.Value)
 			if !wait {
 				return false, 0, unavailable(errors.New("the acquire reply arrived after the lock's validity"))
 			}
@@ -135,15 +161,17 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 			return false, 0, &NotAcquiredError{Key: keys.Lock, TTL: g.HolderTTL}
 		case err == nil:
 			return false, g.HolderTTL, nil
+		case errors.As(err, &rb):
+			// A multi-slot acquire could not roll back the slots it took:
+			// whatever the acquire error, they may be held.
+			giveUp(p, g.Value)
+			if errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument) {
+				return false, 0, err
+			}
 		case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrReplicaAck):
 			return false, 0, err // the protocol's own verdict, not a Redis failure
-		}
-		if ambiguous(err) && g.Value != "" {
-			v := g.Value
-			c.background(func(ctx context.Context) error {
-				probe.Point(probe.BeforeWithdraw, keys.Lock)
-				return withdraw(ctx, c.rdb, p, keys, v)
-			})
+		case ambiguous(err) && g.Value != "":
+			giveUp(p, g.Value)
 		}
 		if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
 			cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload

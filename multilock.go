@@ -204,17 +204,21 @@ func (m multiLock) Renew(_ Keys, token string, ttl time.Duration) (Call, string)
 
 // Release releases every key holding token and leaves every key's queue,
 // so it is also Leave (a waiter that gives up, holding some keys or not).
-func (m multiLock) Release(_ Keys, token string) Call {
+func (m multiLock) Release(_ Keys, token string) Call { return m.release(token, "0") }
+
+// Leave is Release, and the token is given up for good: every queue keeps
+// a tombstone of it, which the acquire scripts refuse.
+func (m multiLock) Leave(_ Keys, token string) Call { return m.release(token, "1") }
+
+func (m multiLock) release(token, leave string) Call {
 	names := make([]string, 0, 2*len(m.ks))
 	args := []any{token, m.pickup.Milliseconds()}
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Queue)
 		args = append(args, k.Wake)
 	}
-	return Call{multiReleaseScript, names, args}
+	return Call{multiReleaseScript, names, append(args, leave)}
 }
-
-func (m multiLock) Leave(k Keys, token string) Call { return m.Release(k, token) }
 
 // multiSlots is the protocol of a multi-key lock over several slots: one
 // multiLock per slot, taken in the canonical order; renewed and released
@@ -250,8 +254,8 @@ func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Ke
 		if i > 0 && !queued {
 			// Roll back. If that fails, the engine retries it in the
 			// background (Value is set: the withdrawal is token-checked).
-			if _, rerr := m.ReleaseDirect(ctx, grp.ks[0], token); rerr != nil {
-				return Grant{Value: token}, errors.Join(err, rerr)
+			if _, rerr := m.rollback(ctx, token); rerr != nil {
+				return Grant{Value: token}, &rollbackError{acquire: err, rollback: rerr}
 			}
 		}
 		if i > 0 && err == nil {
@@ -263,6 +267,25 @@ func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Ke
 	all.Fence = all.fences[0]
 	return all, nil
 }
+
+// rollbackError is a multi-slot acquire that failed (acquire, possibly
+// nil: a slot was held) and could not give back the slots it had taken
+// (rollback). The engine withdraws the token whatever acquire was: the
+// earlier slots may be held. It unwraps to acquire alone, so whether the
+// acquire was ambiguous, a wrong type or a refusal is judged on it, not on
+// the roll-back's error (a READONLY or BUSY reply there says nothing about
+// the acquire).
+type rollbackError struct{ acquire, rollback error }
+
+func (e *rollbackError) Error() string {
+	a := "a key is held"
+	if e.acquire != nil {
+		a = e.acquire.Error()
+	}
+	return a + "; and the keys taken before could not be given back: " + e.rollback.Error()
+}
+
+func (e *rollbackError) Unwrap() error { return e.acquire }
 
 // Renew and Release are not used (the engine calls RenewDirect and
 // ReleaseDirect); they cover the first slot only.
@@ -282,8 +305,19 @@ func (m multiSlots) RenewDirect(ctx context.Context, _ Keys, token string, ttl t
 }
 
 // ReleaseDirect releases every slot's keys that hold token, and leaves
-// their queues (the withdrawal of a waiter too).
+// their queues for good (it is also the withdrawal of a waiter, or of an
+// abandoned acquire: see multiLock.Leave).
 func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (int64, error) {
+	calls := make([]Call, len(m.groups))
+	for i, g := range m.groups {
+		calls[i] = g.Leave(g.ks[0], token)
+	}
+	return worstReply(runBatch(ctx, m.rdb, calls))
+}
+
+// rollback gives back what an attempt took, for a token that goes on
+// (the next attempt, e.g. a queued one after TryLock's, uses it again).
+func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {
 	calls := make([]Call, len(m.groups))
 	for i, g := range m.groups {
 		calls[i] = g.Release(g.ks[0], token)

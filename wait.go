@@ -124,6 +124,17 @@ func (n *notifier) ownSubscribed() bool {
 	return n.ownConfirmed != nil
 }
 
+// retoken moves the queued waiter of token old, if any, to token new.
+func (n *notifier) retoken(old, new string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.grants[old]; w != nil {
+		delete(n.grants, old)
+		w.channel = new
+		n.grants[new] = w
+	}
+}
+
 func (n *notifier) dropQueueWaiter(w *waiter) {
 	n.mu.Lock()
 	delete(n.grants, w.channel)
@@ -352,13 +363,16 @@ type waitSpec struct {
 	// queued: the caller's attempts keep it in the key's FIFO queue and a
 	// release hands it the lock by publishing token on the Client's own
 	// channel. Otherwise it listens on channel, the key's wake-up channel.
-	queued  bool
-	key     string // the lock key (for the test points)
-	token   string
+	queued bool
+	key    string // the lock key (for the test points)
+	// token returns the caller's current token (a new one after a
+	// withdrawal; see Client.obtain).
+	token   func() string
 	channel string
-	// leave withdraws a queued waiter that gives up (and passes on a
-	// hand-off that reached it too late). Run in the background.
-	leave func(ctx context.Context) error
+	// leave returns the withdrawal of a queued waiter that gives up (and
+	// passes on a hand-off that reached it too late), for its current
+	// token. Run in the background.
+	leave func() func(ctx context.Context) error
 	// tryFirst, for a queued waiter, makes a first attempt that does not
 	// enqueue. It is used until the Client has subscribed its hand-off
 	// channel, so a Client whose locks are never contended never opens a
@@ -383,15 +397,14 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 				return false, err
 			}
 		}
-		if w, _, err = c.notify.queueWaiter(ctx, spec.token); err != nil {
+		if w, _, err = c.notify.queueWaiter(ctx, spec.token()); err != nil {
 			return false, err
 		}
 		defer c.notify.dropQueueWaiter(w)
 	}
+	// An attempt that fails withdraws what it may have done itself (see
+	// Client.obtain).
 	ok, ttl, err := attempt(ctx)
-	if err != nil {
-		c.withdraw(spec) // the attempt may have enqueued us
-	}
 	if ok || err != nil {
 		return false, err
 	}
@@ -475,7 +488,7 @@ func (c *Client) giveUp(spec waitSpec, w *waiter) {
 
 func (c *Client) withdraw(spec waitSpec) {
 	if spec.queued {
-		c.background(spec.leave)
+		c.background(spec.leave())
 	}
 }
 

@@ -31,6 +31,9 @@
 --                     (not a lock, a counter, a queue): nothing was written
 local token, mode = ARGV[1], ARGV[4]
 local K, F, Q = KEYS[1], KEYS[2], KEYS[3]
+if q_dead(Q, token) then
+  return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
+end
 
 local v = redis.pcall('GET', K)
 if is_err(v) then

@@ -30,6 +30,11 @@
 local token, mode = ARGV[1], ARGV[4]
 local queued = mode == 'q1' or mode == 'q'
 local n = #KEYS / 3
+for i = 1, n do
+  if q_dead(KEYS[3 * i], token) then
+    return {0, -2, i} -- a withdrawn token (lib/queue.lua): never granted again
+  end
+end
 local vals, fences = {}, {}
 for i = 1, n do
   local v = redis.pcall('GET', KEYS[3 * i - 2])

@@ -7,6 +7,10 @@
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the pickup time in ms of a hand-off
 -- ARGV[2+i] key i's wake-up channel ('released' when freed, nobody queued)
+-- ARGV[3+n] (n = #KEYS/2) '1': the token is given up for good (a waiter
+--           leaving, an abandoned acquire): leave a tombstone in every
+--           queue (lib/queue.lua); otherwise (a release, or the roll-back of
+--           an attempt whose token goes on) just take it out
 --
 -- Returns  1  every key held our token (all released)
 --          0  some key was gone (the others were released)
@@ -15,6 +19,7 @@
 --             untouched)
 -- The worst outcome wins: -2, then -1, then 0.
 local token, code = ARGV[1], 1
+local leave = (ARGV[3 + #KEYS / 2] == '1') and q_leave or q_drop
 local rank = {[1] = 0, [0] = 1, [-1] = 2, [-2] = 3}
 local function worse(c)
   if rank[c] > rank[code] then
@@ -24,7 +29,7 @@ end
 for i = 1, #KEYS / 2 do
   local k, q = KEYS[2 * i - 1], KEYS[2 * i]
   local v = redis.pcall('GET', k)
-  if is_err(v) or not q_leave(q, token) then
+  if is_err(v) or not leave(q, token) then
     worse(-2)
   elseif v == token then
     q_handoff(k, q, ARGV[2], ARGV[2 + i])

@@ -32,6 +32,9 @@
 --         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, marker = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[8]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if q_dead(Q, token) then
+  return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
+end
 
 local v = redis.pcall('GET', K)
 if is_err(v) then

@@ -21,6 +21,23 @@
 -- one served. A waiter that died leaves only the marked lease, which
 -- expires with its lease; nobody waits for it.
 
+-- The tombstone. A waiter that leaves for good (q_leave: it gave up, or
+-- the engine withdraws an acquire whose reply was lost or came too late)
+-- leaves Q_DEAD in place of its lease for Q_DEAD_MS. Every acquire script
+-- refuses a token with a tombstone (q_dead) before it touches anything,
+-- so an acquire of a given-up token that lands after its withdrawal
+-- (delayed in the network, or behind a stalled client) can neither take
+-- the key nor rejoin the queue: the token is never granted again, and
+-- nothing is left held by nobody. The engine never reuses a withdrawn
+-- token. No payload equals Q_DEAD (a payload starts with a channel name,
+-- or '!' and a channel name).
+local Q_DEAD, Q_DEAD_MS = '~', 10000
+
+-- q_dead reports whether token left q for good within the last Q_DEAD_MS.
+local function q_dead(q, token)
+  return redis.pcall('GET', q .. ':' .. token) == Q_DEAD
+end
+
 -- q_parse splits a payload into its channel and its request (a handed
 -- mark, if any, is dropped).
 local function q_parse(p)
@@ -54,7 +71,8 @@ local function q_ahead(q, token)
       redis.call('LPOP', q)
       return false
     end
-    if redis.call('EXISTS', q .. ':' .. head) == 1 then
+    local p = redis.call('GET', q .. ':' .. head)
+    if p and p ~= Q_DEAD then
       return true
     end
     redis.call('LPOP', q)
@@ -105,19 +123,33 @@ end
 local function q_handed(q, token)
   local l = q .. ':' .. token
   local p = redis.call('GET', l)
+  if p == Q_DEAD then
+    return nil
+  end
   if p and string.byte(p, 1) ~= 33 then
     redis.call('SET', l, '!' .. p, 'KEEPTTL')
   end
   return p
 end
 
--- q_leave takes token out of q and deletes its lease. Returns false,
--- having written nothing, if q is not a list.
-local function q_leave(q, token)
+-- q_drop takes token out of q and deletes its lease (no tombstone: the
+-- caller may use token again). Returns false, having written nothing, if
+-- q is not a list.
+local function q_drop(q, token)
   if is_err(redis.pcall('LREM', q, 0, token)) then
     return false
   end
   redis.call('DEL', q .. ':' .. token)
+  return true
+end
+
+-- q_leave takes token out of q for good: its lease is replaced by a
+-- tombstone. Returns false, having written nothing, if q is not a list.
+local function q_leave(q, token)
+  if is_err(redis.pcall('LREM', q, 0, token)) then
+    return false
+  end
+  redis.call('SET', q .. ':' .. token, Q_DEAD, 'PX', Q_DEAD_MS)
   return true
 end
 

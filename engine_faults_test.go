@@ -1,0 +1,316 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
+	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/redis/go-redis/v9"
+)
+
+// Regression tests for lost, late and reordered replies and paused engine
+// goroutines, with the command-level fault layer (internal/faultcmd) on
+// the Client's own connections and the engine's pause points
+// (internal/probe).
+
+// faultyClient returns a Client whose go-redis client carries a fresh
+// Injector; the Injector's log is printed when the test fails.
+func faultyClient(t *testing.T, opts dlock.Options) (*dlock.Client, *faultcmd.Injector) {
+	t.Helper()
+	rdb := srv.NewClient()
+	inj := faultcmd.New()
+	rdb.AddHook(inj)
+	c, _ := newClientOn(t, rdb, opts)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, e := range inj.Log() {
+				t.Log("fault:", e)
+			}
+		}
+	})
+	return c, inj
+}
+
+// slowRetry makes queued waiters retry on their own only after a long
+// time, so the attempts a test sees are the ones it causes.
+var slowRetry = dlock.Options{RetryInterval: time.Minute, WaiterLease: 3 * time.Minute}
+
+// await waits for ch, at most 20 s.
+func await(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// queued waits until c has a blocked Lock call (its first attempt queued it).
+func queued(t *testing.T, c *dlock.Client) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Stats().Waiting == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stillHeld checks, for a while, that lk's key holds lk's token and that
+// nobody else can take it, as long as lk believes it holds it.
+func stillHeld(t *testing.T, rdb *redis.Client, other *dlock.Client, lk *dlock.Lock) {
+	t.Helper()
+	ctx := context.Background()
+	for range 20 {
+		if lk.Err() != nil || time.Now().After(lk.Deadline()) {
+			t.Fatalf("the lock ended: %v", lk.Err())
+		}
+		v, _ := rdb.Get(ctx, lk.Key()).Result()
+		if v != lk.Token() {
+			t.Fatalf("the key holds %q, but the lock (token %q) believes it holds it until %v: two holders possible",
+				v, lk.Token(), time.Until(lk.Deadline()).Round(time.Millisecond))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if o, err := other.TryLock(ctx, lk.Key()); err == nil {
+		_ = o.Unlock(ctx)
+		t.Fatal("a second owner got the lock while the first holds it")
+	}
+}
+
+// A hand-off's confirmation ran but its reply was lost; the withdrawal of
+// that token reaches Redis after the waiter's retry. The retry must not
+// be granted with the given-up token (the withdrawal would then free the
+// key under a holder who believes it holds it).
+func TestWithdrawnTokenNeverGrantedAgain(t *testing.T) {
+	a, inj := faultyClient(t, slowRetry)
+	b, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	held, err := b.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lk, err := a.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+		got <- result{lk, err}
+	}()
+	queued(t, a)
+	// A's next acquire is the confirmation of the hand-off: it runs, its
+	// reply is lost. A's withdrawal of that token is held until A's retry
+	// has completed.
+	inj.Add(faultcmd.Rule{Name: "lost confirm", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "acquire", Key: k}})
+	hold := inj.Add(faultcmd.Rule{Name: "withdraw after the retry", Action: faultcmd.Hold,
+		Match: faultcmd.Match{Script: "release", Key: k},
+		Until: faultcmd.Match{Script: "acquire", Key: k}})
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.lk.Unlock(context.Background())
+	await(t, hold.FiredC(), "the withdrawal")
+	stillHeld(t, rdb, b, r.lk)
+}
+
+// The same interleaving as the soak's two holders under CPU load: the
+// background withdrawal after a lost reply is scheduled late (a starved
+// goroutine: the BeforeWithdraw pause point), after the waiter's retry.
+func TestSlowWithdrawAfterLostReplyKeepsOneHolder(t *testing.T) {
+	a, inj := faultyClient(t, slowRetry)
+	b, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	held, err := b.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockReturned := make(chan struct{})
+	var paused atomic.Int32
+	defer probe.Set(func(name, key string) {
+		if name == probe.BeforeWithdraw && key == k {
+			paused.Add(1)
+			// The starved goroutine runs once the Lock call returned (or
+			// after a while: with a fresh token the retry queues behind
+			// the withdrawn one, which only this withdrawal hands on).
+			select {
+			case <-lockReturned:
+			case <-time.After(time.Second):
+			}
+		}
+	})()
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lk, err := a.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+		close(lockReturned)
+		got <- result{lk, err}
+	}()
+	queued(t, a)
+	inj.Add(faultcmd.Rule{Name: "lost confirm", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "acquire", Key: k}})
+	if err := held.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.lk.Unlock(context.Background())
+	if paused.Load() == 0 {
+		t.Fatal("no withdrawal ran")
+	}
+	time.Sleep(50 * time.Millisecond) // the released withdrawal lands
+	stillHeld(t, rdb, b, r.lk)
+}
+
+// An acquire delayed (not lost) past its clean-up must not leave the lock
+// held by nobody: whatever kind of lock, another caller gets it at once.
+func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
+	kinds := []struct {
+		name  string
+		opts  []dlock.LockOption
+		other []dlock.LockOption // what another caller then takes
+	}{
+		{"exclusive", nil, nil},
+		{"reentrant", []dlock.LockOption{dlock.Reentrant("job-a")}, []dlock.LockOption{dlock.Reentrant("job-b")}},
+		{"shared", []dlock.LockOption{dlock.Shared()}, nil},
+		{"semaphore", []dlock.LockOption{dlock.Semaphore(1)}, []dlock.LockOption{dlock.Semaphore(1)}},
+	}
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			a, inj := faultyClient(t, dlock.Options{})
+			b, _ := newClient(t, dlock.Options{})
+			k := key(t)
+			// Load the kind's scripts: a late EVALSHA must find its script.
+			for _, opts := range [][]dlock.LockOption{kind.opts, kind.other} {
+				if lk, err := b.TryLock(t.Context(), key(t), opts...); err != nil {
+					t.Fatal(err)
+				} else {
+					_ = lk.Unlock(t.Context())
+				}
+			}
+			isRelease := func(c faultcmd.Command) bool { return strings.Contains(c.Script, "release") }
+			late := inj.Add(faultcmd.Rule{Name: "acquire lands after its clean-up", Action: faultcmd.Late,
+				Match: faultcmd.Match{Key: k, Func: func(c faultcmd.Command) bool { return strings.Contains(c.Script, "acquire") }},
+				Until: faultcmd.Match{Key: k, Func: isRelease}})
+			_, err := a.TryLock(t.Context(), k, append(kind.opts, dlock.WithTTL(time.Minute))...)
+			if !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("TryLock = %v, want ErrUnavailable (lost reply)", err)
+			}
+			await(t, late.FiredC(), "the late acquire")
+			// Wait until the late acquire has landed (its second log entry).
+			deadline := time.Now().Add(20 * time.Second)
+			for n := 0; n < 2; {
+				n = 0
+				for _, e := range inj.Log() {
+					if e.Action == faultcmd.Late {
+						n++
+						if strings.Contains(e.Outcome, "NOSCRIPT") {
+							t.Fatal("the late acquire did not run: NOSCRIPT")
+						}
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the late acquire never landed")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			lk, err := b.TryLock(t.Context(), k, append(kind.other, dlock.WithTTL(time.Minute))...)
+			if err != nil {
+				t.Fatalf("after the clean-up and the late acquire, another caller: %v", err)
+			}
+			_ = lk.Unlock(t.Context())
+		})
+	}
+}
+
+// A retried Unlock after a lost reply, when the first release ran and
+// handed the key to a waiter, is a release, not a loss.
+func TestRetriedUnlockAfterLostReplyIsNotALoss(t *testing.T) {
+	var lost atomic.Int32
+	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { lost.Add(1) }}})
+	b, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	lk, err := a.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := b.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+		if err == nil {
+			defer w.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	queued(t, b)
+	inj.Add(faultcmd.Rule{Name: "lost release reply", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "release", Key: k}})
+	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("first Unlock = %v, want ErrUnavailable", err)
+	}
+	if err := <-got; err != nil { // the release ran: the waiter has the key
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatalf("retried Unlock = %v, want nil: the release happened", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrReleased) || lost.Load() != 0 {
+		t.Fatalf("Err = %v, Lost hook calls %d: want ErrReleased and none", lk.Err(), lost.Load())
+	}
+}
+
+// A multi-key acquire across slots whose second slot's reply was lost,
+// and whose roll-back then failed with a Redis error reply, leaves nothing
+// held: the ambiguity is judged on the acquire error alone.
+func TestMultiSlotRollbackFailureCleansUp(t *testing.T) {
+	a, inj := faultyClient(t, dlock.Options{})
+	dlock.SplitSlots(a)
+	b, _ := newClient(t, dlock.Options{})
+	dlock.SplitSlots(b)
+	k := key(t)
+	keys := []string{k + ":a", k + ":b", k + ":c"}
+	if dlock.Slot(keys[0]) == dlock.Slot(keys[1]) && dlock.Slot(keys[1]) == dlock.Slot(keys[2]) {
+		t.Skip("keys share a slot")
+	}
+	inj.Add(faultcmd.Rule{Name: "lost reply of the second slot", Action: faultcmd.DropReply,
+		Match: faultcmd.Match{Script: "multi_acquire"}, Nth: 2})
+	inj.Add(faultcmd.Rule{Name: "roll-back refused", Action: faultcmd.FailBefore,
+		Match: faultcmd.Match{Script: "multi_release"}, Err: readOnlyError{}})
+	_, err := a.TryLockMulti(t.Context(), keys, dlock.WithTTL(time.Minute))
+	if err == nil {
+		t.Fatal("TryLockMulti succeeded through a lost reply")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lk, err := b.TryLockMulti(t.Context(), keys, dlock.WithTTL(time.Minute))
+		if err == nil {
+			_ = lk.Unlock(t.Context())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys still held by nobody after the failed multi-key acquire: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readOnlyError is a Redis error reply, as a replica answers a write.
+type readOnlyError struct{}
+
+func (readOnlyError) Error() string { return "READONLY You can't write against a read only replica." }
+func (readOnlyError) RedisError()   {}
