@@ -161,7 +161,7 @@ func TestCancelledWaitersLeaveQueue(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	names, _ := rdb.Keys(t.Context(), queueKey(k)+":*").Result()
 	for _, n := range names {
-		if v := rdb.Get(t.Context(), n).Val(); v != "!" || rdb.PTTL(t.Context(), n).Val() > 10*time.Second {
+		if v := rdb.Get(t.Context(), n).Val(); v != "~" || rdb.PTTL(t.Context(), n).Val() > 10*time.Second {
 			t.Fatalf("waiter lease left behind: %s = %q", n, v)
 		}
 	}
