@@ -46,6 +46,7 @@ func hostileKeys(h *harness) {
 		wg.Go(func() {
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				fn(w, rng)
+				sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond) // a refused call returns at once
 			}
 		})
 	}
@@ -111,6 +112,7 @@ func hostileKeys(h *harness) {
 		wg.Go(func() {
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				w.Cycle(ctx, targets[rng.IntN(len(targets))], ttl, wait(rng), 1, 0)
+				sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond)
 			}
 		})
 	}

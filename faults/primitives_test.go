@@ -211,9 +211,14 @@ func counterSales(h *harness, nodes []*Node, stop time.Time, name string) {
 		h.t.Error(err)
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = c0.Set(sctx, stock)
-	cancel()
+	for range 10 { // Set itself may meet a command fault
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = c0.Set(sctx, stock)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
 	if err != nil {
 		h.t.Logf("counter: Set failed (%v): not exercised", err)
 		return
