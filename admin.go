@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,6 +22,7 @@ const (
 	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the seeds' SETNX/GETSET lock
 	KindForeign   Kind = "foreign"   // another string: some other SET NX client's token
 	KindShared    Kind = "shared"    // read-locked (dlock.Shared): the key holds SharedValue
+	KindReentrant Kind = "reentrant" // a reentrant owner's hold (dlock.Reentrant): the key names the owner
 	KindSemaphore Kind = "semaphore" // a dlock semaphore (a sorted set of permit holders)
 	KindWrongType Kind = "wrongtype" // any other type: not a lock at all
 )
@@ -28,9 +30,17 @@ const (
 // Info is what Inspect and List report about one lock key.
 type Info struct {
 	Key   string
-	Held  bool   // the key exists and is a string
+	Held  bool   // the key is held: a string, or a semaphore with holders
 	Kind  Kind   // what its value looks like
-	Value string // the stored value (holder's token or timestamp); "" if free
+	Value string // the stored value (holder's token or timestamp, the owner id of a reentrant hold); "" if free
+	// Tokens are the handles' tokens of a shared, reentrant or semaphore
+	// hold (the members of its hold set), the first 100 by lease end: each
+	// releases its own handle with ReleaseToken.
+	Tokens []string
+	// Aux names the auxiliary keys of this lock that exist (fence counter,
+	// queue, hold sets, semaphore permits and limit, Counter segment,
+	// fenced-resource guard), in the order of the one suffix table (keys.go).
+	Aux []string
 	// TTL is the key's remaining time to live: -1 if it has none, 0 if free.
 	TTL time.Duration
 	// Fence is the last fencing token handed out for the key (0: none
@@ -49,7 +59,28 @@ type Info struct {
 	Subscribers int64
 }
 
-// Inspect reports the state of key without changing it.
+// auxNames returns the names of the auxiliary keys of ks (every entry of
+// the one suffix table but the wake-up channel, which is no key), in table
+// order.
+func (c *Client) auxNames(ks Keys) []string {
+	var out []string
+	for _, a := range auxTable {
+		switch a.suffix {
+		case wakeSuffix:
+		case guardSuffix:
+			out = append(out, GuardKey(ks.Lock))
+		default:
+			out = append(out, auxOf(ks, a.suffix))
+		}
+	}
+	return out
+}
+
+// maxTokens bounds Info.Tokens.
+const maxTokens = 100
+
+// Inspect reports the state of key without changing it. A key that is one
+// of dlock's auxiliary keys is refused (ErrReservedKey, naming its lock).
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if ctx == nil {
 		return Info{}, ErrNilContext
@@ -59,13 +90,16 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	}
 	ks := c.keysFor(key)
 	info := Info{Key: key}
+	aux := c.auxNames(ks)
 	var typ *redis.StatusCmd
 	var val *redis.StringCmd
 	var pttl *redis.DurationCmd
 	var fence *redis.StringCmd
 	var subs *redis.MapStringIntCmd
-	var queued, holders, readers *redis.IntCmd
+	var queued, holders, readers, holds *redis.IntCmd
 	var used, limit *redis.StringCmd
+	var members, readerTokens, holdTokens *redis.StringSliceCmd
+	exists := make([]*redis.IntCmd, len(aux))
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
@@ -74,9 +108,16 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		subs = p.PubSubNumSub(ctx, ks.Wake)
 		queued = p.LLen(ctx, ks.Queue)
 		holders = p.ZCard(ctx, key) // a semaphore (errors on any other type: ignored)
+		members = p.ZRange(ctx, key, 0, maxTokens-1)
 		readers = p.ZCard(ctx, auxOf(ks, readersSuffix))
+		readerTokens = p.ZRange(ctx, auxOf(ks, readersSuffix), 0, maxTokens-1)
+		holds = p.ZCard(ctx, auxOf(ks, holdsSuffix))
+		holdTokens = p.ZRange(ctx, auxOf(ks, holdsSuffix), 0, maxTokens-1)
 		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
 		limit = p.Get(ctx, auxOf(ks, limitSuffix))
+		for i, name := range aux {
+			exists[i] = p.Exists(ctx, name)
+		}
 		return nil
 	})
 	if typ.Err() != nil {
@@ -85,6 +126,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	_ = err // per-command errors are read below
 	if f, err := fence.Uint64(); err == nil {
 		info.Fence = f
+	}
+	for i, e := range exists {
+		if e.Val() > 0 {
+			info.Aux = append(info.Aux, aux[i])
+		}
 	}
 	info.Subscribers = subs.Val()[ks.Wake]
 	info.Queued = queued.Val()
@@ -96,6 +142,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		// A semaphore: held while any permit is leased.
 		info.Kind = KindSemaphore
 		info.Holders = holders.Val()
+		info.Tokens = members.Val()
 		info.Permits, _ = used.Int64()
 		info.Limit, _ = limit.Int64()
 		info.Held = info.Holders > 0
@@ -116,8 +163,14 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	info.Held = true
 	info.Value = val.Val()
 	info.Kind = classify(info.Value)
-	if info.Value == SharedValue {
-		info.Kind, info.Holders = KindShared, readers.Val()
+	switch {
+	case info.Value == SharedValue:
+		info.Kind, info.Holders, info.Tokens = KindShared, readers.Val(), readerTokens.Val()
+	default:
+		if owner, ok := ReentrantOwner(info.Value); ok {
+			info.Kind, info.Holders, info.Tokens = KindReentrant, holds.Val(), holdTokens.Val()
+			info.Value = owner
+		}
 	}
 	switch d := pttl.Val(); {
 	case d > 0:
@@ -144,35 +197,45 @@ func classify(v string) Kind {
 //   - every key dlock has locked recently (found by SCAN over this Client's
 //     fence counters, "<Prefix>:*:fence", which live as long as the lock
 //     plus 10s), whose key matches pattern ("" or "*": all);
-//   - if pattern is not empty, also every string key matching pattern
-//     (SCAN MATCH pattern), so locks of other clients and of the legacy
-//     protocol show too; dlock's own auxiliary keys are skipped.
+//   - if pattern is not empty, also every key matching pattern (SCAN MATCH
+//     pattern) that is a lock of any kind, so locks of other clients and of
+//     the legacy protocol show too. A match that is one of dlock's
+//     auxiliary keys is shown as its lock (whose Info.Aux lists it), never
+//     as a lock of its own.
 //
-// Free keys are skipped. On a Cluster every master is scanned, on a Ring
-// every shard. Never KEYS. Pattern is Redis glob syntax.
+// Free keys are skipped, except a lock found through an auxiliary key
+// that outlives holders (a semaphore limit, a Counter segment). On a
+// Cluster every master is scanned, on a Ring every shard. Never KEYS.
+// Pattern is Redis glob syntax.
 func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
 	match, err := globRE(pattern)
 	if err != nil {
-		return errors.Join(ErrInvalidArgument, err)
+		return fmt.Errorf("%w: pattern %q: %w", ErrInvalidArgument, pattern, err)
 	}
 	var mu sync.Mutex // guards seen and stop, and serialises fn
 	seen := map[string]bool{}
 	stop := false
-	visit := func(key string) error {
+	visit := func(key string, showFree bool) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if stop || seen[key] || validKey(c.opts.Prefix, key) != nil {
 			return nil
 		}
-		seen[key] = true
 		info, err := c.Inspect(ctx, key)
+		if errors.Is(err, ErrInvalidArgument) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		if info.Held && !fn(info) {
+		if !info.Held && !(showFree && lasting(info)) {
+			return nil
+		}
+		seen[key] = true
+		if !fn(info) {
 			stop = true
 		}
 		return nil
@@ -186,7 +249,7 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 			}
 			for _, name := range keys {
 				if k, ok := keyOfAux(c.opts.Prefix, fenceSuffix, name); ok && match.MatchString(k) {
-					if err := visit(k); err != nil {
+					if err := visit(k, false); err != nil {
 						return err
 					}
 				}
@@ -199,15 +262,16 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 			return nil
 		}
 		for {
-			keys, next, err := node.ScanType(ctx, cursor, pattern, 1000, "string").Result()
+			keys, next, err := node.Scan(ctx, cursor, pattern, 1000).Result()
 			if err != nil {
 				return unavailable(err)
 			}
 			for _, k := range keys {
-				if c.isAux(k) {
-					continue
+				lockKey, showFree := k, false
+				if owner, _, ok := c.AuxKeyOf(k); ok {
+					lockKey, showFree = owner, true
 				}
-				if err := visit(k); err != nil {
+				if err := visit(lockKey, showFree); err != nil {
 					return err
 				}
 			}
@@ -219,17 +283,14 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 	return c.forEachNode(ctx, scan)
 }
 
-// isAux reports whether name is one of this Client's auxiliary keys.
-func (c *Client) isAux(name string) bool {
-	for _, suffix := range []string{fenceSuffix, queueSuffix} {
-		if _, ok := keyOfAux(c.opts.Prefix, suffix, name); ok {
-			return true
-		}
-	}
-	// A waiter lease: "<queue key>:<token>".
-	if i := strings.LastIndexByte(name, ':'); i > 0 {
-		if _, ok := keyOfAux(c.opts.Prefix, queueSuffix, name[:i]); ok {
-			return true
+// lasting reports whether a free lock has auxiliary keys that outlive its
+// holders (a semaphore limit, a Counter segment, a guard).
+func lasting(info Info) bool {
+	for _, name := range info.Aux {
+		for _, suffix := range []string{limitSuffix, countSuffix, guardSuffix} {
+			if strings.HasSuffix(name, suffix) {
+				return true
+			}
 		}
 	}
 	return false
@@ -288,11 +349,18 @@ func globRE(pattern string) (*regexp.Regexp, error) {
 	return regexp.Compile(b.String())
 }
 
-// ForceRelease releases key whoever holds it, handing it to the first
-// queued waiter (or waking the others): an operator's steal. The holder
-// finds out at its next renewal (ErrExpired or ErrTaken).
-// It reports whether a lock was deleted. A key that is not a string is
-// left alone (ErrWrongType).
+// ForceRelease releases key whoever holds it, for every kind of lock: an
+// operator's steal, the one way to release a lock without its token. A
+// token, legacy or foreign lock, a reentrant hold (all of its handles) or
+// a read lock (all of its readers) is deleted and handed to the first
+// queued waiter (or its waiters are woken); every holder of a semaphore
+// gives its permits back, which go to the queued waiters. The holders find
+// out at their next renewal (ErrExpired or ErrTaken).
+//
+// It reports whether anything was released. A key that is neither a
+// string nor a semaphore is left alone (ErrWrongType); one of dlock's
+// auxiliary keys (a fence counter, a semaphore limit, a Counter segment,
+// ...) is refused before any Redis call (ErrReservedKey).
 func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if ctx == nil {
 		return false, ErrNilContext
@@ -301,6 +369,39 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	ks := c.keysFor(key)
+	var typ *redis.StatusCmd
+	var members *redis.StringSliceCmd
+	var used *redis.StringCmd
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		typ = p.Type(ctx, key)
+		members = p.ZRange(ctx, key, 0, -1)
+		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
+		return nil
+	})
+	if err := typ.Err(); err != nil {
+		return false, unavailable(err)
+	}
+	switch typ.Val() {
+	case "none":
+		return false, nil
+	case "string":
+	case "zset":
+		// Every holder found gives its permits back, one script each.
+		sem := c.adminSemaphore(used)
+		released := false
+		for _, m := range members.Val() {
+			code, err := sem.Release(ks, m).Run(ctx, c.rdb).Int64()
+			switch {
+			case err != nil:
+				return released, unavailable(err)
+			case code == codeOK:
+				released = true
+			}
+		}
+		return released, nil
+	default:
+		return false, ErrWrongType
+	}
 	code, err := Call{releaseScript, []string{ks.Lock, ks.Queue},
 		[]any{"", ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}.Run(ctx, c.rdb).Int64()
 	switch {
@@ -312,11 +413,29 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	return code == codeOK, nil
 }
 
-// ReleaseToken releases key if it holds token, as its holder's Unlock
-// would: for a process that lost its *Lock (crashed and restarted, or
-// another program, like `dlock release --token`). It returns nil if it
-// deleted the lock, an error matching ErrNotHeld and ErrExpired if the key
-// is gone, ErrNotHeld and ErrTaken if another token holds it.
+// adminSemaphore is the semaphore protocol as admin calls use it to give
+// permits back. The callers' limit is not known here: the permits in use
+// before the release (used) stand for it unless a limit was set with
+// SetLimit, so the release hands the waiters at most the permits it frees,
+// never more than the true limit allows.
+func (c *Client) adminSemaphore(used *redis.StringCmd) semaphore {
+	n, _ := used.Int64()
+	return semaphore{queueMode: c.queueMode("try"), limit: int(max(n, 1)), permits: 1}
+}
+
+// ReleaseToken releases the hold of token on key, as its holder's Unlock
+// would: for a process that lost its *Lock (crashed and restarted), or
+// another program, like `dlock release --token`. token is what the
+// holder's Lock.Token returned (DLOCK_TOKEN for `dlock run`), for every
+// kind of lock: a token lock's token, or a handle's own token of a
+// reentrant hold, a read lock or a semaphore, which releases that handle
+// only. Nothing else releases anything: a reentrant owner id or
+// SharedValue is not a token (ForceRelease is the operator's way to steal).
+//
+// It returns nil if it released the hold, an error matching ErrNotHeld
+// and ErrExpired if the key is gone, ErrNotHeld and ErrTaken if it is
+// held but not by token, ErrWrongType if it is not a lock,
+// ErrReservedKey for one of dlock's auxiliary keys.
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
 		return ErrNilContext
@@ -327,7 +446,47 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if token == "" {
 		return ErrEmptyToken
 	}
-	code, err := releaseOnce(ctx, c.rdb, c.tokenLock("try"), c.keysFor(key), token)
+	ks := c.keysFor(key)
+	var typ *redis.StatusCmd
+	var val, used *redis.StringCmd
+	var holds *redis.IntCmd
+	var member *redis.FloatCmd
+	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		typ = p.Type(ctx, key)
+		val = p.Get(ctx, key)
+		member = p.ZScore(ctx, key, token)
+		holds = p.Exists(ctx, auxOf(ks, holdsSuffix))
+		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
+		return nil
+	})
+	if err := typ.Err(); err != nil {
+		return unavailable(err)
+	}
+	var proto Protocol
+	switch typ.Val() {
+	case "none":
+		return errors.Join(ErrNotHeld, ErrExpired)
+	case "zset":
+		if member.Err() != nil { // not a holder: leave the semaphore alone
+			return errors.Join(ErrNotHeld, ErrTaken)
+		}
+		proto = c.adminSemaphore(used)
+	case "string":
+		m := c.queueMode("try")
+		switch v := val.Val(); {
+		case v == SharedValue:
+			proto = sharedLock{holdSet{queueMode: m, group: v, suffix: readersSuffix}}
+		case holds.Val() > 0 || isReentrantValue(v):
+			// A reentrant hold: v names the owner, which is no credential;
+			// only a handle's token in the hold set releases (that handle).
+			proto = reentrantLock{holdSet{queueMode: m, group: v, suffix: holdsSuffix}}
+		default:
+			proto = c.tokenLock("try")
+		}
+	default:
+		return ErrWrongType
+	}
+	code, err := releaseOnce(ctx, c.rdb, proto, ks, token)
 	switch {
 	case err != nil:
 		return unavailable(err)
@@ -336,8 +495,17 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	case code == codeWrongType:
 		return ErrWrongType
 	case code == codeGone:
+		// The key may still be held, by other handles than token.
+		if info, err := c.Inspect(ctx, key); err == nil && info.Held {
+			return errors.Join(ErrNotHeld, ErrTaken)
+		}
 		return errors.Join(ErrNotHeld, ErrExpired)
 	default:
 		return errors.Join(ErrNotHeld, ErrTaken)
 	}
+}
+
+func isReentrantValue(v string) bool {
+	_, ok := ReentrantOwner(v)
+	return ok
 }

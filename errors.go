@@ -22,8 +22,8 @@ var (
 	ErrLost = errors.New("dlock: lock lost")
 
 	// ErrExpired: the lock key vanished before it was renewed or released
-	// (it expired, or somebody deleted it), or its validity ran out locally.
-	ErrExpired = errors.New("dlock: lock expired")
+	// (it was deleted, or its TTL ran out), or its validity ran out locally.
+	ErrExpired = errors.New("dlock: lock key deleted, or its TTL ran out")
 
 	// ErrTaken: the lock key now holds another owner's token.
 	ErrTaken = errors.New("dlock: lock taken by another owner")
@@ -62,11 +62,17 @@ var (
 	// is rejected before any Redis call.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
 
-	ErrNilClient   = argError("nil redis client")
-	ErrNilContext  = argError("nil context")
-	ErrEmptyKey    = argError("empty key")
-	ErrKeyTooLong  = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
-	ErrInvalidTTL  = argError("TTL must be 1ms to MaxTTL, longer than the drift allowance (TTL*DriftFactor + MinDrift), and for a renewed lock longer than drift plus the renewal interval")
+	ErrNilClient  = argError("nil redis client")
+	ErrNilContext = argError("nil context")
+	ErrEmptyKey   = argError("empty key")
+	ErrKeyTooLong = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
+	// ErrInvalidTTL: a TTL below what the drift allowance (TTL*DriftFactor
+	// + MinDrift) and, for a renewed lock, the renewal interval leave room
+	// for, or above MaxTTL. It is returned wrapped, naming the value given
+	// and the shortest and longest TTL that work with the Client's options.
+	ErrInvalidTTL = argError("invalid TTL")
+	// ErrInvalidOpts: an Options field or a combination of LockOptions that
+	// cannot work; returned wrapped, naming the field and its value.
 	ErrInvalidOpts = argError("invalid options")
 	ErrEmptyToken  = argError("empty token")
 
@@ -190,3 +196,28 @@ var (
 	errZeroFence  = argError("fence 0: the lock's protocol has no fencing tokens")
 	errEmptyOwner = argError("empty owner")
 )
+
+// ttlError is an ErrInvalidTTL naming the TTL given and the range that
+// works (min 0: none does, with these options).
+type ttlError struct {
+	ttl, min, max time.Duration
+	renew         bool
+}
+
+func (e *ttlError) Error() string {
+	if e.min == 0 {
+		return fmt.Sprintf("%v: %v: no TTL works with these DriftFactor, MinDrift and RenewInterval options", ErrInvalidTTL, e.ttl)
+	}
+	why := "1ms to MaxTTL"
+	if e.min > time.Millisecond {
+		why = "the drift allowance (TTL*DriftFactor + MinDrift) must leave a validity"
+		if e.renew {
+			why += " longer than the renewal interval"
+		}
+	}
+	return fmt.Sprintf("%v: %v is outside %v..%v (%s)", ErrInvalidTTL, e.ttl, e.min.Round(time.Microsecond), e.max, why)
+}
+
+func (e *ttlError) Is(target error) bool {
+	return target == ErrInvalidTTL || target == ErrInvalidArgument
+}

@@ -277,7 +277,7 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 		return ErrNilContext
 	}
 	if !l.c.opts.ttlWorks(ttl, l.renew) {
-		return ErrInvalidTTL
+		return l.c.opts.ttlError(ttl, l.renew)
 	}
 	l.opMu.Lock()
 	defer l.opMu.Unlock()

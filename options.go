@@ -116,12 +116,17 @@ func (o Options) withDefaults() (Options, error) {
 	if err := validPrefix(o.Prefix); err != nil {
 		return o, err
 	}
-	if o.TTL < 0 || o.RenewInterval < 0 || o.RetryInterval < 0 || o.ReleaseTimeout < 0 ||
-		o.PickupTimeout < 0 || o.WaiterLease < 0 {
-		return o, ErrInvalidOpts
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"TTL", o.TTL}, {"RenewInterval", o.RenewInterval}, {"RetryInterval", o.RetryInterval},
+		{"ReleaseTimeout", o.ReleaseTimeout}, {"PickupTimeout", o.PickupTimeout}, {"WaiterLease", o.WaiterLease}} {
+		if d.v < 0 {
+			return o, fmt.Errorf("%w: %s %v is negative", ErrInvalidOpts, d.name, d.v)
+		}
 	}
 	if o.TTL != 0 && (o.TTL < time.Millisecond || o.TTL > MaxTTL) {
-		return o, ErrInvalidTTL
+		return o, &ttlError{ttl: o.TTL, min: time.Millisecond, max: MaxTTL}
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -131,7 +136,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	switch {
 	case math.IsNaN(o.DriftFactor) || o.DriftFactor > maxDriftFactor:
-		return o, ErrInvalidOpts
+		return o, fmt.Errorf("%w: DriftFactor %v is above %v (or NaN)", ErrInvalidOpts, o.DriftFactor, maxDriftFactor)
 	case o.DriftFactor == 0:
 		o.DriftFactor = DefaultDriftFactor
 	case o.DriftFactor < 0:
@@ -156,19 +161,19 @@ func (o Options) withDefaults() (Options, error) {
 		o.WaiterLease = DefaultWaiterLease
 	}
 	if o.MinReplicas < 0 || o.ReplicaTimeout < 0 {
-		return o, ErrInvalidOpts
+		return o, fmt.Errorf("%w: MinReplicas %d or ReplicaTimeout %v is negative", ErrInvalidOpts, o.MinReplicas, o.ReplicaTimeout)
 	}
 	if o.ReplicaTimeout == 0 {
 		o.ReplicaTimeout = DefaultReplicaTimeout
 	}
 	if o.PickupTimeout < time.Millisecond || o.WaiterLease < 3*time.Millisecond {
-		return o, ErrInvalidOpts
+		return o, fmt.Errorf("%w: PickupTimeout %v is below 1ms or WaiterLease %v below 3ms", ErrInvalidOpts, o.PickupTimeout, o.WaiterLease)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if !o.ttlWorks(o.TTL, true) {
-		return o, ErrInvalidTTL
+		return o, o.ttlError(o.TTL, true)
 	}
 	return o, nil
 }
@@ -189,6 +194,24 @@ func (o *Options) ttlWorks(ttl time.Duration, renew bool) bool {
 	}
 	validity := ttl - o.drift(ttl)
 	return validity > 0 && (!renew || o.renewEvery(ttl) < validity)
+}
+
+// ttlError is the ErrInvalidTTL for ttl: it names ttl and the range of
+// TTLs that work with o.
+func (o *Options) ttlError(ttl time.Duration, renew bool) error {
+	lo, hi := time.Duration(1), MaxTTL
+	if !o.ttlWorks(hi, renew) {
+		return &ttlError{ttl: ttl, renew: renew}
+	}
+	for lo < hi { // the shortest TTL that works (ttlWorks is monotonic)
+		mid := lo + (hi-lo)/2
+		if o.ttlWorks(mid, renew) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return &ttlError{ttl: ttl, min: max(lo, time.Millisecond), max: MaxTTL, renew: renew}
 }
 
 // drift is the allowance subtracted from a validity of ttl.
@@ -254,10 +277,10 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		}
 	}
 	if !c.opts.ttlWorks(cfg.ttl, cfg.renew) {
-		return cfg, ErrInvalidTTL // expired when handed out, or before its first renewal
+		return cfg, c.opts.ttlError(cfg.ttl, cfg.renew) // expired when handed out, or before its first renewal
 	}
 	if isNil(cfg.proto) {
-		return cfg, ErrInvalidOpts
+		return cfg, fmt.Errorf("%w: WithProtocol(nil)", ErrInvalidOpts)
 	}
 	if cfg.kinds&(cfg.kinds-1) != 0 {
 		return cfg, fmt.Errorf("%w: more than one of WithProtocol, Shared, Reentrant, Semaphore", ErrInvalidOpts)
@@ -267,13 +290,13 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	}
 	if cfg.kinds == kindSemaphore {
 		if cfg.limit < 1 {
-			return cfg, ErrInvalidLimit
+			return cfg, fmt.Errorf("%w: Semaphore(%d)", ErrInvalidLimit, cfg.limit)
 		}
 		if cfg.permits == 0 {
 			cfg.permits = 1
 		}
 		if cfg.permits < 1 || cfg.permits > cfg.limit {
-			return cfg, ErrInvalidPermits
+			return cfg, fmt.Errorf("%w: Permits(%d) with Semaphore(%d)", ErrInvalidPermits, cfg.permits, cfg.limit)
 		}
 	}
 	if cfg.kinds == kindReentrant && cfg.owner == SharedValue {
