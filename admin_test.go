@@ -24,7 +24,7 @@ func TestReleaseTokenEveryKind(t *testing.T) {
 		bogus []string // values that must not release it
 	}
 	for _, k := range []kind{
-		{"reentrant", dlock.Reentrant("job-42"), []string{"job-42"}},
+		{"reentrant", dlock.Reentrant("job-42"), []string{"job-42", dlock.ReentrantPrefix + "job-42"}},
 		{"shared", dlock.Shared(), []string{dlock.SharedValue}},
 		{"semaphore", dlock.Semaphore(3), []string{"job-42"}},
 		{"plain", nil, []string{"job-42"}},

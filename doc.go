@@ -181,7 +181,8 @@
 // lock on one key), ErrExhausted (Counter), ErrClosed, and the bad-input
 // errors matching ErrInvalidArgument (ErrNilClient, ErrNilContext,
 // ErrEmptyKey, ErrKeyTooLong, ErrInvalidTTL, ErrInvalidOpts, ErrInvalidOwner,
-// ErrInvalidLimit, ErrInvalidPermits, ErrInvalidCount). Bad input is
+// ErrInvalidLimit, ErrInvalidPermits, ErrInvalidCount, ErrAuxKey). Their
+// messages name the value given and the limit it broke. Bad input is
 // rejected before any Redis call (except Permits above a limit lowered by
 // SetLimit, found by the acquire); no input makes the package panic.
 package dlock

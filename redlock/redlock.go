@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -116,6 +117,103 @@ type Protocol struct {
 	nodes  []redis.UniversalClient
 	quorum int
 	opts   Options
+
+	idMu   sync.Mutex
+	runIDs []string // each node's INFO server run_id, once it answered
+	idErr  error    // a *SameServerError, once found: every Acquire fails with it
+}
+
+// ErrSameServer: two nodes are one Redis server (the same run_id in INFO
+// server), reached under two addresses (127.0.0.1 and localhost, a DNS
+// alias, a proxy): a majority of the nodes would not be a majority of
+// servers. It matches dlock.ErrInvalidOpts (and dlock.ErrInvalidArgument).
+var ErrSameServer = fmt.Errorf("%w: two redlock nodes are one Redis server", dlock.ErrInvalidOpts)
+
+// SameServerError names the two nodes that are one server. It matches
+// ErrSameServer.
+type SameServerError struct {
+	I, J  int    // the nodes' indexes
+	RunID string // the server's INFO run_id
+	AddrI string // the nodes' addresses, as their clients were given them
+	AddrJ string
+}
+
+func (e *SameServerError) Error() string {
+	return fmt.Sprintf("%v: nodes %d (%s) and %d (%s) have the same run_id %s", ErrSameServer, e.I, e.AddrI, e.J, e.AddrJ, e.RunID)
+}
+
+func (e *SameServerError) Is(target error) bool { return target == ErrSameServer }
+func (e *SameServerError) Unwrap() error        { return ErrSameServer }
+
+// CheckServers asks every node whose identity is not known yet for it
+// (INFO server: run_id) and returns a *SameServerError if two nodes are one
+// server. Nodes that do not answer are asked again at the next call.
+// Acquire calls it before each attempt until every node has answered, so a
+// Protocol never takes a lock on one server counted twice; call it after
+// New to refuse such a configuration at start-up. Only *redis.Client nodes
+// (plain and Sentinel failover clients) are checked: a Cluster node answers
+// from any of its masters. Each node has at most 2s (or ctx) to answer.
+func (p *Protocol) CheckServers(ctx context.Context) error {
+	return p.checkServers(ctx, 2*time.Second)
+}
+
+func (p *Protocol) checkServers(ctx context.Context, timeout time.Duration) error {
+	p.idMu.Lock()
+	if p.idErr != nil || !slices.Contains(p.runIDs, "") {
+		defer p.idMu.Unlock()
+		return p.idErr
+	}
+	ids := slices.Clone(p.runIDs)
+	p.idMu.Unlock()
+
+	var wg sync.WaitGroup
+	for i, n := range p.nodes {
+		c, ok := n.(*redis.Client)
+		if ids[i] != "" || !ok {
+			ids[i] = cmp.Or(ids[i], "-") // "-": not checkable
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			info, err := c.Info(ctx, "server").Result()
+			if err != nil {
+				return
+			}
+			for l := range strings.SplitSeq(info, "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(l), "run_id:"); ok && v != "" {
+					ids[i] = v
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	for i, id := range ids {
+		if p.runIDs[i] == "" {
+			p.runIDs[i] = id
+		}
+	}
+	for i := range p.runIDs {
+		for j := i + 1; j < len(p.runIDs); j++ {
+			if id := p.runIDs[i]; id != "" && id != "-" && id == p.runIDs[j] {
+				p.idErr = &SameServerError{I: i, J: j, RunID: id, AddrI: addrOf(p.nodes[i]), AddrJ: addrOf(p.nodes[j])}
+				return p.idErr
+			}
+		}
+	}
+	return nil
+}
+
+func addrOf(n redis.UniversalClient) string {
+	if c, ok := n.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return "?"
 }
 
 var _ dlock.DirectProtocol = (*Protocol)(nil)
@@ -128,7 +226,8 @@ var _ dlock.DirectProtocol = (*Protocol)(nil)
 //
 // Errors match dlock.ErrInvalidArgument: a nil node, an even number of
 // nodes or fewer than 3, two *redis.Client nodes with the same address, a
-// negative option.
+// negative option. Two addresses of one server are found by their
+// identity when the nodes first answer (see CheckServers).
 func New(nodes []redis.UniversalClient, opts Options) (*Protocol, error) {
 	if len(nodes) < 3 || len(nodes)%2 == 0 {
 		return nil, fmt.Errorf("%w: redlock needs an odd number of nodes, at least 3 (got %d)", dlock.ErrInvalidOpts, len(nodes))
@@ -164,7 +263,8 @@ func New(nodes []redis.UniversalClient, opts Options) (*Protocol, error) {
 	case opts.MinDrift < 0:
 		opts.MinDrift = 0
 	}
-	return &Protocol{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opts: opts}, nil
+	return &Protocol{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opts: opts,
+		runIDs: make([]string, len(nodes))}, nil
 }
 
 func isNilPointer(n redis.UniversalClient) bool {
@@ -354,6 +454,12 @@ const (
 // non-string that no majority is possible.
 func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock.Keys, _ string, ttl time.Duration) (dlock.Grant, error) {
 	start := time.Now()
+	// Until every node has told its identity: ask the others, within the
+	// node timeout (a node that does not answer then is likely not to
+	// answer the SET either).
+	if err := p.checkServers(ctx, p.nodeTimeout(ttl)); err != nil {
+		return dlock.Grant{}, err
+	}
 	value := newValue()
 	g := dlock.Grant{Value: value}
 	nt := p.nodeTimeout(ttl)

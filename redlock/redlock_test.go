@@ -686,3 +686,40 @@ func TestSlowNodesCleanup(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// One server given twice, under two addresses (127.0.0.1 and localhost),
+// would make one server a majority: it is refused by its identity (INFO
+// server run_id), at CheckServers and at the first Lock.
+func TestSameServerTwice(t *testing.T) {
+	ctx := t.Context()
+	s := shared[0]
+	alias := "localhost:" + strconv.Itoa(s.Port)
+	nodes := []redis.UniversalClient{nodeClient(s.Addr()), nodeClient(alias), nodeClient(shared[1].Addr())}
+	for _, n := range nodes {
+		defer n.Close()
+	}
+	c, p, err := redlock.NewClient(nodes, redlock.Options{NodeTimeout: time.Second}, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k := key(t)
+	_, err = c.TryLock(ctx, k, dlock.WithProtocol(p))
+	var se *redlock.SameServerError
+	if !errors.Is(err, redlock.ErrSameServer) || !errors.Is(err, dlock.ErrInvalidArgument) || !errors.As(err, &se) ||
+		se.I != 0 || se.J != 1 {
+		t.Fatalf("TryLock with one server twice: %v; want a SameServerError for nodes 0 and 1", err)
+	}
+	if got := holders(t, shared, k); count(got, "") != len(shared) {
+		t.Errorf("nodes hold %q after the refused lock; want nothing", got)
+	}
+	if err := p.CheckServers(ctx); !errors.As(err, &se) {
+		t.Errorf("CheckServers: %v", err)
+	}
+
+	// Three distinct servers pass.
+	ok := newSet(t, shared, redlock.Options{}, dlock.Options{})
+	if err := ok.p.CheckServers(ctx); err != nil {
+		t.Errorf("CheckServers of distinct servers: %v", err)
+	}
+}

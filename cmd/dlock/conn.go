@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -37,7 +39,8 @@ const pingTimeout = 5 * time.Second
 // target is the Redis URL to use and where it came from.
 type target struct {
 	url    string
-	source string // "--redis", "$DLOCK_REDIS_URL", "$REDIS_URL" or "default"
+	source string  // "--redis", "$DLOCK_REDIS_URL", "$REDIS_URL" or "default"
+	tls    tlsOpts // --tls-* flags (the URL's tls_* parameters take precedence)
 }
 
 func (t target) explicit() bool { return t.source != "default" }
@@ -47,15 +50,15 @@ func (t target) explicit() bool { return t.source != "default" }
 // with the redactor.
 func (a *app) target() target {
 	if a.redisURL != "" {
-		return target{a.redisURL, "--redis"}
+		return target{a.redisURL, "--redis", a.tls}
 	}
 	for _, env := range []string{"DLOCK_REDIS_URL", "REDIS_URL"} {
 		if v := os.Getenv(env); v != "" {
 			a.redact.addURL(v)
-			return target{v, "$" + env}
+			return target{v, "$" + env, a.tls}
 		}
 	}
-	return target{"redis://" + defaultAddress() + "/0", "default"}
+	return target{"redis://" + defaultAddress() + "/0", "default", a.tls}
 }
 
 // endpoint is a parsed Redis URL: how to make clients for it, and how to
@@ -69,6 +72,9 @@ type endpoint struct {
 	master  string   // Sentinel master name
 
 	newClient func() redis.UniversalClient
+	// pingClient, if set, is a client for the first PING that does not
+	// retry, so a refused connection is reported at once.
+	pingClient func() redis.UniversalClient
 }
 
 // where names the endpoint for messages: address(es), masked URL, source.
@@ -120,6 +126,14 @@ func parseEndpoint(t target) (*endpoint, error) {
 	if base != "redis" && base != "rediss" && !(base == "unix" && mode == "") {
 		return e, fmt.Errorf("unsupported scheme %q: want redis, rediss, unix, redis+sentinel or redis+cluster", scheme)
 	}
+	rest, topts, err := cutTLSParams(rest, t.tls)
+	if err != nil {
+		return e, err
+	}
+	if topts.set() && base != "rediss" {
+		return e, fmt.Errorf("TLS options (tls_ca, tls_cert, tls_key, tls_server_name; --tls-*) need a rediss:// URL, not %s://", scheme)
+	}
+	tlsConf := func(c *tls.Config) (*tls.Config, error) { return topts.apply(c) }
 	plain := base + "://" + rest
 	if mode == "" && base != "unix" && hasQueryParam(t.url, "master_name") {
 		mode = "sentinel"
@@ -130,9 +144,17 @@ func parseEndpoint(t target) (*endpoint, error) {
 		if err != nil {
 			return e, err
 		}
+		if o.TLSConfig, err = tlsConf(o.TLSConfig); err != nil {
+			return e, err
+		}
 		e.kind, e.addrs = "server", []string{o.Addr}
 		o.ContextTimeoutEnabled = true // every deadline dlock sets bounds the Redis call too
 		e.newClient = func() redis.UniversalClient { return redis.NewClient(o) }
+		e.pingClient = func() redis.UniversalClient {
+			q := *o
+			q.MaxRetries, q.DialerRetries = -1, 1
+			return redis.NewClient(&q)
+		}
 	case "sentinel":
 		o, err := redis.ParseFailoverURL(plain)
 		if err != nil {
@@ -141,12 +163,18 @@ func parseEndpoint(t target) (*endpoint, error) {
 		if o.MasterName == "" {
 			return e, errors.New("a Sentinel URL needs ?master_name=NAME")
 		}
+		if o.TLSConfig, err = tlsConf(o.TLSConfig); err != nil {
+			return e, err
+		}
 		e.kind, e.addrs, e.master = "sentinel", o.SentinelAddrs, o.MasterName
 		o.ContextTimeoutEnabled = true
 		e.newClient = func() redis.UniversalClient { return redis.NewFailoverClient(o) }
 	case "cluster":
 		o, err := redis.ParseClusterURL(plain)
 		if err != nil {
+			return e, err
+		}
+		if o.TLSConfig, err = tlsConf(o.TLSConfig); err != nil {
 			return e, err
 		}
 		e.kind, e.addrs = "cluster", o.Addrs
@@ -191,19 +219,123 @@ func (a *app) connect(ctx context.Context, t target) (*endpoint, redis.Universal
 	}
 	rdb := e.newClient()
 	drvLog.lastLine()
-	if err := ping(ctx, rdb); err != nil {
+	pinged := rdb
+	if e.pingClient != nil {
+		pinged = e.pingClient()
+		defer pinged.Close()
+	}
+	if err := ping(ctx, pinged); err != nil {
 		_ = rdb.Close()
 		detail := err.Error()
 		if l := drvLog.lastLine(); l != "" && !strings.Contains(l, detail) && !strings.Contains(detail, l) {
 			detail += " (driver: " + l + ")"
 		}
-		a.errorf("cannot reach Redis at %s: %s", e.where(), detail)
+		a.errorf("%s at %s: %s", pingFailure(err), e.where(), detail)
 		if !t.explicit() {
 			fmt.Fprintln(a.stderr, "Give the Redis to use with --redis URL or $DLOCK_REDIS_URL / $REDIS_URL.")
 		}
 		return nil, nil, exitFailed
 	}
 	return e, rdb, exitOK
+}
+
+// pingFailure names what a failed first PING means: a refused password, a
+// database the server does not have, or no answer.
+func pingFailure(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "NOAUTH"), strings.Contains(msg, "WRONGPASS"),
+		strings.Contains(msg, "invalid password"), strings.Contains(msg, "invalid username-password"):
+		return "authentication failed"
+	case strings.Contains(msg, "DB index is out of range"), strings.Contains(msg, "invalid DB index"):
+		return "no such database"
+	}
+	return "cannot reach Redis"
+}
+
+// tlsOpts are the TLS settings beyond go-redis's own URL parameters: a CA
+// file to verify the server with, a client certificate and key, and the
+// name to expect in the server's certificate.
+type tlsOpts struct {
+	ca, cert, key, serverName string
+}
+
+func (o tlsOpts) set() bool { return o != tlsOpts{} }
+
+// tlsParams maps the URL query parameters to the tlsOpts fields.
+var tlsParams = []string{"tls_ca", "tls_cert", "tls_key", "tls_server_name"}
+
+// cutTLSParams takes the tls_* parameters out of the query of rest (the
+// URL after "scheme://"), over the defaults def.
+func cutTLSParams(rest string, def tlsOpts) (string, tlsOpts, error) {
+	o := def
+	base, q, ok := strings.Cut(rest, "?")
+	if !ok {
+		return rest, o, nil
+	}
+	var keep []string
+	for p := range strings.SplitSeq(q, "&") {
+		k, v, _ := strings.Cut(p, "=")
+		if !slices.Contains(tlsParams, k) {
+			keep = append(keep, p)
+			continue
+		}
+		v, err := url.QueryUnescape(v)
+		if err != nil || v == "" {
+			return rest, o, fmt.Errorf("bad value of %s", k)
+		}
+		switch k {
+		case "tls_ca":
+			o.ca = v
+		case "tls_cert":
+			o.cert = v
+		case "tls_key":
+			o.key = v
+		case "tls_server_name":
+			o.serverName = v
+		}
+	}
+	if len(keep) > 0 {
+		base += "?" + strings.Join(keep, "&")
+	}
+	return base, o, nil
+}
+
+// apply adds o to c (go-redis's TLS config of a rediss:// URL).
+func (o tlsOpts) apply(c *tls.Config) (*tls.Config, error) {
+	if !o.set() {
+		return c, nil
+	}
+	if c == nil {
+		c = &tls.Config{MinVersion: tls.VersionTLS12}
+	} else {
+		c = c.Clone()
+	}
+	if o.ca != "" {
+		pem, err := os.ReadFile(o.ca)
+		if err != nil {
+			return nil, fmt.Errorf("TLS CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("TLS CA file %s: no PEM certificate in it", o.ca)
+		}
+		c.RootCAs = pool
+	}
+	switch {
+	case (o.cert == "") != (o.key == ""):
+		return nil, errors.New("a TLS client certificate needs both tls_cert and tls_key (--tls-cert and --tls-key)")
+	case o.cert != "":
+		cert, err := tls.LoadX509KeyPair(o.cert, o.key)
+		if err != nil {
+			return nil, fmt.Errorf("TLS client certificate %s, key %s: %w", o.cert, o.key, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	if o.serverName != "" {
+		c.ServerName = o.serverName
+	}
+	return c, nil
 }
 
 func sourceName(s string) string {

@@ -41,6 +41,18 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 		a.prefix = s
 		return nil
 	})
+	for _, f := range []struct {
+		name string
+		p    *string
+	}{{"tls-ca", &a.tls.ca}, {"tls-cert", &a.tls.cert}, {"tls-key", &a.tls.key}, {"tls-server-name", &a.tls.serverName}} {
+		fs.Func(f.name, "", func(s string) error {
+			if s == "" {
+				return fmt.Errorf("--%s: empty", f.name)
+			}
+			*f.p = s
+			return nil
+		})
+	}
 }
 
 // parseInterspersed parses flags anywhere among the positional arguments
@@ -150,4 +162,11 @@ func buildVersion() string {
 		return "(devel)"
 	}
 	return bi.Main.Version
+}
+
+// flagGiven reports whether the flag name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }

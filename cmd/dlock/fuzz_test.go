@@ -45,7 +45,7 @@ func FuzzParseEndpoint(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		e, err := parseEndpoint(target{raw, "--redis"})
+		e, err := parseEndpoint(target{url: raw, source: "--redis"})
 		if e == nil {
 			t.Fatalf("parseEndpoint(%q) returned no endpoint", raw)
 		}
@@ -122,7 +122,7 @@ func FuzzRedaction(f *testing.F) {
 		printed := func(raw string) string {
 			r := &redactor{}
 			r.addURL(raw)
-			e, err := parseEndpoint(target{raw, "--redis"})
+			e, err := parseEndpoint(target{url: raw, source: "--redis"})
 			var msg string
 			if err != nil {
 				msg = fmt.Sprintf("dlock: invalid Redis URL %s (from --redis): %v", e.display, err)

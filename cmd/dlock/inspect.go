@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,37 +16,51 @@ import (
 )
 
 const usageStatus = `Usage:
-  dlock status KEY [--json]
+  dlock status KEY [--json] [--show-token]
 
-Shows whether KEY is held and by what: the protocol its value looks like
-(token: a dlock token or another SET NX PX client's; legacy: the seeds'
-SETNX/GETSET expiry timestamp; foreign: some other string; not a lock: the
-key holds a list, hash, ...), the holder's value, the remaining TTL, the
-last fencing token granted, and the number of clients waiting (subscribed
-to its wake-up channel).
+Shows whether KEY is held and by what: the kind of lock (token: a dlock
+token or another SET NX PX client's; legacy: the SETNX/GETSET expiry
+timestamp protocol; foreign: some other string; shared: a read lock;
+reentrant: a reentrant owner's hold; semaphore; not a lock: the key holds a
+list, hash, ...), the holder, the handles' tokens of a shared, reentrant or
+semaphore hold, the remaining TTL, the last fencing token granted, the
+number of clients waiting, and dlock's auxiliary keys of the lock that exist
+(fence counter, queue, hold sets, semaphore limit, ...).
+
+Tokens are shown shortened (the first 6 characters): a token releases its
+lock ('dlock release --token'), so it is not printed whole unless
+--show-token is given. Keys and values that contain non-printable
+characters are printed quoted, Go-style.
 
 Flags:
-  --json    one JSON object: key, state (held|free|not-a-lock), held, kind,
-            value, ttl_ms (-1: no expiry), fence, waiters, and for legacy
-            values legacy_unit and legacy_expires_at
-  --redis URL, --prefix P   see 'dlock help'
+  --json        one JSON object: key, state (held|free|not-a-lock), held, kind,
+                value, tokens, ttl_ms (-1: no expiry), fence, waiters, holders,
+                permits, limit, aux, and for legacy values legacy_unit and
+                legacy_expires_at
+  --show-token  print tokens whole (value, tokens)
+  --redis URL, --prefix P, --tls-*   see 'dlock help'
 
-Exit codes: 0 held, 3 free, 4 not a lock, 2 usage, 125 bad URL or Redis unreachable.
+Exit codes: 0 held, 3 free, 4 not a lock (also: KEY is one of dlock's
+auxiliary keys), 2 usage, 125 bad URL or Redis unreachable.
 `
 
 const usageList = `Usage:
-  dlock list [PATTERN] [--json]
+  dlock list [PATTERN] [--json] [--show-token]
 
-Lists held locks, with the columns of 'dlock status'. Without PATTERN: every
-key dlock locked recently (found by SCAN over dlock's fence counters, never
-KEYS). With PATTERN (Redis glob: * ? [abc]): those matching it, plus every
-string key matching it, so locks of other clients and of the legacy protocol
-show too (dlock's own auxiliary keys, <prefix>:{...}, are left out). On a
-Cluster every master is scanned.
+Lists held locks of every kind, with the columns of 'dlock status'. Without
+PATTERN: every key dlock locked recently (found by SCAN over dlock's fence
+counters, never KEYS). With PATTERN (Redis glob: * ? [abc]): those matching
+it, plus every key matching it that is a lock, so locks of other clients and
+of the legacy protocol show too. A match that is one of dlock's auxiliary
+keys (<prefix>:{...}:fence, :limit, ...) is shown as its lock, never as a
+lock of its own. On a Cluster every master is scanned. Tokens are shortened
+unless --show-token is given; keys and values with non-printable characters
+are quoted.
 
 Flags:
-  --json    a JSON array of the objects 'dlock status --json' prints
-  --redis URL, --prefix P   see 'dlock help'
+  --json        a JSON array of the objects 'dlock status --json' prints
+  --show-token  print tokens whole
+  --redis URL, --prefix P, --tls-*   see 'dlock help'
 
 Exit codes: 0 some found, 3 none found, 2 usage, 125 bad URL or Redis unreachable.
 `
@@ -52,50 +69,68 @@ const usageRelease = `Usage:
   dlock release KEY --token TOKEN
   dlock release KEY --force
 
---token: releases KEY only if it holds TOKEN (what DLOCK_TOKEN was for the
-command, or the holder column of 'dlock status'), as the holder's own
-release would: safe, it never deletes someone else's lock.
---force: deletes KEY whoever holds it (an operator's steal) and wakes its
-waiters. The holder finds out at its next renewal; a 'dlock run' holder
-then terminates its command and exits 124.
+--token: releases the hold of TOKEN on KEY (what DLOCK_TOKEN was for the
+command, or a token 'dlock status --show-token' prints), as the holder's
+own release would, for every kind of lock: a token lock is freed; one
+handle of a shared (-s), reentrant or semaphore (--limit) hold is released,
+the others keep theirs. Safe: nothing else releases anything (a reentrant
+owner id is not a token).
+--force: releases KEY whoever holds it (an operator's steal), for every
+kind: a lock, all readers of a shared lock, all handles of a reentrant
+hold, all holders of a semaphore; its waiters get it. The holders find out
+at their next renewal; a 'dlock run' holder then terminates its command and
+exits 124.
 
-Either way, a key that is not a string (not a lock) is left alone.
+Either way, a key that is not a lock (a list, a hash, one of dlock's own
+auxiliary keys) is left alone.
 
 Flags:
-  --redis URL, --prefix P   see 'dlock help'
+  --redis URL, --prefix P, --tls-*   see 'dlock help'
 
 Exit codes:
   0    released
   1    not released: KEY is held by another owner (--token did not match)
   3    not released: KEY is not held (free, or already expired)
-  4    not released: KEY is not a lock (holds a non-string value)
+  4    not released: KEY is not a lock (a non-string value, or dlock's own
+       auxiliary key)
   2    usage error
   125  bad URL or Redis unreachable
 `
 
 // lockView is one lock as status and list show it.
 type lockView struct {
-	Key             string `json:"key"`
-	State           string `json:"state"` // held, free, not-a-lock
-	Held            bool   `json:"held"`
-	Kind            string `json:"kind,omitempty"`
-	Value           string `json:"value,omitempty"`
-	TTLms           int64  `json:"ttl_ms"`
-	Fence           uint64 `json:"fence"`
-	Waiters         int64  `json:"waiters"`
-	Holders         int64  `json:"holders,omitempty"` // readers of a shared lock, holders of a semaphore
-	Permits         int64  `json:"permits,omitempty"` // semaphore permits in use
-	Limit           int64  `json:"limit,omitempty"`   // semaphore limit set at run time
-	LegacyUnit      string `json:"legacy_unit,omitempty"`
-	LegacyExpiresAt string `json:"legacy_expires_at,omitempty"`
+	Key             string   `json:"key"`
+	State           string   `json:"state"` // held, free, not-a-lock
+	Held            bool     `json:"held"`
+	Kind            string   `json:"kind,omitempty"`
+	Value           string   `json:"value,omitempty"`  // shortened unless --show-token (tokens)
+	Tokens          []string `json:"tokens,omitempty"` // handles of a shared, reentrant or semaphore hold
+	TTLms           int64    `json:"ttl_ms"`
+	Fence           uint64   `json:"fence"`
+	Waiters         int64    `json:"waiters"`
+	Holders         int64    `json:"holders,omitempty"` // readers of a shared lock, holders of a semaphore
+	Permits         int64    `json:"permits,omitempty"` // semaphore permits in use
+	Limit           int64    `json:"limit,omitempty"`   // semaphore limit set at run time
+	Aux             []string `json:"aux,omitempty"`     // dlock's auxiliary keys of the lock that exist
+	LegacyUnit      string   `json:"legacy_unit,omitempty"`
+	LegacyExpiresAt string   `json:"legacy_expires_at,omitempty"`
 
 	legacyExpiry time.Time
 }
 
-func viewOf(info dlock.Info) lockView {
+func viewOf(info dlock.Info, showToken bool) lockView {
 	v := lockView{Key: info.Key, Held: info.Held, Kind: string(info.Kind), Value: info.Value,
 		Fence: info.Fence, Waiters: info.Queued + info.Subscribers,
-		Holders: info.Holders, Permits: info.Permits, Limit: info.Limit}
+		Holders: info.Holders, Permits: info.Permits, Limit: info.Limit,
+		Tokens: slices.Clone(info.Tokens), Aux: info.Aux}
+	if !showToken {
+		if info.Kind == dlock.KindToken || info.Kind == dlock.KindForeign {
+			v.Value = shortToken(v.Value)
+		}
+		for i, t := range v.Tokens {
+			v.Tokens[i] = shortToken(t)
+		}
+	}
 	switch {
 	case info.Kind == dlock.KindWrongType:
 		v.State = "not-a-lock"
@@ -136,6 +171,8 @@ func (v lockView) kindText() string {
 		return "foreign (a string of some other client)"
 	case dlock.KindShared:
 		return fmt.Sprintf("shared (read lock: %d readers)", v.Holders)
+	case dlock.KindReentrant:
+		return fmt.Sprintf("reentrant (owner %s: %d handles)", printable(v.Value), v.Holders)
 	case dlock.KindSemaphore:
 		limit := "limit given by each client"
 		if v.Limit > 0 {
@@ -161,6 +198,7 @@ func (a *app) cmdStatus(args []string) int {
 	fs := newFlagSet("status")
 	a.globalFlags(fs)
 	boolFlags(fs, &asJSON, "json")
+	boolFlags(fs, &a.showToken, "show-token")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if isHelp(err) {
@@ -178,10 +216,13 @@ func (a *app) cmdStatus(args []string) int {
 	}
 	defer done()
 	info, err := c.Inspect(ctx, pos[0])
+	if code, bad := a.badKey(c, "status", pos[0], err); bad {
+		return code
+	}
 	if err != nil {
 		return a.redisFailed(e, "status", err)
 	}
-	v := viewOf(info)
+	v := viewOf(info, a.showToken)
 	if asJSON {
 		a.printJSON(v)
 	} else {
@@ -201,21 +242,31 @@ func (a *app) printStatus(v lockView) {
 	defer w.Flush()
 	switch v.State {
 	case "not-a-lock":
-		fmt.Fprintf(w, "%s\tnot a lock (the key holds a non-string value)\n", v.Key)
+		fmt.Fprintf(w, "%s\tnot a lock (the key holds a non-string value)\n", printable(v.Key))
 		return
 	case "free":
-		fmt.Fprintf(w, "%s\tfree\n", v.Key)
+		fmt.Fprintf(w, "%s\tfree\n", printable(v.Key))
 		if v.Fence > 0 {
 			fmt.Fprintf(w, "  fence\t%d (last granted)\n", v.Fence)
 		}
 		if v.Waiters > 0 {
 			fmt.Fprintf(w, "  waiters\t%d\n", v.Waiters)
 		}
+		v.printAux(w)
 		return
 	}
-	fmt.Fprintf(w, "%s\theld\n", v.Key)
+	fmt.Fprintf(w, "%s\theld\n", printable(v.Key))
 	fmt.Fprintf(w, "  protocol\t%s\n", v.kindText())
-	fmt.Fprintf(w, "  holder\t%s\n", v.Value)
+	if v.Kind != string(dlock.KindSemaphore) {
+		fmt.Fprintf(w, "  holder\t%s\n", printable(v.Value))
+	}
+	if len(v.Tokens) > 0 {
+		toks := make([]string, len(v.Tokens))
+		for i, t := range v.Tokens {
+			toks[i] = printable(t)
+		}
+		fmt.Fprintf(w, "  tokens\t%s\n", strings.Join(toks, " "))
+	}
 	fmt.Fprintf(w, "  ttl\t%s\n", v.ttlText())
 	if !v.legacyExpiry.IsZero() {
 		left := time.Until(v.legacyExpiry)
@@ -232,6 +283,17 @@ func (a *app) printStatus(v lockView) {
 		fmt.Fprintf(w, "  fence\t-\n")
 	}
 	fmt.Fprintf(w, "  waiters\t%d\n", v.Waiters)
+	v.printAux(w)
+}
+
+func (v lockView) printAux(w io.Writer) {
+	for i, name := range v.Aux {
+		label := ""
+		if i == 0 {
+			label = "aux keys"
+		}
+		fmt.Fprintf(w, "  %s\t%s\n", label, printable(name))
+	}
 }
 
 func (a *app) cmdList(args []string) int {
@@ -239,6 +301,7 @@ func (a *app) cmdList(args []string) int {
 	fs := newFlagSet("list")
 	a.globalFlags(fs)
 	boolFlags(fs, &asJSON, "json")
+	boolFlags(fs, &a.showToken, "show-token")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if isHelp(err) {
@@ -261,12 +324,12 @@ func (a *app) cmdList(args []string) int {
 	defer done()
 	views := []lockView{}
 	err = c.List(ctx, pattern, func(info dlock.Info) bool {
-		views = append(views, viewOf(info))
+		views = append(views, viewOf(info, a.showToken))
 		return true
 	})
 	if err != nil {
 		if errors.Is(err, dlock.ErrInvalidArgument) {
-			return a.usageErr("list", "list: bad PATTERN %q: %v", pattern, err)
+			return a.usageErr("list", "list: bad PATTERN %s: %s", printable(pattern), libMsg(err))
 		}
 		return a.redisFailed(e, "list", err)
 	}
@@ -280,7 +343,14 @@ func (a *app) cmdList(args []string) int {
 			if v.Fence > 0 {
 				fence = strconv.FormatUint(v.Fence, 10)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Key, v.Kind, short(v.Value), v.ttlText(), fence, v.Waiters)
+			holder := v.Value
+			switch {
+			case v.State == "free":
+				holder = "-"
+			case v.Kind == string(dlock.KindSemaphore):
+				holder = fmt.Sprintf("%d holders", v.Holders)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", printable(v.Key), v.Kind, short(printable(holder)), v.ttlText(), fence, v.Waiters)
 		}
 		w.Flush()
 	}
@@ -328,34 +398,41 @@ func (a *app) cmdRelease(args []string) int {
 		return code
 	}
 	defer done()
+	k := printable(key)
 	if force {
 		deleted, err := c.ForceRelease(ctx, key)
+		if code, bad := a.badKey(c, "release", key, err); bad {
+			return code
+		}
 		switch {
 		case errors.Is(err, dlock.ErrWrongType):
-			a.errorf("release: %q is not a lock (it holds a non-string value); left alone", key)
+			a.errorf("release: %s; left alone", notALock(ctx, c, key, false))
 			return exitNotLock
 		case err != nil:
 			return a.redisFailed(e, "release", err)
 		case !deleted:
-			a.errorf("release: %q is not held; nothing to release", key)
+			a.errorf("release: %s is not held; nothing to release", k)
 			return exitFree
 		}
-		fmt.Fprintf(a.stdout, "released %s (forced; its holder finds out at its next renewal)\n", key)
+		fmt.Fprintf(a.stdout, "released %s (forced; its holders find out at their next renewal)\n", k)
 		return exitOK
 	}
 	err = c.ReleaseToken(ctx, key, token)
+	if code, bad := a.badKey(c, "release", key, err); bad {
+		return code
+	}
 	switch {
 	case err == nil:
-		fmt.Fprintf(a.stdout, "released %s\n", key)
+		fmt.Fprintf(a.stdout, "released %s\n", k)
 		return exitOK
 	case errors.Is(err, dlock.ErrWrongType):
-		a.errorf("release: %q is not a lock (it holds a non-string value); left alone", key)
+		a.errorf("release: %s; left alone", notALock(ctx, c, key, false))
 		return exitNotLock
 	case errors.Is(err, dlock.ErrTaken):
-		a.errorf("release: %q is held by another owner (the token does not match); not released", key)
+		a.errorf("release: %s is held by another owner (the token does not match); not released", k)
 		return exitNotAcquired
 	case errors.Is(err, dlock.ErrExpired), errors.Is(err, dlock.ErrNotHeld):
-		a.errorf("release: %q is not held (free, or already expired); nothing to release", key)
+		a.errorf("release: %s is not held (free, or its TTL ran out); nothing to release", k)
 		return exitFree
 	}
 	return a.redisFailed(e, "release", err)
@@ -381,8 +458,26 @@ func (a *app) adminClient(ctx context.Context) (*dlock.Client, *endpoint, func()
 }
 
 func (a *app) redisFailed(e *endpoint, cmd string, err error) int {
-	a.errorf("%s: Redis at %s failed: %v", cmd, e.where(), err)
+	a.errorf("%s: Redis at %s failed: %s", cmd, e.where(), libMsg(err))
 	return exitFailed
+}
+
+// badKey reports a key the library refused before any Redis call: one of
+// dlock's auxiliary keys (exit 4: not a lock), or bad input such as a key
+// over the length limit (exit 2). bad is false for any other err.
+func (a *app) badKey(c *dlock.Client, cmd, key string, err error) (int, bool) {
+	switch {
+	case errors.Is(err, dlock.ErrReservedKey):
+		lock, kind, _ := c.AuxKeyOf(key)
+		a.errorf("%s: %s is the %s key of lock %s, not a lock; left alone (see 'dlock status %s')",
+			cmd, printable(key), kind, printable(lock), printable(lock))
+		return exitNotLock, true
+	case errors.Is(err, dlock.ErrKeyTooLong):
+		return a.usageErr(cmd, "%s: KEY is %d bytes; the limit is %d", cmd, len(key), dlock.MaxKeyLength), true
+	case errors.Is(err, dlock.ErrInvalidArgument):
+		return a.usageErr(cmd, "%s: %s", cmd, libMsg(err)), true
+	}
+	return 0, false
 }
 
 func (a *app) printJSON(v any) {

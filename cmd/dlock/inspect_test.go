@@ -19,13 +19,13 @@ func TestStatus(t *testing.T) {
 
 	r := dlockRun(t, nil, onSrv("status", key)...)
 	expectCode(t, r, 0)
-	for _, s := range []string{key, "held", "token", lk.Token(), "ttl", "fence", "waiters"} {
+	for _, s := range []string{key, "held", "token", lk.Token()[:6] + "…", "ttl", "fence", "waiters"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("status lacks %q:\n%v", s, r)
 		}
 	}
 
-	r = dlockRun(t, nil, onSrv("status", key, "--json")...) // flag after KEY
+	r = dlockRun(t, nil, onSrv("status", key, "--json", "--show-token")...) // flag after KEY
 	expectCode(t, r, 0)
 	var v lockView
 	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil {

@@ -87,6 +87,8 @@ type app struct {
 	stdout, stderr io.Writer
 	redisURL       string // --redis, "" if not given
 	prefix         string // --prefix
+	tls            tlsOpts
+	showToken      bool // --show-token: status and list print whole tokens
 	redact         *redactor
 }
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/dlock-go/dlock"
@@ -22,10 +24,12 @@ func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options
 		}
 	}
 	var down []string
-	for _, u := range strings.Split(urls, ",") {
-		u = strings.TrimSpace(u)
+	list := splitURLs(urls)
+	for _, u := range list { // every secret is known before any message
 		a.redact.addURL(u)
-		e, err := parseEndpoint(target{u, "--redlock"})
+	}
+	for _, u := range list {
+		e, err := parseEndpoint(target{u, "--redlock", a.tls})
 		if err != nil {
 			closeAll()
 			a.errorf("invalid Redis URL %s (from --redlock): %v", e.display, err)
@@ -51,19 +55,46 @@ func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options
 		a.errorf("--redlock: warning: node %s does not answer; a majority does", d)
 	}
 	c, p, err := redlock.NewClient(nodes, redlock.Options{}, opts)
+	if err == nil {
+		if err = p.CheckServers(ctx); err != nil {
+			_ = c.Close()
+		}
+	}
 	if err != nil {
 		closeAll()
-		a.errorf("--redlock: %v", err)
-		return nil, nil, nil, exitFailed
+		code := exitFailed
+		if errors.Is(err, dlock.ErrInvalidArgument) {
+			code = exitUsage
+		}
+		a.errorf("--redlock: %s", libMsg(err))
+		return nil, nil, nil, code
 	}
 	return c, p, closeAll, exitOK
 }
 
+// schemeStart matches the start of a URL: "scheme://".
+var schemeStart = regexp.MustCompile(`^\s*[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// splitURLs splits a comma-separated list of URLs only at the commas that
+// start another URL (followed by "scheme://"), so a comma inside a
+// password or a query stays in its URL.
+func splitURLs(urls string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(urls); i++ {
+		if urls[i] == ',' && schemeStart.MatchString(urls[i+1:]) {
+			out = append(out, strings.TrimSpace(urls[start:i]))
+			start = i + 1
+		}
+	}
+	return append(out, strings.TrimSpace(urls[start:]))
+}
+
 // redactURLs masks the passwords of a comma-separated URL list.
 func redactURLs(urls string) string {
-	parts := strings.Split(urls, ",")
+	parts := splitURLs(urls)
 	for i, u := range parts {
-		parts[i] = redactURL(strings.TrimSpace(u))
+		parts[i] = redactURL(u)
 	}
 	return strings.Join(parts, ",")
 }

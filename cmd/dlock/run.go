@@ -165,8 +165,8 @@ func (a *app) cmdRun(args []string) int {
 	switch {
 	case f.shared && f.limit != 0:
 		return a.usageErr("run", "run: -s and --limit exclude each other")
-	case f.limit < 0:
-		return a.usageErr("run", "run: --limit %d: at least 1", f.limit)
+	case f.limit < 0 || f.limit == 0 && flagGiven(fs, "limit"):
+		return a.usageErr("run", "run: --limit %d: a semaphore has at least 1 permit", f.limit)
 	case (f.shared || f.limit != 0) && (f.protocol != "token" || f.redlock != ""):
 		return a.usageErr("run", "run: -s and --limit work with the token protocol on --redis only")
 	case f.noWait && f.wait.set && f.wait.d > 0:
@@ -271,8 +271,11 @@ func (a *app) cmdRun(args []string) int {
 		defer rdb.Close()
 		probe = func(ctx context.Context) error { return ping(ctx, rdb) }
 		c, err := dlock.New(rdb, opts)
+		if errors.Is(err, dlock.ErrInvalidArgument) {
+			return a.usageErr("run", "run: --ttl %v: %s", f.ttl.d, libMsg(err))
+		}
 		if err != nil {
-			a.errorf("run: %v", err)
+			a.errorf("run: %s", libMsg(err))
 			return exitFailed
 		}
 		client = c
@@ -443,10 +446,14 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 		return nil, f.conflict
 	case errors.Is(err, dlock.ErrWrongType):
 		// A non-string value, or (legacy) a value that is not a timestamp.
-		a.errorf("run: %q: %v; not touching it", key, err)
+		what := notALock(ctx, c, key, f.limit > 0)
+		if strings.HasSuffix(what, "(it holds a non-string value)") {
+			what = printable(key) + ": " + libMsg(err)
+		}
+		a.errorf("run: %s; not touching it", what)
 		return nil, exitFailed
 	case errors.Is(err, dlock.ErrInvalidArgument):
-		return nil, a.usageErr("run", "run: %v", err)
+		return nil, a.usageErr("run", "run: %s", libMsg(err))
 	}
 	a.errorf("run: acquiring %q: %v", key, err)
 	return nil, exitFailed

@@ -69,6 +69,10 @@ type Config struct {
 	// arguments set by this package, so they can override them; for example
 	// []string{"--maxmemory", "10mb"}.
 	ExtraArgs []string
+	// TLS also opens a TLS port (Server.TLSPort) with certificates made for
+	// the server (Server.TLS); the plain port stays open. TLSAuthClients
+	// makes the TLS port require a client certificate signed by the CA.
+	TLS, TLSAuthClients bool
 }
 
 // args returns the redis-server command line (without the program name) for
@@ -105,6 +109,10 @@ type Server struct {
 	// directory (--dir, so AOF/RDB files live here) and holds redis.log and
 	// stderr.log. Close removes it.
 	Dir string
+	// TLSPort is the TLS port on 127.0.0.1 with Config.TLS (else 0), and
+	// TLS its certificate files (in Dir).
+	TLSPort int
+	TLS     *TLSFiles
 
 	cfg Config
 
@@ -184,6 +192,15 @@ func StartMain(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("redistest: creating temp dir: %w", err)
 		}
 		s := &Server{Port: port, Dir: dir, cfg: cfg}
+		if cfg.TLS {
+			if s.TLSPort, err = freePort(); err == nil {
+				s.TLS, err = makeTLSFiles(dir)
+			}
+			if err != nil {
+				_ = os.RemoveAll(dir)
+				return nil, err
+			}
+		}
 		p, err := s.spawn()
 		if err == nil {
 			s.cur = p
@@ -221,6 +238,9 @@ func (s *Server) spawn() (*process, error) {
 	args, err := s.cfg.args(s.Port, s.Dir)
 	if err != nil {
 		return nil, err
+	}
+	if s.TLS != nil {
+		args = append(args, tlsArgs(s.TLSPort, s.TLS, s.cfg.TLSAuthClients)...)
 	}
 	// Earlier incarnations (Restart) share the log files; errors quote only
 	// what this one wrote.

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlock-go/dlock"
+)
+
+// libMsg is the library's error message without its "dlock: " prefix, for
+// messages that app.errorf prefixes already.
+func libMsg(err error) string {
+	return strings.TrimPrefix(err.Error(), "dlock: ")
+}
+
+// printable returns s as it is if every rune of it is printable (spaces
+// included), else s quoted as a Go string: no escape sequence, newline or
+// invalid UTF-8 from a key or a value reaches the terminal raw, so none can
+// forge a row or recolour the screen.
+func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	if strings.HasPrefix(s, `"`) { // a value that looks quoted: quote it, so it is told apart
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// shortToken is how status and list show a token by default: enough to
+// tell holders apart, not enough to release anyone's lock with it.
+func shortToken(t string) string {
+	if utf8.RuneCountInString(t) <= 8 {
+		return t
+	}
+	return string([]rune(t)[:6]) + "…"
+}
+
+// notALock explains an ErrWrongType on key: what the key is, by the kind
+// Inspect sees, and the flag that takes it.
+func notALock(ctx context.Context, c *dlock.Client, key string, semaphoreWanted bool) string {
+	info, err := c.Inspect(ctx, key)
+	switch {
+	case errors.Is(err, dlock.ErrReservedKey):
+		lock, kind, _ := c.AuxKeyOf(key)
+		return fmt.Sprintf("%s is the %s key of lock %s, not a lock", printable(key), kind, printable(lock))
+	case err != nil:
+		return fmt.Sprintf("%s is not a lock", printable(key))
+	case info.Kind == dlock.KindSemaphore && !semaphoreWanted:
+		limit := "N"
+		if info.Limit > 0 {
+			limit = strconv.FormatInt(info.Limit, 10)
+		}
+		return fmt.Sprintf("%s is a semaphore (%d permits held by %d holders), not a plain lock: take it with --limit %s",
+			printable(key), info.Permits, info.Holders, limit)
+	case semaphoreWanted && info.Held && info.Kind != dlock.KindSemaphore && info.Kind != dlock.KindWrongType:
+		return fmt.Sprintf("%s is a %s lock, not a semaphore: take it without --limit", printable(key), info.Kind)
+	}
+	return fmt.Sprintf("%s is not a lock (it holds a non-string value)", printable(key))
+}
