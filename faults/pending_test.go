@@ -436,3 +436,6 @@ func pendingLateConfirm(t *testing.T) string {
 	}
 	return ""
 }
+
+// fenceNote: what the fence-repeating canaries check besides their limit.
+const fenceNote = "; fences must still increase (S2) once drawn from the server's clock"

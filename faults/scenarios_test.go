@@ -60,7 +60,7 @@ func quickScenarios() []scenario {
 			note: "SIGKILL + restart while held, appendfsync everysec (page cache survives)"},
 		{topo: single, name: "power loss AOF everysec (canary)", rounds: 2, run: powerLoss, must: fenceCanary(S1, S2),
 			may: []Inv{S3}, server: redistest.Config{AOF: "everysec"},
-			note: "SIGKILL + AOF rolled back to before the grant (<1s: everysec's window)"},
+			note: "SIGKILL + AOF rolled back to before the grant (<1s: everysec's window)" + fenceNote},
 		{topo: single, name: "holder SIGKILL", rounds: 3, run: holderKill,
 			params: func(p *Params) { p.L2Bound = 400*time.Millisecond + 600*time.Millisecond/3 + 300*time.Millisecond },
 			note:   "child holder (TTL 400ms) killed; 2 queued waiters"},
