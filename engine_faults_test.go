@@ -314,3 +314,28 @@ type readOnlyError struct{}
 
 func (readOnlyError) Error() string { return "READONLY You can't write against a read only replica." }
 func (readOnlyError) RedisError()   {}
+
+// A grant given back for want of replica acknowledgements, whose give-back
+// failed, is withdrawn again: the key is not left held by nobody.
+func TestReplicaAckGiveBackFailureCleansUp(t *testing.T) {
+	a, inj := faultyClient(t, dlock.Options{MinReplicas: 1, ReplicaTimeout: 20 * time.Millisecond})
+	b, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	inj.Add(faultcmd.Rule{Name: "give-back refused", Action: faultcmd.FailBefore,
+		Match: faultcmd.Match{Script: "release", Key: k}, Err: readOnlyError{}})
+	if _, err := a.TryLock(t.Context(), k, dlock.WithTTL(time.Minute)); !errors.Is(err, dlock.ErrReplicaAck) {
+		t.Fatalf("TryLock = %v, want ErrReplicaAck (the server has no replica)", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lk, err := b.TryLock(t.Context(), k)
+		if err == nil {
+			_ = lk.Unlock(t.Context())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key is still held by nobody: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

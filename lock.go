@@ -168,7 +168,13 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 			if errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument) {
 				return false, 0, err
 			}
-		case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrReplicaAck):
+		case errors.Is(err, ErrReplicaAck):
+			// The grant was given back by the protocol; if that give-back
+			// got no reply, the key may still hold the token: withdraw it
+			// again (token-checked, harmless if it is gone).
+			giveUp(p, token)
+			return false, 0, err
+		case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument):
 			return false, 0, err // the protocol's own verdict, not a Redis failure
 		case ambiguous(err) && g.Value != "":
 			giveUp(p, g.Value)
