@@ -42,8 +42,9 @@
 // A blocked Lock joins the key's FIFO wait queue, in the same script call
 // that found the key held. Release hands the key straight to the oldest
 // live waiter: the script sets the key to that waiter's token with a short
-// pickup TTL (Options.PickupTimeout) and publishes the token on that
-// waiter's Client channel only. The waiter confirms with one round trip,
+// pickup TTL (Options.PickupTimeout) and publishes the SHA1 of the token
+// (never the token, which would release the lock) on that waiter's Client
+// channel only. The waiter confirms with one round trip,
 // which sets the full TTL and draws the fence, and dates its validity from
 // the moment it sent that confirmation, so a late message can never make
 // it believe it holds an expired lock. While waiters are queued a newcomer

@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -19,8 +21,9 @@ import (
 // release instead of stampeding.
 type notifier struct {
 	c *Client
-	// own is this Client's hand-off channel: the release script publishes a
-	// queued waiter's token on it when it hands the lock to that waiter.
+	// own is this Client's hand-off channel: the release script publishes
+	// handoffID of a queued waiter's token on it when it hands the lock to
+	// that waiter.
 	own string
 
 	mu sync.Mutex // guards every field below
@@ -28,7 +31,7 @@ type notifier struct {
 	// ownConfirmed is closed when Redis confirmed the subscription to own
 	// (nil: not subscribed yet).
 	ownConfirmed chan struct{}
-	// grants maps a queued waiter's token to the waiter.
+	// grants maps handoffID(token) of a queued waiter to the waiter.
 	grants map[string]*waiter
 	// chans maps a channel to its local waiters, oldest first.
 	chans map[string]*chanWaiters
@@ -111,7 +114,7 @@ func (n *notifier) queueWaiter(ctx context.Context, token string) (*waiter, stri
 		n.ownConfirmed = n.subscribeLocked(ctx, n.own)
 	}
 	confirmed := n.ownConfirmed
-	n.grants[token] = w
+	n.grants[handoffID(token)] = w
 	n.mu.Unlock()
 	awaitConfirm(ctx, confirmed)
 	return w, n.own, nil
@@ -137,14 +140,27 @@ func (n *notifier) retoken(old, new string) {
 
 func (n *notifier) dropQueueWaiter(w *waiter) {
 	n.mu.Lock()
-	delete(n.grants, w.channel)
+	delete(n.grants, handoffID(w.channel))
 	n.mu.Unlock()
 }
 
-// handedOff wakes the queued waiter whose token a release published.
-func (n *notifier) handedOff(token string) {
+// handoffID is what a hand-off publishes for the waiter token (q_notify in
+// scripts/lib/queue.lua): its SHA1 in hex. It identifies the waiter to its
+// Client, and is no credential: only the token releases a lock.
+func handoffID(token string) string {
+	h := sha1.Sum([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// handedOff wakes the queued waiter a release's hand-off message names:
+// handoffID of its token, or the token itself (the message of releases by
+// an older version, during a rolling upgrade).
+func (n *notifier) handedOff(msg string) {
 	n.mu.Lock()
-	w := n.grants[token]
+	w := n.grants[msg]
+	if w == nil && isToken(msg) {
+		w = n.grants[handoffID(msg)]
+	}
 	n.mu.Unlock()
 	if w != nil {
 		select {

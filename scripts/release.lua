@@ -14,8 +14,8 @@
 --
 -- The hand-off (q_handoff): the key is set to the next live waiter's token
 -- with a PX of ARGV[3], the waiter's lease is marked handed (see
--- lib/queue.lua's pickup state), and that token is published on the
--- waiter's own channel. Waiters whose lease expired are skipped. A shared or reentrant
+-- lib/queue.lua's pickup state), and the waiter is told on its own
+-- channel (q_notify: the SHA1 of its token, never the token). Waiters whose lease expired are skipped. A shared or reentrant
 -- waiter converts such a hand-off into its own kind of hold when it
 -- confirms it.
 --

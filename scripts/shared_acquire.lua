@@ -22,7 +22,7 @@
 -- newcomer). Whenever a reader gets in, the live readers at the head of
 -- the queue (up to the first writer) are let in with it: each is added to
 -- the hold set with a pickup lease, its queue lease is marked handed and
--- its token published on its channel (lib/queue.lua's pickup state: one
+-- it is told on its channel (q_notify) (lib/queue.lua's pickup state: one
 -- that confirms too late is back at the head of the queue). Every reader
 -- grant draws its own fencing token.
 --
@@ -90,7 +90,7 @@ local function grant(start)
       end
       redis.call('ZADD', H, now + tonumber(ARGV[7]), m)
       q_handed(Q, m)
-      redis.call('PUBLISH', ch, m)
+      q_notify(ch, m)
     end
     redis.call('LPOP', Q)
   end

@@ -12,8 +12,8 @@
 --
 -- The pickup state. A hand-off takes the waiter out of Q, gives it what it
 -- waited for for the pickup time only (the lock key holding its token, or
--- its permits or read handle scored with the pickup's end), publishes its
--- token on its channel, and marks its lease key handed: '!' in front of
+-- its permits or read handle scored with the pickup's end), tells it on
+-- its channel (q_notify: SHA1 of its token, never the token), and marks its lease key handed: '!' in front of
 -- the payload, TTL unchanged. The waiter's next acquire confirms (its grant
 -- deletes the lease key: a granted waiter keeps no lease). If that acquire
 -- comes after the pickup lapsed (a GC pause, a stalled CPU), it finds the
@@ -36,6 +36,15 @@ local Q_DEAD, Q_DEAD_MS = '~', 10000
 -- q_dead reports whether token left q for good within the last Q_DEAD_MS.
 local function q_dead(q, token)
   return redis.pcall('GET', q .. ':' .. token) == Q_DEAD
+end
+
+-- q_notify tells the waiter token, on its Client's channel ch, that its
+-- turn came. It publishes SHA1(token), never the token: anyone allowed to
+-- PSUBSCRIBE reads the channel (on a Cluster the message reaches every
+-- node), and a token releases its lock. The waiter's Client maps the
+-- digest back to the waiter; nobody can get a token from it.
+local function q_notify(ch, token)
+  redis.call('PUBLISH', ch, redis.sha1hex(token))
 end
 
 -- q_parse splits a payload into its channel and its request (a handed
@@ -156,7 +165,7 @@ end
 -- q_handoff passes the exclusive key k, which the caller just gave up, to
 -- the first live waiter of q: k holds that waiter's token for pickup ms
 -- (the waiter's next acquire confirms it), the waiter's lease is marked
--- handed, and the token is published on the waiter's channel. Dead waiters
+-- handed, and the waiter is told on its channel (q_notify). Dead waiters
 -- are skipped. With no live waiter, k is deleted and 'released' is
 -- published on wake. Returns false, having written nothing, if q is not a
 -- list.
@@ -169,7 +178,7 @@ local function q_handoff(k, q, pickup, wake)
     local p = q_handed(q, nxt)
     if p then
       redis.call('SET', k, nxt, 'PX', pickup)
-      redis.call('PUBLISH', (q_parse(p)), nxt)
+      q_notify((q_parse(p)), nxt)
       return true
     end
     nxt = redis.call('LPOP', q)

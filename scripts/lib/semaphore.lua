@@ -52,7 +52,7 @@ local function sem_pump(S, P, Q, free, limit, now, pickup, self)
       if n > limit then
         redis.call('LPOP', Q)
         q_granted(Q, m) -- not a grant: it is told to give up
-        redis.call('PUBLISH', ch, m)
+        q_notify(ch, m)
       elseif n > free then
         break
       else
@@ -61,7 +61,7 @@ local function sem_pump(S, P, Q, free, limit, now, pickup, self)
         free = free - n
         if m ~= self then
           q_handed(Q, m)
-          redis.call('PUBLISH', ch, m)
+          q_notify(ch, m)
         end
       end
     else
