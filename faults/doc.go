@@ -5,7 +5,7 @@
 // holds the recorder, the checker and the porcupine model; the scenarios
 // are its tests. It is a test harness, not a stable API.
 //
-//	go test -race ./faults/                 # the quick tier (about a minute)
+//	go test -race ./faults/                 # the quick tier (2-3 minutes)
 //	go test -v ./faults/                    # ... and print the table
 //	cd faults && go test                    # (local directory mode prints it too)
 //	DLOCK_SOAK=1 go test ./faults/ -run Soak -timeout 30m   # the seeded random-mix soak
@@ -16,7 +16,24 @@
 // table to a file; DLOCK_FAULTS_SAVE=1 keeps every history as JSON
 // (histories with unexpected violations are always kept), under
 // DLOCK_FAULTS_OUT (default $TMPDIR/dlock-faults), with porcupine's HTML
-// visualization when S3 rejected one.
+// visualization when S3 rejected one. DLOCK_FAULTS_STRICT=1 judges the
+// rows whose defect's fix a probe finds missing in the build (they are
+// otherwise shown as pending); DLOCK_FAULTS_REPLAY=file.json with -run
+// TestReplay re-checks a saved history and prints its operations.
+//
+// # Faults
+//
+// Server faults (stalls, crashes, restarts, failovers, a proxy's latency,
+// blackholes and resets), process faults (SIGSTOP, SIGKILL of child
+// holders), command-level faults on a Client's own connections
+// (internal/faultcmd: a reply dropped after the command ran, a command
+// failed before it was sent, delayed, or held until another completed; by
+// a seeded random schedule or a rule aimed at one step), scheduler pauses
+// at the engine's pause points (internal/probe), and CPU load: a hog of
+// busy processes and goroutines beside the clients (Load; the report's
+// load column). Spans in which the test process itself was not scheduled
+// are recorded (StallProc); R2 and L1 do not count them against the
+// library.
 //
 // # Histories
 //
@@ -49,10 +66,15 @@
 //     grants with one fence; a grant with a smaller fence than a grant that
 //     had returned before it was called.
 //   - S3, the history is linearizable (porcupine, with Model): per lock key
-//     a lease-aware fenced mutex (a grant only if free or the owner's lease
-//     can have lapsed on the server, which needs send time + TTL; fences
-//     increase; renew and release only by the owner), per resource a fenced
-//     register. Unknown outcomes are nondeterministic steps.
+//     a lease-aware set of holders (a grant only if every holder it
+//     conflicts with can have lapsed on the server, which needs send time +
+//     TTL: a writer conflicts with everyone, a reader with writers, a
+//     semaphore grant with the permits beyond its limit; a reentrant
+//     owner's handles share its hold; fences increase; renew and release
+//     only by the holder), per resource a fenced register. Unknown
+//     outcomes are nondeterministic steps. S1 checks the same
+//     compatibility on believed-held intervals, and counts semaphore
+//     permits against the limit.
 //   - R1, release and renewal never touch another owner's lock. From the
 //     MONITOR log: a script run for token T (its ARGV[1]) that writes the
 //     lock key while it holds another token whose TTL has not run out.
