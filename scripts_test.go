@@ -333,6 +333,17 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 			t.Fatal("a key of the multi-key lock was written")
 		}
 	})
+	t.Run("SetLimit", func(t *testing.T) {
+		k := key(t)
+		limit := aux(":limit")(c.KeysFor(k))
+		str(limit)
+		if err := c.SetLimit(ctx, k, 2); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("SetLimit over a foreign key: %v; want ErrWrongType", err)
+		}
+		if rdb.Get(ctx, limit).Val() != "foreign-value" {
+			t.Fatal("SetLimit overwrote a foreign key")
+		}
+	})
 	t.Run("renewal", func(t *testing.T) {
 		k := key(t)
 		lk, err := c.Lock(ctx, k)
