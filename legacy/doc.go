@@ -60,13 +60,31 @@
 // first, the attempt reports the key held with 0 time left, and Lock tries
 // again at once.
 //
-// If the reply to a SETNX is lost (a timeout, a cancelled context, a broken
-// connection), the engine deletes the key if it holds the attempt's value,
-// as for the token lock: nobody else can have written that value over a
-// free key. If the reply to a GETSET is lost, nothing is undone: had the
-// GETSET lost the race, deleting its value would free the winner's lock.
-// The key then keeps the attempt's timestamp until it passes, as if a
-// holder had crashed.
+// If the reply to a SETNX or a GETSET is lost (a timeout, a cancelled
+// context, a broken connection), nothing is undone: the attempt's value
+// v = now+timeout+1 is not unique to it. Every client that locks in the
+// same second (or millisecond) with the same timeout writes the same v, so
+// a key holding v after a lost SETNX reply may be another client's live
+// lock (its SETNX ran first, and ours failed), and deleting it would let a
+// third client in beside that holder; after a lost GETSET reply, had the
+// GETSET lost the race, deleting v would free the winner's lock. Making v
+// unique would change the value the seeds' clients parse (Python's int()
+// and C#'s long.Parse accept no fraction or suffix), so dlock never
+// deletes v to compensate. (The one repair it makes on a value that may be
+// shared, restore.lua above, only moves the key from v to a value w >=
+// v-1, which lets nobody in before any holder of v stops trusting it.)
+// The cost: if our write did land, the key keeps our timestamp until it
+// passes, as if a holder had crashed (at most timeout+1 unit), and Lock
+// waits for it like any holder's.
+//
+// The other actions on v follow from a reply that says this attempt wrote
+// it: a release (the holder's Unlock, or the engine giving back a grant
+// whose reply came after its validity, or the attempt removing its own
+// value after a GETSET that replaced a foreign value) deletes the key if
+// it holds v, as the protocol's release does; like every release of this
+// protocol it trusts that nobody removed the value in between (only a DEL
+// outside the protocol, such as the seeds' C# release or an operator's
+// ForceRelease, can).
 //
 // Renewal and release are Lua scripts that compare the stored value with
 // the value this holder wrote last: renew.lua sets now+timeout+1 (never

@@ -191,7 +191,10 @@ func (p *Protocol) remaining(stored int64, now time.Time) time.Duration {
 // sends SETNX once more. If a GETSET loses to another contender's, it puts
 // the winner's value back when that is safe (restore.lua, see the package
 // doc). A value that is not a timestamp gives ErrNotTimestamp, a key that
-// is not a string dlock.ErrWrongType. The token is not used.
+// is not a string dlock.ErrWrongType. The token is not used. After an
+// error that leaves unknown whether a command ran, nothing is undone (the
+// Grant names no value): v is shared by every client locking in the same
+// unit with the same timeout, so no action on "the key holds v" is safe.
 func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlock.Keys, _ string, ttl time.Duration) (dlock.Grant, error) {
 	if p.unit.duration() == 0 {
 		return dlock.Grant{}, fmt.Errorf("%w: dlock/legacy: unknown Unit %d", dlock.ErrInvalidOpts, int(p.unit))
@@ -203,9 +206,11 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 
 	ok, err := setNX(ctx, rdb, k.Lock, v)
 	if err != nil {
-		// A lost reply may hide a write: name it, so the engine deletes it
-		// if it is there (compare-and-delete: nobody else can hold v).
-		return dlock.Grant{Value: v}, err
+		// A lost reply may hide a write, but v is not ours alone: every
+		// client locking in this unit with this timeout writes the same
+		// v. The key holding v may be another's live lock, so nothing is
+		// undone (no Grant.Value); ours, if written, expires at v.
+		return dlock.Grant{}, err
 	}
 	if ok {
 		return won, nil
@@ -220,7 +225,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 		ok, err := setNX(ctx, rdb, k.Lock, v)
 		switch {
 		case err != nil:
-			return dlock.Grant{Value: v}, err
+			return dlock.Grant{}, err // as above: v is not unique
 		case ok:
 			return won, nil
 		}

@@ -354,12 +354,11 @@ func TestAmbiguousAcquire(t *testing.T) {
 	if !errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, injected) {
 		t.Fatalf("Lock = %v, want ErrUnavailable wrapping the injected error", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for admin.Exists(t.Context(), k).Val() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the value written by the ambiguous SETNX was not removed")
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The value is not unique to the attempt (another client may hold the
+	// same one): nothing is undone, it expires like a crashed holder's.
+	time.Sleep(50 * time.Millisecond)
+	if n, _ := admin.Get(t.Context(), k).Int64(); n <= stamp(legacy.Milliseconds) {
+		t.Fatalf("after an ambiguous SETNX the key holds %d; want our value left to expire", n)
 	}
 
 	k = key(t)
