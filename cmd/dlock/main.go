@@ -67,8 +67,9 @@ Exit codes of dlock run:
                              while waiting for the lock)
   1 (or -E CODE)             the lock was not acquired (-n: held; -w: still held at the end)
   2                          usage error
-  124                        the lock was lost while the command ran: the command was sent
-                             SIGTERM, and SIGKILL after --kill-after
+  124                        the lock was lost while the command ran, or renewals failed
+                             so long that its process tree was stopped before the deadline
+                             (SIGTERM --kill-after before it, SIGKILL at it)
   125                        dlock failed before running the command (Redis unreachable,
                              bad URL, key is not a lock)
   126                        the command was found but could not be executed
@@ -146,6 +147,8 @@ func (a *app) main(args []string) int {
 		return a.cmdBench(rest)
 	case workerCommand:
 		return a.cmdWorker(rest)
+	case guardCommand:
+		return a.cmdGuard(rest)
 	case "help":
 		return a.cmdHelp(rest)
 	case "version":

@@ -96,10 +96,14 @@ func TestRunLimit(t *testing.T) {
 func TestStatusSemaphore(t *testing.T) {
 	t.Parallel()
 	key := testKey(t)
-	ready := filepath.Join(t.TempDir(), "ready")
-	p := startDlock(t, nil, onSrv("run", "--limit", "3", key, "--", "sh", "-c", "touch "+ready+"; sleep 1")...)
+	ready, gate := filepath.Join(t.TempDir(), "ready"), filepath.Join(t.TempDir(), "gate")
+	p := startDlock(t, nil, onSrv("run", "--limit", "3", key, "--", "sh", "-c",
+		"touch "+ready+"; while [ ! -e "+gate+" ]; do sleep 0.02; done")...)
 	waitFor(t, 10*time.Second, "the command to start", func() bool { return fileExists(ready) })
 	r := dlockRun(t, nil, onSrv("status", key)...)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	expectCode(t, r, 0)
 	if !strings.Contains(r.stdout, "semaphore (1 permits held by 1 holders") {
 		t.Errorf("status of a semaphore:\n%v", r)

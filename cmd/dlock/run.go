@@ -35,8 +35,9 @@ Flags:
                             exit code when the lock was not acquired. Default: 1
   --ttl DURATION            lock time-to-live; renewed every TTL/3 while COMMAND
                             runs. Default: 10s
-  --kill-after DURATION     if the lock is lost, COMMAND gets SIGTERM, and SIGKILL
-                            this long after. Default: 10s
+  --kill-after DURATION     when renewals fail, COMMAND's process tree gets SIGTERM
+                            this long before the lock's deadline and SIGKILL at
+                            it. Default: TTL/3, at most 10s; at most TTL/2
   -c, --command STRING      run STRING with /bin/sh -c instead of COMMAND
   --protocol token|legacy   token: SET KEY <random token> NX PX (default).
                             legacy: the seeds' SETNX/GETSET lock whose value is an
@@ -72,12 +73,21 @@ signal that arrives while dlock connects to Redis or waits for the lock ends
 dlock at once (exit 128+N). A signal dlock was started with ignored (nohup;
 INT for "cmd &" in a script) stays ignored, for COMMAND too, and is not
 passed on.
-If dlock is killed outright (SIGKILL), COMMAND gets SIGTERM (Linux), since
-nobody renews the lock any more.
+COMMAND runs in a process group of its own (a session of its own when
+dlock has no terminal; with a terminal, the terminal's foreground group, which
+dlock takes back after). The lock is held until every process started under
+it is gone, background jobs and daemons included (Linux: dlock is a child
+subreaper), as flock(1) holds while any holder of its descriptor lives.
 
-If the lock is lost while COMMAND runs (it expired because Redis could not be
-reached, or someone deleted or took it), dlock says why on stderr, sends
-COMMAND SIGTERM, SIGKILL after --kill-after, and exits 124, never 0.
+If renewals fail (Redis unreachable), COMMAND's whole process tree gets
+SIGTERM --kill-after before the lock's deadline and SIGKILL at the deadline,
+so it is dead before the key can expire on the server (the deadline is the
+last renewal's send time plus TTL minus the drift allowance, TTL*1% + 2ms).
+If the lock is lost anyway (someone deleted or took it), the tree gets
+SIGTERM at once and SIGKILL --kill-after later. Either way dlock says why on
+stderr, waits until the whole tree is gone, and exits 124, never 0. If dlock
+itself is killed (even SIGKILL), its process tree is SIGKILLed. Not covered:
+a machine paused past the deadline; pass DLOCK_FENCE to the resource.
 
 Exit codes:
   COMMAND's status   COMMAND ran and exited
@@ -85,7 +95,9 @@ Exit codes:
                      waiting for the lock
   1 (or -E CODE)     the lock was not acquired: held (-n), or still held when -w ran out
   2                  usage error
-  124                the lock was lost while COMMAND ran; COMMAND was terminated
+  124                the lock was lost while COMMAND ran, or renewals failed so long
+                     that COMMAND was stopped before the deadline; its whole
+                     process tree was stopped
   125                dlock failed before running COMMAND: bad URL, Redis unreachable,
                      KEY holds a non-string value
   126                COMMAND was found but could not be executed
@@ -467,45 +479,91 @@ func holderTTL(d time.Duration) string {
 }
 
 // supervise runs the command while lk is held and returns dlock's exit code.
+//
+// The command runs under a guard (see guardCommand) that keeps its whole
+// process tree together. The lock is released only after that tree is gone.
+// If renewals fail, the tree gets SIGTERM at the lock's deadline minus
+// --kill-after and SIGKILL at the deadline, so that it is dead before the
+// key can expire on the server (the deadline is the send time of the last
+// renewal plus TTL, minus the drift allowance).
 func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv []string, f *runFlags, sigs <-chan os.Signal) int {
-	cmd := &exec.Cmd{Path: path, Args: argv}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Appended after the inherited environment: for duplicate names the
-	// last value wins (os/exec), so a nested `dlock run` sees its own key.
-	cmd.Env = append(os.Environ(),
+	// last value wins, so a nested `dlock run` sees its own key.
+	env := dedupEnv(append(os.Environ(),
 		"DLOCK_KEY="+key,
 		"DLOCK_TOKEN="+lk.Token(),
-		"DLOCK_FENCE="+strconv.FormatUint(lk.Fence(), 10))
-	cmd.SysProcAttr = childAttr()
+		"DLOCK_FENCE="+strconv.FormatUint(lk.Fence(), 10)))
 	release := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
 		return lk.Unlock(ctx)
 	}
-	if err := cmd.Start(); err != nil {
+	becomeSubreaper() // should the guard die, its orphans come to dlock
+	g, err := startGuard(path, argv, env)
+	if err != nil {
 		_ = release()
-		err = unwrapExec(err)
-		if errors.Is(err, fs.ErrNotExist) {
-			a.errorf("run: %s: command not found", argv[0])
-			return exitNotFound
-		}
-		a.errorf("run: %s: cannot execute: %v", argv[0], err)
+		a.errorf("run: %s: cannot start: %v", argv[0], err)
 		return exitNoExec
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	mode := terminalMode()
+	exited := make(chan syscall.WaitStatus, 1)
+	go func() {
+		var ws syscall.WaitStatus
+		for {
+			_, err := syscall.Wait4(g.proc.Pid, &ws, 0, nil)
+			if !errors.Is(err, syscall.EINTR) {
+				break
+			}
+		}
+		exited <- ws
+	}()
 
+	killAfter := f.killAfter.d
 	var (
-		lost    error
-		lostCh  = lk.Done()
-		killC   <-chan time.Time
-		waitErr error
+		lost     error
+		lostCh   = lk.Done()
+		stopping bool      // SIGTERM sent: the tree is being stopped
+		killAt   time.Time // when SIGKILL follows
+		killed   bool
+		ws       syscall.WaitStatus
 	)
+	// One timer: SIGTERM when the deadline comes within killAfter, then
+	// SIGKILL at killAt. A renewal moves the deadline, so it is read again
+	// each time the timer fires.
+	timer := time.NewTimer(time.Until(lk.Deadline().Add(-killAfter)))
+	defer timer.Stop()
+	stop := func(at time.Time) {
+		stopping, killAt = true, at
+		g.term()
+		timer.Reset(time.Until(killAt))
+	}
 loop:
 	for {
 		select {
 		case sig := <-sigs:
-			_ = cmd.Process.Signal(sig)
+			g.signal(sig)
+		case <-timer.C:
+			now := time.Now()
+			switch {
+			case killed:
+			case stopping && !now.Before(killAt):
+				killed = true
+				a.errorf("run: %s is still running at the lock's deadline; sending SIGKILL to its process tree", argv[0])
+				g.kill()
+			case stopping:
+				timer.Reset(time.Until(killAt))
+			case lk.Err() != nil:
+				// Lost: handled on lostCh.
+			default:
+				dl := lk.Deadline()
+				if now.Before(dl.Add(-killAfter)) {
+					timer.Reset(time.Until(dl.Add(-killAfter)))
+					continue
+				}
+				a.errorf("run: renewals of %q are failing and its deadline is %v away: sending SIGTERM to the process tree of %s (SIGKILL at the deadline), so that it stops before the lock can expire",
+					key, time.Until(dl).Round(time.Millisecond), argv[0])
+				stop(dl)
+			}
 		case <-lostCh:
 			lostCh = nil
 			lost = lk.Err()
@@ -513,20 +571,38 @@ loop:
 				lost = nil // cannot happen: we have not released
 				continue
 			}
-			a.errorf("run: lost the lock %q while %s was running: %s; sending SIGTERM (SIGKILL in %v)",
-				key, argv[0], lossReason(lost), f.killAfter.d)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			killC = time.After(f.killAfter.d)
-		case <-killC:
-			killC = nil
-			a.errorf("run: %s did not exit within %v of SIGTERM; sending SIGKILL", argv[0], f.killAfter.d)
-			_ = cmd.Process.Kill()
-		case waitErr = <-waited:
+			if stopping {
+				a.errorf("run: lost the lock %q while %s was running: %s", key, argv[0], lossReason(lost))
+				if !killed && !time.Now().Before(killAt) {
+					killed = true
+					g.kill()
+				}
+				continue
+			}
+			a.errorf("run: lost the lock %q while %s was running: %s; sending SIGTERM to its process tree (SIGKILL in %v)",
+				key, argv[0], lossReason(lost), killAfter)
+			stop(time.Now().Add(killAfter))
+		case ws = <-exited:
 			break loop
 		}
 	}
-	code := exitStatus(cmd.ProcessState, waitErr)
-	if lost != nil {
+	_ = g.ctl.Close()
+	// Normally the guard leaves nothing behind. If it was killed, its
+	// orphans are dlock's children now (dlock is a subreaper too).
+	if left := descendants(os.Getpid()); len(left) > 0 {
+		killLeftovers()
+	}
+	if mode == modeForeground {
+		reclaimTerminal()
+	}
+	code := exitStatusOf(ws)
+	if ws.Signaled() {
+		a.errorf("run: the process that supervises %s was %s; its processes were killed", argv[0], childStatus(ws))
+	}
+	if lost == nil && stopping {
+		a.errorf("run: %s was stopped because renewals of %q were failing", argv[0], key)
+	}
+	if lost != nil || stopping {
 		_ = release()
 		return exitLost
 	}
@@ -542,6 +618,44 @@ loop:
 		a.errorf("run: released %q; %s exited with %d", key, argv[0], code)
 	}
 	return code
+}
+
+// dedupEnv keeps the last value of each variable in env, in place of the
+// first: a later entry wins, as with os/exec.
+func dedupEnv(env []string) []string {
+	last := map[string]int{}
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		last[name] = i
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if last[name] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// killLeftovers SIGKILLs every descendant of dlock and waits for them.
+func killLeftovers() {
+	self := os.Getpid()
+	done := make(chan struct{})
+	go func() {
+		reapAll(-1)
+		close(done)
+	}()
+	for {
+		for _, pid := range descendants(self) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // lossReason explains a loss error in words, on one line, with one cause.
@@ -601,21 +715,6 @@ func oneLine(s string) string {
 		}
 	}
 	return strings.Join(lines, "; ")
-}
-
-// exitStatus is the exit code that reflects how the command ended:
-// its status, or 128+N if signal N killed it.
-func exitStatus(ps *os.ProcessState, err error) int {
-	if ps == nil {
-		return exitFailed
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
-		if ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ws.ExitStatus()
-	}
-	return ps.ExitCode()
 }
 
 func signum(s os.Signal) int {

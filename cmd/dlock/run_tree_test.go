@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// processGone reports whether pid has exited (a zombie counts as exited).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z'
+	}
+	return false
+}
+
+// killAtCleanup SIGKILLs pid when the test ends, should it still run.
+func killAtCleanup(t *testing.T, pid int) {
+	t.Cleanup(func() {
+		if !processGone(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// writePid is shell code that writes the shell's pid to file atomically.
+func writePid(file string) string {
+	return "echo $$ > " + file + ".tmp; mv " + file + ".tmp " + file
+}
+
+// TestRunLockCoversBackgroundJobs: a job the command starts in the
+// background and leaves running holds the lock with it, as a descriptor
+// inherited from flock(1) would; dlock exits and releases when it ends.
+func TestRunLockCoversBackgroundJobs(t *testing.T) {
+	t.Parallel()
+	key := testKey(t)
+	pidFile := filepath.Join(t.TempDir(), "bg")
+	p := startDlock(t, nil, onSrv("run", key, "-c",
+		"sh -c '"+writePid(pidFile)+"; exec sleep 60' >/dev/null 2>&1 & exit 3")...)
+	bg := readPid(t, pidFile)
+	killAtCleanup(t, bg)
+	// The command has exited; its job runs on: the lock is held.
+	r := dlockRun(t, nil, onSrv("run", "-n", key, "true")...)
+	expectCode(t, r, 1)
+	expectStderr(t, r, "held by another owner")
+	if err := syscall.Kill(bg, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	expectCode(t, p.wait(60*time.Second), 3) // the command's own status
+	c, _ := lib(t)
+	if info, err := c.Inspect(context.Background(), key); err != nil || info.Held {
+		t.Errorf("after the last job ended: %+v, %v", info, err)
+	}
+}
+
+// TestRunLostLockKillsTree: when the lock is lost, every process started
+// under it is stopped before dlock exits: an inner shell loop, a background
+// job, a double-forked daemon in a session of its own, even one that
+// ignores SIGTERM.
+func TestRunLostLockKillsTree(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	for _, tc := range []struct {
+		name, script string // script gets INNER: the pid file to write
+	}{
+		{"inner sh -c loop", `sh -c 'WRITEPID; while :; do sleep 0.05; done'; echo after`},
+		{"background job", `sh -c 'WRITEPID; exec sleep 60' & wait`},
+		{"background job of an exited command", `sh -c 'WRITEPID; exec sleep 60' >/dev/null 2>&1 & while [ ! -e INNER ]; do sleep 0.02; done`},
+		{"double-forked daemon", `(setsid sh -c 'WRITEPID; exec sleep 60' >/dev/null 2>&1 &); while [ ! -e INNER ]; do sleep 0.02; done`},
+		{"ignores SIGTERM", `trap '' TERM; sh -c 'trap "" TERM; WRITEPID; while :; do sleep 0.05; done' & wait; wait`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := testKey(t)
+			inner := filepath.Join(t.TempDir(), "inner")
+			script := strings.ReplaceAll(strings.ReplaceAll(tc.script, "WRITEPID", writePid(inner)), "INNER", inner)
+			p := startDlock(t, nil, onSrv("run", "--ttl", "2s", "--kill-after", "300ms", key, "-c", script)...)
+			pid := readPid(t, inner)
+			killAtCleanup(t, pid)
+			if n, err := rdb.Del(context.Background(), key).Result(); err != nil || n != 1 {
+				t.Fatalf("DEL %s: %d, %v (dlock: %v)", key, n, err, p.cmd.ProcessState)
+			}
+			r := p.wait(60 * time.Second)
+			expectCode(t, r, 124)
+			expectStderr(t, r, "lost the lock")
+			if !processGone(pid) {
+				t.Errorf("process %d, started under the lock, runs on after dlock exited:\n%v", pid, r)
+			}
+		})
+	}
+}
+
+// TestRunKilledDlockKillsTree: if dlock is killed outright (SIGKILL),
+// nobody renews the lock: its whole process tree dies with it, also
+// processes that ignore SIGTERM.
+func TestRunKilledDlockKillsTree(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	outer, inner := filepath.Join(dir, "outer"), filepath.Join(dir, "inner")
+	script := `trap '' TERM; ` + writePid(outer) + `; sh -c 'trap "" TERM; ` + writePid(inner) +
+		`; while :; do sleep 0.05; done' & wait; wait`
+	p := startDlock(t, nil, onSrv("run", testKey(t), "-c", script)...)
+	pids := []int{readPid(t, outer), readPid(t, inner)}
+	for _, pid := range pids {
+		killAtCleanup(t, pid)
+	}
+	p.signal(syscall.SIGKILL)
+	p.wait(60 * time.Second)
+	for _, pid := range pids {
+		waitFor(t, 30*time.Second, "process "+strconv.Itoa(pid)+" to die with dlock", func() bool { return processGone(pid) })
+	}
+}
+
+// TestRunStopsTreeBeforeExpiry: when renewals fail (Redis unreachable),
+// the command's tree gets SIGTERM --kill-after before the lock's deadline,
+// and is gone before the key expires on the server: at no moment is the
+// key gone while the command still runs.
+func TestRunStopsTreeBeforeExpiry(t *testing.T) {
+	t.Parallel()
+	own := redistest.Start(t, redistest.Config{})
+	proxy := redistest.NewProxy(t, own.Addr())
+	rdb := own.Client(t)
+	key := testKey(t)
+	dir := t.TempDir()
+	outer, inner := filepath.Join(dir, "outer"), filepath.Join(dir, "inner")
+	// Both take 300ms to exit after SIGTERM: long enough to outlive the
+	// key if SIGTERM came only at the deadline.
+	script := `trap 'sleep 0.3; exit 0' TERM; ` + writePid(outer) + `; sh -c "trap 'sleep 0.3; exit 0' TERM; ` +
+		writePid(inner) + `; while :; do sleep 0.02; done" & while :; do sleep 0.02; done`
+	p := startDlock(t, nil, "--redis", "redis://"+proxy.Addr(), "run", "--ttl", "3s", "--kill-after", "1s", key, "-c", script)
+	pids := []int{readPid(t, outer), readPid(t, inner)}
+	for _, pid := range pids {
+		killAtCleanup(t, pid)
+	}
+	proxy.Blackhole(true)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		exists, err := rdb.Exists(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, pid := range pids {
+			if !processGone(pid) {
+				running++
+			}
+		}
+		if exists == 0 && running > 0 {
+			t.Fatalf("the key expired on the server while %d of the command's processes still ran", running)
+		}
+		if running == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command's processes still run 60s after Redis became unreachable")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	r := p.wait(60 * time.Second)
+	expectCode(t, r, 124)
+	expectStderr(t, r, "renewals of", "SIGTERM")
+}
+
+// TestRunTerminal: with a terminal, COMMAND runs in a process group of
+// its own that is the terminal's foreground group (Ctrl-C and job control
+// reach it), and dlock gives the terminal back to its own group after.
+func TestRunTerminal(t *testing.T) {
+	t.Parallel()
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("needs script(1) for a pseudo-terminal")
+	}
+	dir := t.TempDir()
+	during, after := filepath.Join(dir, "during"), filepath.Join(dir, "after")
+	inner := `ps -o pid=,pgid=,tpgid= -p $$ > ` + during
+	shell := `"$DLOCK_BIN" --redis "$REDIS" run "$KEY" -- sh -c "$INNER"; echo $? > ` + after +
+		`.code; ps -o pid=,pgid=,tpgid= -p $$ > ` + after
+	p := startProc(t, script, []string{"DLOCK_BIN=" + binPath, "REDIS=" + srv.URL(), "KEY=" + testKey(t), "INNER=" + inner},
+		"-qec", shell, "/dev/null")
+	r := p.wait(60 * time.Second)
+	expectCode(t, r, 0)
+	fields := func(file string) []string {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatalf("%v\n%v", err, r)
+		}
+		return strings.Fields(string(data))
+	}
+	if code := fields(after + ".code"); len(code) != 1 || code[0] != "0" {
+		t.Fatalf("dlock exited %v:\n%v", code, r)
+	}
+	// pid pgid tpgid
+	if d := fields(during); len(d) != 3 || d[0] != d[1] || d[1] != d[2] {
+		t.Errorf("COMMAND's pid, pgid, terminal foreground group = %v: want its own group, in the foreground", d)
+	}
+	if a := fields(after); len(a) != 3 || a[1] != a[2] {
+		t.Errorf("after dlock: the shell's pid, pgid, terminal foreground group = %v: the terminal was not given back", a)
+	}
+}

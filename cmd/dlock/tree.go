@@ -1,0 +1,268 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The process tree of `dlock run`.
+//
+// dlock does not start COMMAND itself. It starts a small guard: this
+// program again, with the hidden subcommand guardCommand, in a process group
+// of its own. The guard
+//
+//   - is a child subreaper (Linux): every process started under the lock
+//     that loses its parent (a double-forked daemon, a `cmd &` whose shell
+//     exited) becomes the guard's child instead of init's, so it can be
+//     found, signalled and waited for;
+//   - starts COMMAND in a process group of its own: a new session when dlock
+//     has no terminal in the foreground, the terminal's foreground group
+//     when it has (so Ctrl-C and job control reach COMMAND);
+//   - exits only when its whole tree is gone, with COMMAND's status: like
+//     flock(1), which holds the lock while any holder of its descriptor
+//     lives, dlock holds the lock until the last process under it is gone;
+//   - takes orders from dlock over a pipe: forward a signal to COMMAND's
+//     group, or stop the whole tree (SIGTERM, SIGKILL; every process of the
+//     group and every descendant, again and again until none is left);
+//   - kills the whole tree with SIGKILL when the pipe reaches end of file:
+//     dlock is gone (even by SIGKILL) and nobody renews the lock.
+//
+// The end of file of a pipe is the parent-death signal here, rather than
+// PR_SET_PDEATHSIG: it is sent when the last writer is gone whatever killed
+// it, has no window between fork and prctl, and does not depend on which
+// OS thread of dlock started the guard (Linux sends the parent-death signal
+// when that thread exits, and Go may retire threads). The guard sits in a
+// process group of its own, so a signal to dlock's group (`kill -9 -PGID`)
+// leaves it alive to do this.
+const guardCommand = "__run-guard"
+
+// Orders on the guard's control pipe: one byte, then for ctlSignal the
+// signal number.
+const (
+	ctlSignal = 's' // forward a signal to COMMAND's process group
+	ctlTerm   = 'T' // SIGTERM the whole tree
+	ctlKill   = 'K' // SIGKILL the whole tree, until it is gone
+)
+
+// How the guard places COMMAND.
+const (
+	modeSession    = "session"    // setsid: no controlling terminal
+	modeForeground = "foreground" // own group, the terminal's foreground
+	modeGroup      = "group"      // own group (a terminal, but dlock is in the background)
+)
+
+// guard is dlock's handle on a started guard.
+type guard struct {
+	proc *os.Process
+	ctl  *os.File
+	mu   sync.Mutex
+}
+
+// startGuard starts the guard that runs path with argv and env.
+func startGuard(path string, argv, env []string) (*guard, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find dlock's own executable to start COMMAND under: %w", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	mode := terminalMode()
+	args := append([]string{exe, guardCommand, mode, path}, argv...)
+	p, err := os.StartProcess(exe, args, &os.ProcAttr{
+		Env:   env,
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	})
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return &guard{proc: p, ctl: w}, nil
+}
+
+// send writes an order; errors mean the guard is gone, which its exit
+// reports.
+func (g *guard) send(b ...byte) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, _ = g.ctl.Write(b)
+}
+
+func (g *guard) signal(sig os.Signal) { g.send(ctlSignal, byte(signum(sig))) }
+func (g *guard) term()                { g.send(ctlTerm) }
+func (g *guard) kill()                { g.send(ctlKill) }
+
+// reapAll waits for every child of this process until none is left, and
+// returns the status of pid. With this process a subreaper, that is its
+// whole tree.
+func reapAll(pid int) (ws syscall.WaitStatus, found bool) {
+	for {
+		var st syscall.WaitStatus
+		p, err := syscall.Wait4(-1, &st, 0, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil: // ECHILD: no child left
+			return ws, found
+		case p == pid:
+			ws, found = st, true
+		}
+	}
+}
+
+// cmdGuard is the guard (see guardCommand). args: MODE PATH ARGV0 [ARG...].
+// Its exit status is COMMAND's (128+N if signal N killed it), once the
+// whole tree is gone.
+func (a *app) cmdGuard(args []string) int {
+	if len(args) < 3 {
+		a.errorf("%s: internal: want MODE PATH ARGV...", guardCommand)
+		return exitFailed
+	}
+	mode, path, argv := args[0], args[1], args[2:]
+	ctl := os.NewFile(3, "dlock-control")
+	if ctl == nil {
+		a.errorf("%s: internal: no control pipe", guardCommand)
+		return exitFailed
+	}
+	syscall.CloseOnExec(3)
+	becomeSubreaper()
+	// Signals sent to the guard itself (say, `pkill dlock`) are dlock's
+	// business, which forwards them: the guard must not die of them and
+	// leave the tree unattended. Ignored ones stay ignored, for COMMAND.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, handledSignals()...)
+	go func() {
+		for range sigs {
+		}
+	}()
+
+	attr := &syscall.SysProcAttr{}
+	switch mode {
+	case modeSession:
+		attr.Setsid = true
+	case modeForeground:
+		attr.Setpgid, attr.Foreground, attr.Ctty = true, true, 0
+	default:
+		attr.Setpgid = true
+	}
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{
+		Env:   os.Environ(),
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   attr,
+	})
+	if err != nil {
+		err = unwrapStart(err)
+		if errors.Is(err, fs.ErrNotExist) {
+			a.errorf("run: %s: command not found", argv[0])
+			return exitNotFound
+		}
+		a.errorf("run: %s: cannot execute: %v", argv[0], err)
+		return exitNoExec
+	}
+	pgid := p.Pid
+	t := &tree{self: os.Getpid(), pgid: pgid}
+
+	gone := make(chan syscall.WaitStatus)
+	go func() {
+		ws, _ := reapAll(p.Pid)
+		gone <- ws
+	}()
+	orders := make(chan byte)
+	go func() {
+		defer close(orders)
+		var b [2]byte
+		for {
+			if _, err := io.ReadFull(ctl, b[:1]); err != nil {
+				return
+			}
+			if b[0] == ctlSignal {
+				if _, err := io.ReadFull(ctl, b[1:]); err != nil {
+					return
+				}
+				t.signalGroup(syscall.Signal(b[1]))
+				continue
+			}
+			orders <- b[0]
+		}
+	}()
+
+	var again <-chan time.Time // while killing: SIGKILL again (forks race the kill)
+	for {
+		select {
+		case ws := <-gone:
+			return exitStatusOf(ws)
+		case o, ok := <-orders:
+			switch {
+			case !ok: // dlock is gone: nobody renews the lock
+				orders = nil
+				fallthrough
+			case o == ctlKill:
+				t.kill(syscall.SIGKILL)
+				again = time.After(20 * time.Millisecond)
+			case o == ctlTerm:
+				t.kill(syscall.SIGTERM)
+			}
+		case <-again:
+			t.kill(syscall.SIGKILL)
+			again = time.After(20 * time.Millisecond)
+		}
+	}
+}
+
+// tree is the guard's view of its processes.
+type tree struct {
+	self int // the guard
+	pgid int // COMMAND's process group
+}
+
+func (t *tree) signalGroup(sig syscall.Signal) {
+	_ = syscall.Kill(-t.pgid, sig)
+}
+
+// kill sends sig to COMMAND's group and to every descendant of the guard,
+// in whatever group or session it put itself.
+func (t *tree) kill(sig syscall.Signal) {
+	_ = syscall.Kill(-t.pgid, sig)
+	for _, pid := range descendants(t.self) {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// exitStatusOf is the exit code for a wait status: the status, or 128+N.
+func exitStatusOf(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+func unwrapStart(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// childStatus names how a process ended, for messages.
+func childStatus(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + signalText(ws.Signal())
+	}
+	return "exit status " + strconv.Itoa(ws.ExitStatus())
+}
+
+func signalText(s syscall.Signal) string {
+	return fmt.Sprintf("signal %d (%v)", int(s), s)
+}
