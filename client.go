@@ -83,37 +83,32 @@ func (c *Client) Stats() Stats { return c.stats.snapshot() }
 
 // Close stops the watchdog and the pub/sub connection, wakes every waiting
 // Lock call (they return ErrClosed), and releases every lock the Client
-// still holds, each within Options.ReleaseTimeout. It returns the release
-// errors, joined. Close is idempotent; later calls return nil.
+// still holds: in pipelines, several at once, like renewals, all within
+// one Options.ReleaseTimeout. If some could not be released it returns a
+// *CloseError (matching ErrUnavailable) that says how many are left to
+// expire by their TTL. Close is idempotent; later calls return nil.
 func (c *Client) Close() error {
-	var errs []error
+	var err error
 	c.once.Do(func() {
 		close(c.closing)
 		close(c.wd.stop)
 		<-c.wd.done
+		c.wd.batches.Wait() // their round trips were cancelled by stop
 		c.notify.close()
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for _, l := range c.wd.held() {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
-				defer cancel()
-				if err := l.release(ctx); err != nil && !errors.Is(err, ErrNotHeld) {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}()
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		defer cancel()
+		held := c.wd.registered()
+		left, errs := c.wd.releaseAll(ctx, held)
+		err = closeError(left, len(held), errs)
+		if err != nil {
+			c.opts.Logger.Warn("dlock: Close left locks to expire by their TTL", "left", left, "of", len(held), "err", err)
 		}
-		wg.Wait()
 		c.bgMu.Lock()
 		c.bgDone = true
 		c.bgMu.Unlock()
 		c.bg.Wait()
 	})
-	return errors.Join(errs...)
+	return err
 }
 
 func (c *Client) closed() bool {

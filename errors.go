@@ -221,3 +221,23 @@ func (e *ttlError) Error() string {
 func (e *ttlError) Is(target error) bool {
 	return target == ErrInvalidTTL || target == ErrInvalidArgument
 }
+
+// CloseError is Client.Close's error when it could not release every lock
+// the Client held (Redis unreachable or too slow within
+// Options.ReleaseTimeout): Left of Total locks stay held in Redis until
+// their TTL runs out. It matches ErrUnavailable, and Err holds the first
+// few release errors.
+type CloseError struct {
+	Left, Total int
+	Err         error
+}
+
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("dlock: Close released %d of %d locks; %d are left to expire by their TTL: %v",
+		e.Total-e.Left, e.Total, e.Left, e.Err)
+}
+
+// Is makes a CloseError match ErrUnavailable.
+func (e *CloseError) Is(target error) bool { return target == ErrUnavailable }
+
+func (e *CloseError) Unwrap() error { return e.Err }

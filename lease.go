@@ -52,10 +52,12 @@ type lease struct {
 	// nextRenew is when the watchdog renews next.
 	nextRenew time.Time
 	state     leaseState
-	err       error       // why the lease ended; nil while held
-	timer     *time.Timer // fires at deadline
-	renewErr  error       // last renewal's Redis error, nil after a success
-	renewing  bool        // a renewal is in flight (its reply not applied yet)
+	err       error      // why the lease ended; nil while held
+	timer     leaseTimer // fires at deadline (the watchdog's deadline heap)
+	renewErr  error      // last renewal's Redis error, nil after a success
+	renewing  bool       // a renewal is in flight (its reply not applied yet)
+	// wd is the lease's place in the watchdog's heaps (guarded by wd.mu).
+	wd wdEntry
 	// releaseTried: a release whose reply was lost may have deleted the key,
 	// so a retried Unlock that finds it gone has succeeded.
 	releaseTried bool
@@ -73,7 +75,7 @@ func (l *lease) start(sent time.Time, g Grant) {
 	l.mu.Lock()
 	l.value = g.Value
 	l.setDeadlineLocked(sent, l.ttl)
-	l.timer = time.AfterFunc(time.Until(l.deadline), l.onDeadline)
+	l.timer = leaseTimer{l} // armed by wd.add
 	l.mu.Unlock()
 	l.c.stats.held.Add(1)
 	l.c.wd.add(l)
@@ -172,7 +174,7 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 					l.deadline = d
 					l.timer.Reset(max(time.Until(d), 0))
 					l.nextRenew = time.Now() // and renew again right away
-					defer l.c.wd.kick()
+					defer l.c.wd.renewSoon(l)
 				}
 			}
 		}
@@ -372,7 +374,7 @@ func (l *lease) Deadline() time.Time {
 // deadline timer has not run yet (on a starved machine it runs late).
 func (l *lease) Err() error {
 	l.mu.Lock()
-	late := l.state == stateHeld && l.timer != nil && !time.Now().Before(l.deadline)
+	late := l.state == stateHeld && l.timer.l != nil && !time.Now().Before(l.deadline)
 	l.mu.Unlock()
 	if late {
 		l.onDeadline()

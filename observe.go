@@ -18,6 +18,19 @@ type Hooks struct {
 	Renew func(RenewInfo)
 	// Lost is called once when a held lock is lost, before Done closes.
 	Lost func(LostInfo)
+	// Behind is called (at most once a second, like the WARN log that
+	// comes with it) when the watchdog sends renewals more than half a
+	// renewal interval late: the Client holds more locks than it can keep
+	// renewed at their TTL on this Redis and CPU, and will lose some if
+	// the backlog grows. It runs on its own goroutine.
+	Behind func(BehindInfo)
+}
+
+// BehindInfo describes a watchdog falling behind.
+type BehindInfo struct {
+	Held    int           // locks registered with the watchdog
+	Waiting int           // renewals due and not sent yet
+	Lag     time.Duration // how late the latest renewal was sent, or waits
 }
 
 // AcquireInfo describes one Lock or TryLock call.
@@ -63,6 +76,7 @@ type Stats struct {
 	Renewals        uint64        // successful renewals (watchdog and Extend)
 	RenewalFailures uint64        // renewals that failed on a Redis error
 	Lost            uint64        // locks lost while held
+	Behind          uint64        // times the watchdog warned it was falling behind (Hooks.Behind)
 	Released        uint64        // successful Unlocks
 	Held            int64         // locks held now
 	Waiting         int64         // Lock calls waiting now
@@ -74,6 +88,7 @@ type counters struct {
 	acquired, notAcquired, errors, waits      atomic.Uint64
 	handoffs                                  atomic.Uint64
 	renewals, renewalFailures, lost, released atomic.Uint64
+	behind                                    atomic.Uint64
 	held, waiting, acquireNanos               atomic.Int64
 }
 
@@ -87,6 +102,7 @@ func (c *counters) snapshot() Stats {
 		Renewals:        c.renewals.Load(),
 		RenewalFailures: c.renewalFailures.Load(),
 		Lost:            c.lost.Load(),
+		Behind:          c.behind.Load(),
 		Released:        c.released.Load(),
 		Held:            c.held.Load(),
 		Waiting:         c.waiting.Load(),
@@ -104,13 +120,16 @@ func ChainHooks(hooks ...Hooks) Hooks {
 	var rel []func(ReleaseInfo)
 	var ren []func(RenewInfo)
 	var lost []func(LostInfo)
+	var behind []func(BehindInfo)
 	for _, h := range hooks {
 		acq = appendHook(acq, h.Acquire)
 		rel = appendHook(rel, h.Release)
 		ren = appendHook(ren, h.Renew)
 		lost = appendHook(lost, h.Lost)
+		behind = appendHook(behind, h.Behind)
 	}
-	return Hooks{Acquire: chainOf(acq), Release: chainOf(rel), Renew: chainOf(ren), Lost: chainOf(lost)}
+	return Hooks{Acquire: chainOf(acq), Release: chainOf(rel), Renew: chainOf(ren), Lost: chainOf(lost),
+		Behind: chainOf(behind)}
 }
 
 func appendHook[T any](fs []func(T), f func(T)) []func(T) {

@@ -231,6 +231,9 @@ func releaseOnce(ctx context.Context, rdb redis.UniversalClient, p Protocol, k K
 	if d, ok := p.(DirectProtocol); ok {
 		return d.ReleaseDirect(ctx, k, value)
 	}
+	if code, err, ok := sentRelease(ctx, value); ok { // Close sent it in a pipeline
+		return code, err
+	}
 	return p.Release(k, value).Run(ctx, rdb).Int64()
 }
 

@@ -2,65 +2,107 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
 )
 
-// watchdog is the one goroutine per Client that renews every held lease.
-// It wakes when the earliest renewal is due and renews, in one pipeline per
-// batch (go-redis splits it per Cluster node), every lease due within a
-// quarter of its interval, so leases acquired at different moments share
-// round trips: 10,000 leases cost a few dozen round trips per interval.
+// watchdog is the Client's renewal engine and its registry of held leases.
 //
-// It also keeps the registry of every held lease, renewed or not, which
-// Close releases.
+// It keeps two min-heaps of leases: one by next renewal time (the leases
+// that renew), one by deadline (every held lease: the deadline replaces a
+// runtime timer per lock). One goroutine sleeps until the earliest of the
+// two tops, pops only what is due, and hands renewals to up to
+// renewPipelines batch goroutines, each sending one pipeline of at most
+// batchSize renewals on its own pooled connection (go-redis splits it per
+// Cluster node). At rest a Client has this one goroutine and one runtime
+// timer, whatever the number of locks.
+//
+// The heaps are guarded by mu, held only for O(log n) pushes and pops, so
+// Lock, Unlock and the watchdog never wait for a scan of the registry.
+// Lock order: a lease's mu may be held while taking wd.mu, never the
+// reverse.
 type watchdog struct {
-	c    *Client
-	wake chan struct{} // buffered(1): the earliest due time may have changed
-	stop chan struct{} // closed by Close
-	done chan struct{} // closed when the goroutine has exited
+	c     *Client
+	epoch time.Time     // heap times are nanoseconds since epoch (monotonic)
+	wake  chan struct{} // buffered(1): a heap top may have moved earlier
+	stop  chan struct{} // closed by Close
+	done  chan struct{} // closed when the loop has exited
 
-	mu     sync.Mutex          // guards leases and wakeAt
-	leases map[*lease]struct{} // every held lease of the Client
-	// wakeAt is when the sleeping loop will wake next (zero: not asleep or
-	// no renewal scheduled). add wakes it only for an earlier renewal.
-	wakeAt time.Time
+	mu       sync.Mutex
+	renewQ   leaseHeap // renewing leases not in a batch, by next renewal
+	deadQ    leaseHeap // every lease with a live deadline, by deadline
+	held     int       // registered leases (what Close releases)
+	inflight int       // batch goroutines running
+	batches  sync.WaitGroup
+	lastWarn int64 // when the last "falling behind" warning was given
 }
 
-// batchSize caps one renewal pipeline.
-const batchSize = 1000
+const (
+	// batchSize caps one renewal (or release) pipeline.
+	batchSize = 512
+	// renewPipelines is how many pipelines the watchdog (and Close) keep
+	// in flight at once, each on its own pooled connection.
+	renewPipelines = 8
+)
+
+// wdEntry is a lease's place in the watchdog; guarded by watchdog.mu.
+type wdEntry struct {
+	rAt, dAt int64 // next renewal, deadline (ns since epoch)
+	every    int64 // renewal interval (ns)
+	ri, di   int32 // index in renewQ / deadQ, -1 if not there
+	failing  bool  // backing off after a failed renewal: never early
+	reg      bool  // registered: renewed (if it renews) and released by Close
+}
 
 func newWatchdog(c *Client) *watchdog {
 	wd := &watchdog{
-		c: c, wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		done: make(chan struct{}), leases: make(map[*lease]struct{}),
+		c: c, epoch: time.Now(), wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		renewQ: leaseHeap{renew: true},
 	}
 	go wd.loop()
 	return wd
 }
 
+func (wd *watchdog) at(t time.Time) int64 { return int64(t.Sub(wd.epoch)) }
+
+func (wd *watchdog) now() int64 { return int64(time.Since(wd.epoch)) }
+
+// slack is how early a renewal may go along with others: a quarter of its
+// interval, none while it backs off after an error.
+func (e *wdEntry) slack() int64 {
+	if e.failing {
+		return 0
+	}
+	return e.every / 4
+}
+
+// add registers a lease that has just started: its deadline is watched,
+// and it is renewed if it renews.
 func (wd *watchdog) add(l *lease) {
 	l.mu.Lock()
-	at := l.nextRenew
-	l.mu.Unlock()
+	rAt, dAt, every := wd.at(l.nextRenew), wd.at(l.deadline), int64(wd.c.opts.renewEvery(l.ttl))
 	wd.mu.Lock()
-	wd.leases[l] = struct{}{}
-	wake := l.renew && (wd.wakeAt.IsZero() || at.Before(wd.wakeAt))
-	if wake {
-		wd.wakeAt = at
+	e := &l.wd
+	e.reg, e.ri, e.di = true, -1, -1
+	wd.held++
+	e.dAt = dAt
+	top := wd.deadQ.push(l)
+	if l.renew {
+		e.rAt, e.every = rAt, every
+		top = wd.renewQ.push(l) || top
 	}
 	wd.mu.Unlock()
-	if wake {
-		select {
-		case wd.wake <- struct{}{}:
-		default:
-		}
+	l.mu.Unlock()
+	if top {
+		wd.kick()
 	}
 }
 
-// kick wakes the watchdog to look for due leases now.
+// kick wakes the loop to look at the heaps now.
 func (wd *watchdog) kick() {
 	select {
 	case wd.wake <- struct{}{}:
@@ -68,19 +110,84 @@ func (wd *watchdog) kick() {
 	}
 }
 
+// remove unregisters a lease: no more renewals, and Close leaves it alone.
+// Its deadline stays watched until the lease ends (leaseTimer.Stop).
 func (wd *watchdog) remove(l *lease) {
 	wd.mu.Lock()
-	delete(wd.leases, l)
+	e := &l.wd
+	if e.reg {
+		e.reg = false
+		wd.held--
+	}
+	if e.ri >= 0 {
+		wd.renewQ.remove(int(e.ri))
+	}
 	wd.mu.Unlock()
 }
 
-// held returns every lease still registered.
-func (wd *watchdog) held() []*lease {
+// renewSoon moves the lease's next renewal to now (a renewal that may have
+// shortened the TTL got no reply).
+func (wd *watchdog) renewSoon(l *lease) {
+	wd.mu.Lock()
+	e := &l.wd
+	top := false
+	if e.ri >= 0 {
+		e.rAt, e.failing = wd.now(), true
+		wd.renewQ.fix(int(e.ri))
+		top = e.ri == 0
+	}
+	wd.mu.Unlock() // in a batch: requeue reads nextRenew after the reply
+	if top {
+		wd.kick()
+	}
+}
+
+// leaseTimer is a lease's deadline "timer": an entry in the watchdog's
+// deadline heap. Reset and Stop may be called with the lease's mu held.
+type leaseTimer struct{ l *lease }
+
+// Reset arms the deadline d from now.
+func (t leaseTimer) Reset(d time.Duration) bool {
+	wd := t.l.c.wd
+	wd.mu.Lock()
+	e := &t.l.wd
+	e.dAt = wd.now() + int64(d)
+	top := false
+	if e.di >= 0 {
+		wd.deadQ.fix(int(e.di))
+		top = e.di == 0
+	} else {
+		top = wd.deadQ.push(t.l)
+	}
+	wd.mu.Unlock()
+	if top {
+		wd.kick()
+	}
+	return true
+}
+
+// Stop disarms the deadline (the lease ended).
+func (t leaseTimer) Stop() bool {
+	wd := t.l.c.wd
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
-	out := make([]*lease, 0, len(wd.leases))
-	for l := range wd.leases {
-		out = append(out, l)
+	if e := &t.l.wd; e.di >= 0 {
+		wd.deadQ.remove(int(e.di))
+		return true
+	}
+	return false
+}
+
+// registered returns every registered lease (for Close, once the loop
+// and the batches have stopped).
+func (wd *watchdog) registered() []*lease {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	out := make([]*lease, 0, wd.held)
+	for _, l := range wd.deadQ.ls {
+		if l.wd.reg {
+			out = append(out, l)
+		}
 	}
 	return out
 }
@@ -90,32 +197,20 @@ func (wd *watchdog) loop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		due, next := wd.due(time.Now())
+		expired, due, next := wd.take()
+		for _, l := range expired {
+			l.onDeadline() // lost, or re-armed at a deadline a renewal moved
+		}
 		if len(due) > 0 {
-			var direct []*lease
-			batch := due[:0:0]
-			for _, l := range due {
-				if l.direct() {
-					direct = append(direct, l)
-				} else {
-					batch = append(batch, l)
-				}
-			}
-			wd.renewDirect(direct)
-			for len(batch) > 0 {
-				n := min(len(batch), batchSize)
-				wd.renew(batch[:n])
-				batch = batch[n:]
-			}
-			continue // renewals moved the schedule: look again
+			wd.dispatch(due)
+		}
+		if len(expired) > 0 || len(due) > 0 {
+			continue
 		}
 		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(time.Until(next), 0)
+		if next >= 0 {
+			wait = time.Duration(max(next-wd.now(), 0))
 		}
-		wd.mu.Lock()
-		wd.wakeAt = time.Now().Add(wait)
-		wd.mu.Unlock()
 		timer.Reset(wait)
 		select {
 		case <-wd.stop:
@@ -123,83 +218,193 @@ func (wd *watchdog) loop() {
 		case <-wd.wake:
 		case <-timer.C:
 		}
-		// Awake: until the next sleep, every add signals (and the signal
-		// waits in the buffer), since this scan may miss the new lease.
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// take pops the leases past their deadline and the renewals due now (and,
+// to fill the last pipeline, those within their slack), as many as free
+// batch slots can take. next is when to look again (-1: nothing
+// scheduled).
+func (wd *watchdog) take() (expired, due []*lease, next int64) {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	now := wd.now()
+	for wd.deadQ.len() > 0 && wd.deadQ.top().wd.dAt <= now {
+		expired = append(expired, wd.deadQ.pop())
+	}
+	free := renewPipelines - wd.inflight
+	budget := free * batchSize
+	var lag int64
+	if wd.renewQ.len() > 0 && free <= 0 {
+		lag = now - wd.renewQ.top().wd.rAt // due, and no pipeline free
+	}
+	for budget > 0 && wd.renewQ.len() > 0 && wd.renewQ.top().wd.rAt <= now {
+		l := wd.renewQ.pop()
+		lag = max(lag, now-l.wd.rAt)
+		due = append(due, l)
+		budget--
+	}
+	for len(due)%batchSize != 0 && budget > 0 && wd.renewQ.len() > 0 &&
+		wd.renewQ.top().wd.rAt <= now+wd.renewQ.top().wd.slack() {
+		due = append(due, wd.renewQ.pop())
+		budget--
+	}
+	wd.inflight += (len(due) + batchSize - 1) / batchSize
+	next = -1
+	if wd.deadQ.len() > 0 {
+		next = wd.deadQ.top().wd.dAt
+	}
+	if wd.renewQ.len() > 0 && wd.inflight < renewPipelines {
+		if at := wd.renewQ.top().wd.rAt; next < 0 || at < next {
+			next = at
+		}
+	}
+	if lag > 0 {
+		wd.behindLocked(now, lag, due)
+	}
+	return expired, due, next
+}
+
+// behindLocked warns (at most once a second) when a renewal waits for a
+// free pipeline, or is sent, more than half an interval after it was due:
+// the watchdog is falling behind, and locks would be lost if it went on.
+func (wd *watchdog) behindLocked(now, lag int64, due []*lease) {
+	var limit int64
+	if len(due) > 0 {
+		limit = due[0].wd.every / 2
+	} else {
+		limit = wd.renewQ.top().wd.every / 2
+	}
+	if lag < limit || (wd.lastWarn != 0 && now-wd.lastWarn < int64(time.Second)) {
+		return
+	}
+	wd.lastWarn = now
+	info := BehindInfo{Held: wd.held, Waiting: wd.renewQ.len() + len(due), Lag: time.Duration(lag)}
+	wd.c.stats.behind.Add(1)
+	go func() { // not under wd.mu: the hook and the logger may be slow
+		wd.c.opts.Logger.Warn("dlock: renewals are falling behind: locks may be lost; hold fewer locks per Client, raise their TTL or give Redis and this process more CPU",
+			"held", info.Held, "waiting", info.Waiting, "late", info.Lag)
+		if h := wd.c.opts.Hooks.Behind; h != nil {
+			h(info)
+		}
+	}()
+}
+
+// dispatch starts the batches of due (take counted them in inflight).
+func (wd *watchdog) dispatch(due []*lease) {
+	var direct []*lease
+	batch := due[:0:0]
+	for _, l := range due {
+		if l.direct() {
+			direct = append(direct, l)
+		} else {
+			batch = append(batch, l)
+		}
+	}
+	nb := 0
+	for len(batch) > 0 {
+		n := min(len(batch), batchSize)
+		wd.start(batch[:n], wd.renew)
+		batch = batch[n:]
+		nb++
+	}
+	if len(direct) > 0 {
+		wd.start(direct, wd.renewDirect)
+		nb++
+	}
+	// take counted ceil(len(due)/batchSize) slots; give back the spare one
+	// a split into direct and batched leases may leave.
+	if spare := (len(due)+batchSize-1)/batchSize - nb; spare != 0 {
 		wd.mu.Lock()
-		wd.wakeAt = time.Time{}
+		wd.inflight -= spare
 		wd.mu.Unlock()
 	}
 }
 
-// due returns the renewing leases due by now and, if there are any, those
-// due within a quarter of their interval (unless backing off after an
-// error); and the earliest renewal time of the leases not due yet.
-func (wd *watchdog) due(now time.Time) (due []*lease, next time.Time) {
+func (wd *watchdog) start(leases []*lease, run func([]*lease)) {
+	wd.batches.Add(1)
+	go func() {
+		defer wd.batches.Done()
+		run(leases)
+		wd.mu.Lock()
+		wd.inflight--
+		wd.mu.Unlock()
+		wd.kick()
+	}()
+}
+
+// requeue puts a lease back in the renewal heap after a batch, at its
+// next renewal time, unless it was unregistered meanwhile.
+func (wd *watchdog) requeue(l *lease) {
+	l.mu.Lock()
+	held := l.state == stateHeld
+	rAt, every, failing := wd.at(l.nextRenew), int64(wd.c.opts.renewEvery(l.ttl)), l.renewErr != nil
 	wd.mu.Lock()
-	defer wd.mu.Unlock()
-	// Only when some lease is actually due do the others within their slack
-	// come along: otherwise each round trip would pick up the few leases
-	// that slid into the window meanwhile, and batches would shrink to
-	// nothing.
-	anyDue := false
-	var early []*lease
-	for l := range wd.leases {
-		if !l.renew {
-			continue
-		}
+	e := &l.wd
+	top := false
+	if held && e.reg && e.ri < 0 {
+		e.rAt, e.every, e.failing = rAt, every, failing
+		top = wd.renewQ.push(l)
+	}
+	wd.mu.Unlock()
+	l.mu.Unlock()
+	if top {
+		wd.kick()
+	}
+}
+
+// claim takes a due lease's op mutex for a batch. A lease busy with an
+// Extend or an Unlock is not waited for (the rest of the batch would wait
+// with it): it is looked at again shortly. A lease whose renewal an Extend
+// moved later goes back to wait for it.
+func (wd *watchdog) claim(l *lease) (ttl time.Duration, deadline time.Time, ok bool) {
+	if !l.opMu.TryLock() {
 		l.mu.Lock()
-		at, ttl, failing := l.nextRenew, l.ttl, l.renewErr != nil
+		if now := time.Now(); !l.nextRenew.After(now) {
+			l.nextRenew = now.Add(min(max(wd.c.opts.renewEvery(l.ttl)/8, time.Millisecond), 50*time.Millisecond))
+		}
 		l.mu.Unlock()
-		// Leases that renew fine may go early to share the round trip; a
-		// lease backing off after an error waits for its own time.
-		slack := wd.c.opts.renewEvery(ttl) / 4
-		if failing {
-			slack = 0
-		}
-		switch {
-		case !at.After(now):
-			anyDue = true
-			due = append(due, l)
-		case !at.After(now.Add(slack)):
-			early = append(early, l)
-			fallthrough
-		default:
-			if next.IsZero() || at.Before(next) {
-				next = at
-			}
-		}
+		wd.requeue(l)
+		return 0, time.Time{}, false
 	}
-	if anyDue {
-		due = append(due, early...)
+	l.mu.Lock()
+	ttl, deadline = l.ttl, l.deadline
+	early := l.renewErr == nil && l.nextRenew.After(time.Now().Add(wd.c.opts.renewEvery(l.ttl)/4)) ||
+		l.renewErr != nil && l.nextRenew.After(time.Now())
+	held := l.state == stateHeld
+	l.mu.Unlock()
+	if !held || early {
+		l.opMu.Unlock()
+		wd.requeue(l)
+		return 0, time.Time{}, false
 	}
-	return due, next
+	return ttl, deadline, true
 }
 
 // renew renews leases in one pipeline and applies each reply. A lease whose
 // renewal failed on a Redis error is retried after a short back-off, never
-// later than its deadline; its deadline timer declares it lost if none
-// succeeds in time.
+// later than its deadline; its deadline declares it lost if none succeeds
+// in time.
 func (wd *watchdog) renew(leases []*lease) {
 	calls := make([]Call, 0, len(leases))
 	nexts := make([]string, 0, len(leases))
 	ttls := make([]time.Duration, 0, len(leases))
 	sents := make([]time.Time, 0, len(leases))
 	taken := leases[:0:0]
-	earliest := time.Time{}
+	var latest time.Time
 	probe.Point(probe.WatchdogBeforeBatch, "")
 	for _, l := range leases {
-		// A lease busy with an Extend or an Unlock is not waited for: the
-		// rest of the batch would wait with it. It is looked at again soon.
-		if !l.opMu.TryLock() { // released below, once the reply is applied
-			wd.busy(l)
+		ttl, deadline, ok := wd.claim(l) // opMu released below, once the reply is applied
+		if !ok {
 			continue
 		}
-		l.mu.Lock()
-		ttl := l.ttl
-		if earliest.IsZero() || l.deadline.Before(earliest) {
-			earliest = l.deadline
-		}
-		l.mu.Unlock()
+		latest = later(latest, deadline)
 		// Each renewal counts from a moment taken before its call is
 		// built: a protocol may stamp the stored value with the time it
 		// builds the call (legacy), and the TTL of the others starts when
@@ -211,10 +416,10 @@ func (wd *watchdog) renew(leases []*lease) {
 	if len(taken) == 0 {
 		return
 	}
-	// A renewal that cannot land before the earliest deadline in the batch
-	// is useless to that lease; bound the round trip by it (at least 50ms).
-	ctx, cancel := context.WithDeadline(context.Background(),
-		later(earliest, time.Now().Add(50*time.Millisecond)))
+	// Each reply is judged against its own lease's validity (renewed), so
+	// the round trip is bounded by the latest deadline in the batch, not
+	// the earliest: one lease close to its deadline cannot fail the rest.
+	ctx, cancel := context.WithDeadline(context.Background(), later(latest, time.Now().Add(50*time.Millisecond)))
 	defer cancel()
 	go func() { // stop waiting for Redis when the Client closes
 		select {
@@ -232,17 +437,7 @@ func (wd *watchdog) renew(leases []*lease) {
 		}
 		wd.backoff(l, ttls[i])
 		l.opMu.Unlock()
-	}
-}
-
-// busy reschedules a lease the watchdog found in the middle of an Extend
-// or an Unlock: whatever that call concludes moves or ends its schedule;
-// until then it is looked at again after a short pause.
-func (wd *watchdog) busy(l *lease) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); !l.nextRenew.After(now) {
-		l.nextRenew = now.Add(min(max(wd.c.opts.renewEvery(l.ttl)/8, time.Millisecond), 50*time.Millisecond))
+		wd.requeue(l)
 	}
 }
 
@@ -251,17 +446,13 @@ func (wd *watchdog) busy(l *lease) {
 func (wd *watchdog) renewDirect(leases []*lease) {
 	var wg sync.WaitGroup
 	for _, l := range leases {
-		if !l.opMu.TryLock() { // busy with an Extend or an Unlock
-			wd.busy(l)
+		ttl, deadline, ok := wd.claim(l)
+		if !ok {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer l.opMu.Unlock()
-			l.mu.Lock()
-			ttl, deadline := l.ttl, l.deadline
-			l.mu.Unlock()
 			ctx, cancel := context.WithDeadline(context.Background(), later(deadline, time.Now().Add(50*time.Millisecond)))
 			defer cancel()
 			go func() {
@@ -273,6 +464,8 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 			}()
 			_ = l.renewNow(ctx, ttl)
 			wd.backoff(l, ttl)
+			l.opMu.Unlock()
+			wd.requeue(l)
 		}()
 	}
 	wg.Wait()
@@ -288,9 +481,232 @@ func (wd *watchdog) backoff(l *lease, ttl time.Duration) {
 	}
 }
 
+// releaseAll releases leases for Close: in pipelines of batchSize, up to
+// renewPipelines at once, all within ctx. It returns, at the latest soon
+// after ctx ends, how many it did not release (they stay in Redis until
+// their TTL runs out, unless a release still in flight lands) and the
+// first few errors.
+func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, errs []error) {
+	var mu sync.Mutex
+	var done int // leases whose release concluded (released, or not held)
+	note := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil || errors.Is(err, ErrNotHeld) {
+			done++
+		} else if len(errs) < 3 {
+			errs = append(errs, err)
+		}
+	}
+	var batched, direct []*lease
+	for _, l := range leases {
+		if l.direct() {
+			direct = append(direct, l)
+		} else {
+			batched = append(batched, l)
+		}
+	}
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		sem := make(chan struct{}, renewPipelines)
+		var wg sync.WaitGroup
+		for len(batched) > 0 {
+			n := min(len(batched), batchSize)
+			part := batched[:n]
+			batched = batched[n:]
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				calls := make([]Call, len(part))
+				values := make([]string, len(part))
+				for i, l := range part {
+					values[i] = l.token()
+					calls[i] = l.proto.Release(l.keys, values[i])
+				}
+				cmds := runBatch(ctx, wd.c.rdb, calls)
+				for i, l := range part {
+					code, err := cmds[i].Int64()
+					note(l.release(withReleaseReply(ctx, values[i], code, err)))
+				}
+			}()
+		}
+		for _, l := range direct {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				note(l.release(ctx))
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		// A go-redis client without ContextTimeoutEnabled may wait for its
+		// ReadTimeout past ctx: don't wait for it.
+		select {
+		case <-finished:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return len(leases) - done, errs
+}
+
+// releaseReply is the reply to a release already sent in a pipeline for
+// value, handed to lease.release through its context so the release logic
+// stays in one place. It is used once, and only for that value.
+type releaseReply struct {
+	mu    sync.Mutex
+	value string
+	code  int64
+	err   error
+	used  bool
+}
+
+type releaseReplyKey struct{}
+
+func withReleaseReply(ctx context.Context, value string, code int64, err error) context.Context {
+	return context.WithValue(ctx, releaseReplyKey{}, &releaseReply{value: value, code: code, err: err})
+}
+
+// sentRelease returns the pipelined reply of a release of value carried
+// by ctx, if any and not used yet.
+func sentRelease(ctx context.Context, value string) (code int64, err error, ok bool) {
+	r, _ := ctx.Value(releaseReplyKey{}).(*releaseReply)
+	if r == nil {
+		return 0, nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.used || r.value != value {
+		return 0, nil, false
+	}
+	r.used = true
+	return r.code, r.err, true
+}
+
+// closeError reports the locks Close left to expire.
+func closeError(left, total int, errs []error) error {
+	if left == 0 {
+		return nil
+	}
+	if len(errs) == 0 {
+		errs = []error{unavailable(context.DeadlineExceeded)}
+	}
+	return &CloseError{Left: left, Total: total, Err: errors.Join(errs...)}
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
 	}
 	return b
+}
+
+// leaseHeap is a binary min-heap of leases by renewal time (renew) or
+// deadline, keeping each lease's index in its wdEntry. Guarded by
+// watchdog.mu.
+type leaseHeap struct {
+	ls    []*lease
+	renew bool
+}
+
+func (h *leaseHeap) len() int    { return len(h.ls) }
+func (h *leaseHeap) top() *lease { return h.ls[0] }
+func (h *leaseHeap) key(i int) int64 {
+	if h.renew {
+		return h.ls[i].wd.rAt
+	}
+	return h.ls[i].wd.dAt
+}
+
+func (h *leaseHeap) setIndex(i int) {
+	if h.renew {
+		h.ls[i].wd.ri = int32(i)
+	} else {
+		h.ls[i].wd.di = int32(i)
+	}
+}
+
+func (h *leaseHeap) swap(i, j int) {
+	h.ls[i], h.ls[j] = h.ls[j], h.ls[i]
+	h.setIndex(i)
+	h.setIndex(j)
+}
+
+// push adds l and reports whether it became the top.
+func (h *leaseHeap) push(l *lease) bool {
+	h.ls = append(h.ls, l)
+	i := len(h.ls) - 1
+	h.setIndex(i)
+	return h.up(i) == 0
+}
+
+func (h *leaseHeap) pop() *lease {
+	return h.remove(0)
+}
+
+// remove takes out the lease at index i.
+func (h *leaseHeap) remove(i int) *lease {
+	n := len(h.ls) - 1
+	l := h.ls[i]
+	if i != n {
+		h.swap(i, n)
+	}
+	h.ls[n] = nil
+	h.ls = h.ls[:n]
+	if i < n {
+		h.fix(i)
+	}
+	if h.renew {
+		l.wd.ri = -1
+	} else {
+		l.wd.di = -1
+	}
+	// Give memory back after a mass release.
+	if c := cap(h.ls); c > 1024 && len(h.ls) < c/4 {
+		h.ls = append([]*lease(nil), h.ls...)
+	}
+	return l
+}
+
+func (h *leaseHeap) fix(i int) {
+	if h.up(i) == i {
+		h.down(i)
+	}
+}
+
+func (h *leaseHeap) up(i int) int {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.key(p) <= h.key(i) {
+			break
+		}
+		h.swap(p, i)
+		i = p
+	}
+	return i
+}
+
+func (h *leaseHeap) down(i int) {
+	n := len(h.ls)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if r := c + 1; r < n && h.key(r) < h.key(c) {
+			c = r
+		}
+		if h.key(i) <= h.key(c) {
+			return
+		}
+		h.swap(i, c)
+		i = c
+	}
 }

@@ -1,0 +1,262 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestManyHeldLocks measures one Client holding many locks: heap per held
+// lock, acquire throughput with none and with all of them held, renewals
+// per second and the watchdog's spare capacity, client and redis-server
+// CPU, locks lost, and Close. It runs with 2,000 locks for a few seconds
+// by default (a smoke test); set DLOCK_HELD_N (e.g. 100000),
+// DLOCK_HELD_FOR (e.g. 3m) and DLOCK_HELD_TTL (default 3s) for the real
+// measurement, without -race:
+//
+//	DLOCK_HELD_N=100000 DLOCK_HELD_FOR=3m go test -run TestManyHeldLocks -v -timeout 30m .
+//
+// DLOCK_HELD_HOG=1 runs a CPU hog (one busy goroutine per core, at normal
+// priority) beside it for the whole run.
+func TestManyHeldLocks(t *testing.T) {
+	n := envInt(t, "DLOCK_HELD_N", 2000)
+	hold := envDuration(t, "DLOCK_HELD_FOR", 3*time.Second)
+	ttl := envDuration(t, "DLOCK_HELD_TTL", 3*time.Second)
+	if testing.Short() {
+		t.Skip("holds many locks for a while")
+	}
+	if os.Getenv("DLOCK_HELD_HOG") != "" {
+		stop := make(chan struct{})
+		defer close(stop)
+		for range runtime.NumCPU() {
+			go func() {
+				x := 0
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					for i := range 1 << 16 {
+						x += i
+					}
+				}
+			}()
+		}
+		t.Logf("CPU hog: %d busy goroutines", runtime.NumCPU())
+	}
+	var behind atomic.Int64
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{
+		Behind: func(i dlock.BehindInfo) {
+			if behind.Add(1) <= 5 {
+				t.Logf("behind: %+v", i)
+			}
+		},
+	}})
+	ctx := context.Background()
+	prefix := key(t)
+	if err := srv.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Acquire throughput with nothing held: a 1,000-lock sample,
+	// released again.
+	const sample = 1000
+	rate := func(tag string) float64 {
+		locks := make([]*dlock.Lock, sample)
+		start := time.Now()
+		for i := range locks {
+			lk, err := c.TryLock(ctx, fmt.Sprintf("%s:%s:%d", prefix, tag, i), dlock.WithTTL(ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			locks[i] = lk
+		}
+		r := float64(sample) / time.Since(start).Seconds()
+		for _, lk := range locks {
+			_ = lk.Unlock(ctx)
+		}
+		return r
+	}
+	empty := rate("empty")
+
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
+	locks := make([]*dlock.Lock, n)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				lk, err := c.TryLock(ctx, fmt.Sprintf("%s:%d", prefix, i), dlock.WithTTL(ttl))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				locks[i] = lk
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	acquireAll := time.Since(start)
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	heapPerLock := float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc)) / float64(n)
+	goroutinesPerLock := float64(runtime.NumGoroutine()-g0) / float64(n)
+	full := rate("full")
+
+	// Hold them, measuring renewals and CPU.
+	s0, cpu0, rcpu0 := c.Stats(), selfCPU(), procCPU(srv.PID())
+	t0 := time.Now()
+	time.Sleep(hold)
+	el := time.Since(t0)
+	s1, cpu1, rcpu1 := c.Stats(), selfCPU(), procCPU(srv.PID())
+	renewals := float64(s1.Renewals-s0.Renewals) / el.Seconds()
+	lost := 0
+	for _, lk := range locks {
+		if lk.Err() != nil {
+			lost++
+		}
+	}
+
+	// Capacity: how fast the watchdog renews when every lock is due at
+	// once (Extend-free: shorten the interval by renewing with a TTL whose
+	// interval is tiny is not possible from outside, so time a burst of
+	// pipelined renewals the way the watchdog sends them).
+	capacity := renewCapacity(t, c, rdb, locks)
+
+	closeStart := time.Now()
+	closeErr := c.Close()
+	closeTime := time.Since(closeStart)
+	left := len(rdb.Keys(ctx, prefix+":*").Val())
+
+	t.Logf("settings: %d locks, TTL %s (renewed every %s), held %s, GOMAXPROCS %d, NumCPU %d, hog %v",
+		n, ttl, ttl/3, el.Round(time.Second), runtime.GOMAXPROCS(0), runtime.NumCPU(), os.Getenv("DLOCK_HELD_HOG") != "")
+	t.Logf("heap per held lock: %.0f B; goroutines per held lock: %.4f", heapPerLock, goroutinesPerLock)
+	t.Logf("acquire: all %d in %s (8 goroutines); 1,000 in a row: %.0f/s with none held, %.0f/s with %d held (%.0f%%)",
+		n, acquireAll.Round(time.Millisecond), empty, full, n, 100*full/empty)
+	t.Logf("renewals: %.0f/s (schedule needs %.0f/s); capacity of one burst: %.0f/s (%.1fx the schedule)",
+		renewals, float64(n)/(ttl/3).Seconds(), capacity, capacity/(float64(n)/(ttl/3).Seconds()))
+	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores",
+		(cpu1-cpu0).Seconds()/el.Seconds(), (rcpu1-rcpu0).Seconds()/el.Seconds())
+	t.Logf("lost: %d; renewal failures: %d; behind warnings: %d", lost, s1.RenewalFailures, s1.Behind)
+	t.Logf("Close: %s, err %v; lock keys left in Redis: %d", closeTime.Round(time.Millisecond), closeErr, left)
+	if lost > 0 {
+		t.Errorf("%d locks lost", lost)
+	}
+	if closeErr != nil {
+		t.Errorf("Close: %v", closeErr)
+	}
+}
+
+// renewCapacity times renewing every lock once with the watchdog's
+// pipelines (batchSize, renewPipelines at once), by Extend-equivalent
+// scripts sent from outside the Client.
+func renewCapacity(t *testing.T, c *dlock.Client, rdb *redis.Client, locks []*dlock.Lock) float64 {
+	t.Helper()
+	ctx := context.Background()
+	ext := redis.NewScript(extendLua)
+	const batch, par = 512, 8
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, par)
+	for i := 0; i < len(locks); i += batch {
+		part := locks[i:min(i+batch, len(locks))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, lk := range part {
+					ext.EvalSha(ctx, p, []string{lk.Key(), c.KeysFor(lk.Key()).Fence}, lk.Token(), 3000, 13000)
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	return float64(len(locks)) / time.Since(start).Seconds()
+}
+
+// extendLua is scripts/extend.lua's logic, for renewCapacity.
+const extendLua = `for i = 1, #KEYS, 2 do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' and v.err then return -2 end
+  if not v then return 0 end
+  if v ~= ARGV[1] then return -1 end
+end
+for i = 1, #KEYS, 2 do
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  redis.call('PEXPIRE', KEYS[i + 1], ARGV[3])
+end
+return 1`
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return n
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+// selfCPU is this process's user+system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU is process pid's user+system CPU time, from /proc (0 if unknown).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+2:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}

@@ -1,0 +1,137 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// holdMany takes n locks named prefix:i on c.
+func holdMany(t *testing.T, c *dlock.Client, prefix string, n int, opts ...dlock.LockOption) []*dlock.Lock {
+	t.Helper()
+	locks := make([]*dlock.Lock, n)
+	for i := range locks {
+		lk, err := c.TryLock(t.Context(), fmt.Sprintf("%s:%d", prefix, i), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks[i] = lk
+	}
+	return locks
+}
+
+// Close releases what the Client holds in pipelines, like renewals: a few
+// round trips for thousands of locks, not one per lock (and no goroutine
+// per lock).
+func TestCloseBatchesReleases(t *testing.T) {
+	const n = 5000
+	rdb := srv.NewClient()
+	rt := &roundTrips{}
+	rdb.AddHook(rt)
+	c, _ := newClientOn(t, rdb, dlock.Options{})
+	prefix := key(t)
+	holdMany(t, c, prefix, n, dlock.WithTTL(time.Minute))
+	before := rt.n.Load()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	trips := rt.n.Load() - before
+	t.Logf("Close released %d locks in %d round trips", n, trips)
+	if trips > 4*n/512 {
+		t.Fatalf("Close took %d round trips for %d locks, want pipelines", trips, n)
+	}
+	if s := c.Stats(); s.Held != 0 || s.Released != n {
+		t.Fatalf("after Close: Held %d, Released %d", s.Held, s.Released)
+	}
+	if left := srv.Client(t).Keys(t.Context(), prefix+":*").Val(); len(left) != 0 {
+		t.Fatalf("%d lock keys left after Close", len(left))
+	}
+}
+
+// With the server gone, Close gives up at ReleaseTimeout and says how many
+// locks it left to expire.
+func TestCloseServerGone(t *testing.T) {
+	s := redistest.Start(t, redistest.Config{})
+	p := redistest.NewProxy(t, s.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	const n, timeout = 2000, 500 * time.Millisecond
+	c, _ := newClientOn(t, rdb, dlock.Options{ReleaseTimeout: timeout})
+	holdMany(t, c, "k", n, dlock.WithTTL(time.Minute))
+	p.Blackhole(true) // connections stay open, nothing answers
+	start := time.Now()
+	err := c.Close()
+	took := time.Since(start)
+	var ce *dlock.CloseError
+	if !errors.As(err, &ce) || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Close = %v, want a *CloseError matching ErrUnavailable", err)
+	}
+	if ce.Left != n || ce.Total != n {
+		t.Fatalf("CloseError left %d of %d, want %d of %d", ce.Left, ce.Total, n, n)
+	}
+	// A safety bound, with slack for a loaded machine: ReleaseTimeout,
+	// not one ReleaseTimeout per lock nor go-redis's 3s ReadTimeout.
+	if took > timeout+2*time.Second {
+		t.Fatalf("Close took %s with ReleaseTimeout %s", took, timeout)
+	}
+	t.Logf("Close with the server gone: %s: %v", took, err)
+}
+
+// stallPipelines delays every pipeline by d.
+type stallPipelines struct{ d atomic.Int64 }
+
+func (s *stallPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (s *stallPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s *stallPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(s.d.Load()))
+		return next(ctx, cmds)
+	}
+}
+
+// When renewals wait longer than half an interval for a pipeline, the
+// Client warns through Hooks.Behind (and its log) while the locks are
+// still held, rather than losing them silently.
+func TestWatchdogWarnsBehind(t *testing.T) {
+	const n = 6000 // more than the pipelines in flight take at once
+	rdb := srv.NewClient()
+	stall := &stallPipelines{}
+	rdb.AddHook(stall)
+	var warned atomic.Pointer[dlock.BehindInfo]
+	c, _ := newClientOn(t, rdb, dlock.Options{
+		RenewInterval: 400 * time.Millisecond,
+		Hooks: dlock.Hooks{Behind: func(i dlock.BehindInfo) {
+			warned.CompareAndSwap(nil, &i)
+		}},
+	})
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(10*time.Second))
+	// Every pipeline now takes 600ms: those waiting behind the first
+	// round of pipelines wait longer than half the 400ms interval.
+	stall.d.Store(int64(600 * time.Millisecond))
+	deadline := time.Now().Add(8 * time.Second)
+	for warned.Load() == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stall.d.Store(0)
+	w := warned.Load()
+	if w == nil {
+		t.Fatal("no Behind warning while renewals waited")
+	}
+	if w.Held != n || w.Lag < 200*time.Millisecond {
+		t.Fatalf("Behind = %+v, want Held %d and Lag >= 200ms", *w, n)
+	}
+	if c.Stats().Behind == 0 {
+		t.Fatal("Stats().Behind = 0")
+	}
+	for _, lk := range locks {
+		if err := lk.Err(); err != nil {
+			t.Fatalf("lost while only late: %v", err)
+		}
+	}
+}
