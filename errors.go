@@ -104,6 +104,30 @@ type argError string
 func (e argError) Error() string        { return "dlock: invalid argument: " + string(e) }
 func (e argError) Is(target error) bool { return target == ErrInvalidArgument }
 
+// ErrMaybeApplied: a change to a Counter whose reply was lost (a timeout,
+// a broken connection, a cancelled context): it may or may not have been
+// applied. Counter.Take returns it, with the segment, when taking the units
+// may have happened (they are then not put back, and fn did not run), or
+// joined with fn's error when putting them back may not have happened.
+// Reconcile with Counter.Total or your own records; do not assume either
+// outcome. It does not match ErrUnavailable, so that retry-on-unavailable
+// code does not take the units twice.
+var ErrMaybeApplied = errors.New("dlock: counter change may have been applied (its reply was lost)")
+
+// maybeAppliedError is ErrMaybeApplied for one change.
+type maybeAppliedError struct {
+	op    string // "taking" or "putting back"
+	key   string
+	n     int64
+	cause error
+}
+
+func (e *maybeAppliedError) Error() string {
+	return fmt.Sprintf("%v: %s %d units of %q: %v", ErrMaybeApplied, e.op, e.n, e.key, e.cause)
+}
+func (e *maybeAppliedError) Is(target error) bool { return target == ErrMaybeApplied }
+func (e *maybeAppliedError) Unwrap() error        { return e.cause }
+
 // reservedKeyError is ErrReservedKey for one key.
 type reservedKeyError struct {
 	key, lock string

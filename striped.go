@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
@@ -177,11 +178,21 @@ func (s *Counter) Total(ctx context.Context) (int64, error) {
 // without waiting for a busy one (TryLock); only if every segment that
 // may have stock is busy does it wait for them, one by one. If fn is not
 // nil it runs under the segment's lock after the units are taken (create
-// the order, say), with a context cancelled if the lock is lost; if fn
-// fails, the units are put back and its error returned. If no segment has
-// n left, the error is ErrExhausted (the units may sit in a segment of
-// fewer than n; Take never splits a request over segments). n < 1 is
-// ErrInvalidCount.
+// the order, say), with a context cancelled if the lock is lost. If no
+// segment has n left, the error is ErrExhausted (the units may sit in a
+// segment of fewer than n; Take never splits a request over segments).
+// n < 1 is ErrInvalidCount.
+//
+// The units go back only if fn itself fails: Take then returns -1 and
+// fn's error (joined with an error if putting them back failed; one
+// matching ErrMaybeApplied if it is unknown whether they went back). Once
+// fn succeeded the sale stands: an error releasing the segment's lock
+// afterwards (it was lost, or Redis failed at the release) is returned
+// with the segment, and the units stay taken. If the reply to the take
+// itself is lost, the units may or may not have been taken: Take returns
+// the segment and an error matching ErrMaybeApplied, without running fn.
+// So the segment is returned (>= 0) exactly when units were, or may have
+// been, taken from it and not put back.
 func (s *Counter) Take(ctx context.Context, n int64, fn func(ctx context.Context, segment int) error) (int, error) {
 	if ctx == nil {
 		return -1, ErrNilContext
@@ -227,24 +238,51 @@ func took(seg int, ok bool) int {
 }
 
 // takeFrom takes n from segment seg under lk, runs fn, and releases lk.
-// It reports whether it took them.
+// It reports whether units were (or may have been) taken and stay taken.
 func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn func(context.Context, int) error) (bool, error) {
-	took, err := s.add(ctx, lk, seg, -n)
-	if err == nil && took && fn != nil {
-		err = s.c.run(ctx, lk, func(ctx context.Context) error { return fn(ctx, seg) })
-		if err != nil {
-			// Put the units back: adding never oversells, so it needs no lock.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
-			if perr := s.c.rdb.IncrBy(rctx, s.countKey(seg), n).Err(); perr != nil {
-				err = errors.Join(err, unavailable(perr))
-			}
-			cancel()
-		}
-		return err == nil, err
+	unlock := func() error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
+		defer cancel()
+		return lk.Unlock(rctx)
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
-	defer cancel()
-	return took && err == nil, errors.Join(err, lk.Unlock(rctx))
+	took, err := s.add(ctx, lk, seg, -n)
+	if err != nil || !took {
+		var ma *maybeAppliedError
+		return errors.As(err, &ma), errors.Join(err, unlock())
+	}
+	if fn == nil {
+		return true, unlock()
+	}
+	// fn runs with a context cancelled if the lock is lost. Only its own
+	// error puts the units back; the release's error does not (fn has
+	// committed by then).
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-lk.Done():
+			cancel(lk.Err())
+		case <-stop:
+		}
+	}()
+	ferr := fn(fctx, seg)
+	close(stop)
+	cancel(nil)
+	if ferr == nil {
+		return true, unlock()
+	}
+	// Put the units back: adding never oversells, so it needs no lock.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
+	perr := s.c.rdb.IncrBy(rctx, s.countKey(seg), n).Err()
+	rcancel()
+	switch {
+	case perr == nil:
+	case ambiguous(perr):
+		ferr = errors.Join(ferr, &maybeAppliedError{op: "putting back", key: s.countKey(seg), n: n, cause: perr})
+	default:
+		ferr = errors.Join(ferr, fmt.Errorf("dlock: putting %d units back into %q failed (they stay taken): %w", n, s.countKey(seg), unavailable(perr)))
+	}
+	return false, errors.Join(ferr, unlock())
 }
 
 // add adds d to segment seg if lk (its lock) still holds it and the count
@@ -253,6 +291,9 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 	res, err := Call{counterAddScript, []string{lk.Key(), s.countKey(seg)}, []any{lk.Token(), d}}.
 		Run(ctx, s.c.rdb).Int64Slice()
 	switch {
+	case ambiguous(err):
+		// The script may have run: the units may have been taken.
+		return false, &maybeAppliedError{op: "taking", key: s.countKey(seg), n: -d, cause: err}
 	case err != nil:
 		return false, unavailable(err)
 	case len(res) != 2:
