@@ -209,6 +209,10 @@ func TestErrorMessagesNameTheValue(t *testing.T) {
 		!strings.Contains(err.Error(), "1ms is outside 3.0") {
 		t.Errorf("WithTTL(1ms): %v; want ErrInvalidTTL naming 1ms and the shortest TTL that works", err)
 	}
+	_, err = c.TryLock(ctx, strings.Repeat("k", 70_000))
+	if !errors.Is(err, dlock.ErrKeyTooLong) || !strings.Contains(err.Error(), "70000 bytes") {
+		t.Errorf("70,000-byte key: %v; want ErrKeyTooLong naming the length", err)
+	}
 	_, err = c.TryLock(ctx, key(t), dlock.Semaphore(0))
 	if !errors.Is(err, dlock.ErrInvalidLimit) || !strings.Contains(err.Error(), "Semaphore(0)") {
 		t.Errorf("Semaphore(0): %v", err)

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"time"
@@ -45,7 +46,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	}
 	_, ring := rdb.(*redis.Ring)
 	if ring && o.MinReplicas > 0 {
-		return nil, ErrInvalidOpts // a Ring has no replicas to wait for
+		return nil, fmt.Errorf("%w: MinReplicas %d on a Ring, which has no replicas to wait for", ErrInvalidOpts, o.MinReplicas)
 	}
 	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
 	if ring {

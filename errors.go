@@ -265,3 +265,6 @@ func (e *CloseError) Error() string {
 func (e *CloseError) Is(target error) bool { return target == ErrUnavailable }
 
 func (e *CloseError) Unwrap() error { return e.Err }
+
+// keyTooLong is ErrKeyTooLong naming the length given.
+func keyTooLong(n int) error { return fmt.Errorf("%w: %d bytes", ErrKeyTooLong, n) }

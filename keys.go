@@ -316,7 +316,7 @@ func validKey(prefix, key string) error {
 	case key == "":
 		return ErrEmptyKey
 	case len(key) > MaxKeyLength:
-		return ErrKeyTooLong
+		return keyTooLong(len(key))
 	}
 	if prefix == "" {
 		return nil

@@ -147,12 +147,13 @@ func (e *SameServerError) Unwrap() error        { return ErrSameServer }
 
 // CheckServers asks every node whose identity is not known yet for it
 // (INFO server: run_id) and returns a *SameServerError if two nodes are one
-// server. Nodes that do not answer are asked again at the next call.
-// Acquire calls it before each attempt until every node has answered, so a
-// Protocol never takes a lock on one server counted twice; call it after
-// New to refuse such a configuration at start-up. Only *redis.Client nodes
-// (plain and Sentinel failover clients) are checked: a Cluster node answers
-// from any of its masters. Each node has at most 2s (or ctx) to answer.
+// server; call it after New to refuse such a configuration at start-up.
+// Nodes that do not answer are asked again at the next call. Acquire needs
+// no call: it asks a node not heard from for its identity in the same round
+// trip as the node's SET, and keeps no grant once two nodes that answered
+// are one server (the error is then final). Only *redis.Client nodes (plain
+// and Sentinel failover clients) are checked: a Cluster node answers from
+// any of its masters. Each node has at most 2s (or ctx) to answer.
 func (p *Protocol) CheckServers(ctx context.Context) error {
 	return p.checkServers(ctx, 2*time.Second)
 }
@@ -178,25 +179,30 @@ func (p *Protocol) checkServers(ctx context.Context, timeout time.Duration) erro
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			info, err := c.Info(ctx, "server").Result()
-			if err != nil {
-				return
-			}
-			for l := range strings.SplitSeq(info, "\n") {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(l), "run_id:"); ok && v != "" {
-					ids[i] = v
-				}
+			if info, err := c.Info(ctx, "server").Result(); err == nil {
+				ids[i] = runIDOf(info)
 			}
 		}()
 	}
 	wg.Wait()
 
 	p.idMu.Lock()
-	defer p.idMu.Unlock()
 	for i, id := range ids {
 		if p.runIDs[i] == "" {
 			p.runIDs[i] = id
 		}
+	}
+	p.idMu.Unlock()
+	return p.sameServer()
+}
+
+// sameServer returns the *SameServerError found so far, checking the
+// identities known now.
+func (p *Protocol) sameServer() error {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	if p.idErr != nil {
+		return p.idErr
 	}
 	for i := range p.runIDs {
 		for j := i + 1; j < len(p.runIDs); j++ {
@@ -207,6 +213,62 @@ func (p *Protocol) checkServers(ctx context.Context, timeout time.Duration) erro
 		}
 	}
 	return nil
+}
+
+// unknownID returns the index of node n if it is a *redis.Client whose
+// identity is not known yet, else -1.
+func (p *Protocol) unknownID(n redis.UniversalClient) int {
+	if _, ok := n.(*redis.Client); !ok {
+		return -1
+	}
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	for i, m := range p.nodes {
+		if m == n && p.runIDs[i] == "" {
+			return i
+		}
+	}
+	return -1
+}
+
+func (p *Protocol) recordID(i int, id string) {
+	if id == "" {
+		return
+	}
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	p.runIDs[i] = id
+}
+
+// runIDOf returns the run_id line of an INFO server reply ("" if none).
+func runIDOf(info string) string {
+	for l := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "run_id:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// acquireWithID is acquireOn with INFO server pipelined in front: the
+// node's run_id comes with its reply, at no extra round trip.
+func acquireWithID(ctx context.Context, n *redis.Client, k dlock.Keys, value string, ttl time.Duration) (reply, string) {
+	var info *redis.StringCmd
+	var cmd *redis.Cmd
+	keys, args := []string{k.Lock, k.Fence}, []any{value, ttl.Milliseconds()}
+	_, _ = n.Pipelined(ctx, func(p redis.Pipeliner) error {
+		info = p.Info(ctx, "server")
+		cmd = acquireScript.EvalSha(ctx, p, keys, args...)
+		return nil
+	})
+	id := ""
+	if info.Err() == nil {
+		id = runIDOf(info.Val())
+	}
+	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		cmd = acquireScript.Eval(ctx, n, keys, args...) // loads it too
+	}
+	return parseAcquire(cmd), id
 }
 
 func addrOf(n redis.UniversalClient) string {
@@ -454,15 +516,12 @@ const (
 // non-string that no majority is possible.
 func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock.Keys, _ string, ttl time.Duration) (dlock.Grant, error) {
 	start := time.Now()
-	// Until every node has told its identity: ask the others, within the
-	// node timeout (a node that does not answer then is likely not to
-	// answer the SET either).
-	if err := p.checkServers(ctx, p.nodeTimeout(ttl)); err != nil {
+	nt := p.nodeTimeout(ttl)
+	if err := p.sameServer(); err != nil {
 		return dlock.Grant{}, err
 	}
 	value := newValue()
 	g := dlock.Grant{Value: value}
-	nt := p.nodeTimeout(ttl)
 	var state atomic.Int32
 	late := func(i int, r reply) {
 		// Acquire gave up while this request was in flight: whatever it
@@ -473,6 +532,13 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 		}
 	}
 	rs := p.fanout(ctx, nil, nt, nt, func(ctx context.Context, n redis.UniversalClient) reply {
+		// A node whose identity is not known yet is asked for it in the
+		// same round trip, so every node counted below has told it.
+		if i := p.unknownID(n); i >= 0 {
+			r, id := acquireWithID(ctx, n.(*redis.Client), k, value, ttl)
+			p.recordID(i, id)
+			return r
+		}
 		return acquireOn(ctx, n, k, value, ttl)
 	}, func(rs []reply) bool {
 		// Done once granted, or once refused by a majority. A node that
@@ -492,7 +558,7 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 
 	var taken []int
 	var fence uint64
-	var err error
+	err := p.sameServer() // two of the nodes that answered are one server: keep nothing
 	for i, r := range rs {
 		if !r.ok() {
 			continue
@@ -505,7 +571,7 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 		taken = append(taken, i)
 		fence = max(fence, c)
 	}
-	if len(taken) >= p.quorum {
+	if err == nil && len(taken) >= p.quorum {
 		fence++
 		if err = p.writeFence(ctx, k, value, fence, taken, ttl, nt); err == nil {
 			if elapsed := time.Since(start); elapsed < ttl-p.drift(ttl) {
@@ -555,8 +621,13 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 
 // acquireOn runs acquire.lua on one node.
 func acquireOn(ctx context.Context, n redis.UniversalClient, k dlock.Keys, value string, ttl time.Duration) reply {
-	res, err := dlock.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence},
-		Args: []any{value, ttl.Milliseconds()}}.Run(ctx, n).Slice()
+	return parseAcquire(dlock.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence},
+		Args: []any{value, ttl.Milliseconds()}}.Run(ctx, n))
+}
+
+// parseAcquire reads the reply of acquire.lua.
+func parseAcquire(cmd *redis.Cmd) reply {
+	res, err := cmd.Slice()
 	if err != nil {
 		return reply{err: err}
 	}

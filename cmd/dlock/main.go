@@ -60,6 +60,10 @@ Global flags (also accepted after the command name):
                   go-redis options go in the query: ?dial_timeout=3s&read_timeout=2s...
                   Passwords are never printed.
   --prefix P      prefix of dlock's auxiliary keys (fence counters). Default: dlock.
+  --tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME
+                  for rediss:// URLs: a CA to verify the server with, a client
+                  certificate and key, the name in the server's certificate (or
+                  in the URL: ?tls_ca=FILE&tls_cert=FILE&tls_key=FILE&tls_server_name=N)
 
 Exit codes of dlock run:
   the command's own status   the command ran and exited
