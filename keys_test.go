@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock"
 )
@@ -125,5 +126,106 @@ func TestListGlobPrefix(t *testing.T) {
 			t.Errorf("prefix %q: List does not show the held lock %q", p, k)
 		}
 		_ = lk.Unlock(ctx)
+	}
+}
+
+// Every key dlock creates, for every kind of lock, with waiters queued and
+// one given up (its tombstone), is either a lock key or decodes with
+// AuxKeyOf to its lock: the one table of suffixes misses no name.
+func TestEveryKeyDecodes(t *testing.T) {
+	ctx := context.Background()
+	const prefix = "evk"
+	c, rdb := newClient(t, dlock.Options{Prefix: prefix})
+	locks := map[string]bool{}
+	lk := func(k string, opts ...dlock.LockOption) {
+		t.Helper()
+		locks[k] = true
+		l, err := c.TryLock(ctx, k, opts...)
+		if err != nil {
+			t.Fatalf("TryLock(%q): %v", k, err)
+		}
+		t.Cleanup(func() { _ = l.Unlock(context.Background()) })
+	}
+	// queue puts a waiter on k (with opts) and waits until it is queued;
+	// if giveUp, the waiter then gives up, leaving its tombstone.
+	queue := func(k string, giveUp bool, opts ...dlock.LockOption) {
+		t.Helper()
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if l, err := c.Lock(wctx, k, opts...); err == nil {
+				_ = l.Unlock(context.Background())
+			}
+		}()
+		for deadline := time.Now().Add(30 * time.Second); rdb.LLen(ctx, c.KeysFor(k).Queue).Val() == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no waiter queued on %q", k)
+			}
+		}
+		if giveUp {
+			cancel()
+			<-done
+			return
+		}
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	ex, sh, re, sem, odd, tagged := "evkL:ex", "evkL:sh", "evkL:re", "evkL:sem", "evkL:a}b{", "evkL:{t}x"
+	lk(ex)
+	queue(ex, false)
+	queue(ex, true)
+	lk(sh, dlock.Shared())
+	queue(sh, false)
+	lk(re, dlock.Reentrant("job-1"))
+	if err := c.SetLimit(ctx, sem, 1); err != nil {
+		t.Fatal(err)
+	}
+	lk(sem, dlock.Semaphore(2))
+	queue(sem, false, dlock.Semaphore(2))
+	lk(odd)
+	lk(tagged)
+	stock, err := c.Counter("evkL:stock", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stock.Set(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	locks["evkL:stock:0"], locks["evkL:stock:1"] = true, true
+	if err := dlock.FencedSet(ctx, rdb, "evkL:res", 1, "me", "v"); err != nil {
+		t.Fatal(err)
+	}
+	locks["evkL:res"] = true
+	t.Cleanup(func() {
+		rdb.Del(context.Background(), "evkL:res", dlock.GuardKey("evkL:res"), c.KeysFor("evkL:stock:0").Fence)
+	})
+
+	var names []string
+	for _, pattern := range []string{prefix + "*", dlock.GuardKey("evkL:res")} {
+		iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			names = append(names, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kinds := map[dlock.AuxKind]int{}
+	for _, name := range names {
+		if locks[name] {
+			continue
+		}
+		k, kind, ok := c.AuxKeyOf(name)
+		if !ok || !locks[k] {
+			t.Errorf("key %q (type %s) is neither a lock key nor decodes to one: %q, %q, %v", name, rdb.Type(ctx, name).Val(), k, kind, ok)
+			continue
+		}
+		kinds[kind]++
+	}
+	for _, kind := range []dlock.AuxKind{dlock.AuxFence, dlock.AuxQueue, dlock.AuxWaiter, dlock.AuxReaders,
+		dlock.AuxHolds, dlock.AuxPermits, dlock.AuxLimit, dlock.AuxCount, dlock.AuxGuard} {
+		if kinds[kind] == 0 {
+			t.Errorf("no %s key seen (kinds seen: %v)", kind, kinds)
+		}
 	}
 }
