@@ -339,3 +339,30 @@ func TestReplicaAckGiveBackFailureCleansUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An acquire whose reply was lost, whose first withdrawal failed too (Redis
+// unreachable for a moment), is withdrawn by a retry: nothing is left held
+// by nobody for the TTL.
+func TestFailedWithdrawIsRetried(t *testing.T) {
+	a, inj := faultyClient(t, dlock.Options{})
+	b, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	inj.Add(faultcmd.Rule{Name: "lost grant", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "acquire", Key: k}})
+	inj.Add(faultcmd.Rule{Name: "withdrawal fails", Action: faultcmd.FailBefore, Times: 2,
+		Match: faultcmd.Match{Script: "release", Key: k}, Err: errors.New("dial tcp: connection refused")})
+	if _, err := a.TryLock(t.Context(), k, dlock.WithTTL(time.Minute)); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryLock = %v, want ErrUnavailable (lost reply)", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lk, err := b.TryLock(t.Context(), k)
+		if err == nil {
+			_ = lk.Unlock(t.Context())
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key is still held by nobody: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

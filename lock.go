@@ -114,7 +114,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		p, v := proto, token
 		return func(ctx context.Context) error {
 			probe.Point(probe.BeforeWithdraw, keys.Lock)
-			return withdraw(ctx, c.rdb, p, keys, v)
+			return c.withdrawRetry(ctx, p, keys, v)
 		}
 	}
 	// giveUp withdraws v (written by p) in the background and makes sure
@@ -122,7 +122,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 	giveUp := func(p Protocol, v string) {
 		c.background(func(ctx context.Context) error {
 			probe.Point(probe.BeforeWithdraw, keys.Lock)
-			return withdraw(ctx, c.rdb, p, keys, v)
+			return c.withdrawRetry(ctx, p, keys, v)
 		})
 		old := token
 		token = newToken()
@@ -217,6 +217,35 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		return nil, err
 	}
 	return &Lock{l}, nil
+}
+
+// withdrawRetry withdraws v (see withdraw) until Redis answers or ctx
+// ends (the background clean-up's ReleaseTimeout), backing off from 10ms
+// to 500ms: a withdrawal that fails (Redis unreachable for a moment, a
+// failover) would leave what the abandoned attempt took held by nobody
+// for its TTL. Retrying is safe: the withdrawal is token-checked and the
+// token is never used again. A closing Client stops retrying (Close
+// waits for background work).
+func (c *Client) withdrawRetry(ctx context.Context, p Protocol, keys Keys, v string) error {
+	back := 10 * time.Millisecond
+	for {
+		err := withdraw(ctx, c.rdb, p, keys, v)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		c.opts.Logger.Debug("dlock: withdrawal failed; retrying", "key", keys.Lock, "err", err)
+		t := time.NewTimer(back)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-c.closing:
+			t.Stop()
+			return err
+		}
+		back = min(2*back, 500*time.Millisecond)
+	}
 }
 
 // Key returns the locked key.
