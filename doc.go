@@ -100,7 +100,10 @@
 //	                  Client's hand-off channel, then "{r" for a reader or
 //	                  "{<n>" for a semaphore waiter of n permits; a "!" in
 //	                  front while a hand-off to it awaits its confirmation;
-//	                  deleted when the waiter is granted
+//	                  deleted when the waiter is granted; "~" for 10 s
+//	                  after the waiter left for good (a tombstone: every
+//	                  acquire refuses that token, so a late one lands on
+//	                  nothing)
 //	P:{K}:wake        pub/sub channel: "released" when K is freed with
 //	                  nobody queued (for Barging waiters)
 //	P:{K}:readers     sorted set: the readers of a read-locked K, each

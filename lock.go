@@ -300,12 +300,15 @@ func (k *Lock) Fence() uint64 { return k.l.fence }
 // the drift allowance. After it the holder must assume the lock is gone.
 func (k *Lock) Deadline() time.Time { return k.l.Deadline() }
 
-// Done returns a channel closed when the lock is released or lost.
+// Done returns a channel closed when the lock is released or lost. A loss
+// by expiry closes it from a timer at the Deadline, which a CPU-starved
+// process may run late; Err and Deadline are exact.
 func (k *Lock) Done() <-chan struct{} { return k.l.done }
 
 // Err returns nil while the lock is held; after Unlock, ErrReleased; after a
 // loss, an error matching ErrLost and its cause (ErrExpired, ErrTaken or
-// ErrUnreachable).
+// ErrUnreachable). Past the Deadline it reports the loss at once, even if
+// the deadline timer has not run yet.
 func (k *Lock) Err() error { return k.l.Err() }
 
 // Extend resets the lock's TTL to ttl now (token-checked, by the lock's
@@ -318,8 +321,11 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Unlock releases the lock if the key still holds its token, and wakes a
 // waiter. It is idempotent: after a success it returns nil again. After a
-// Redis error it can be retried. If the lock was lost, it returns the loss
-// error (matching ErrLost) and deletes nothing that is not its own.
+// Redis error it can be retried; if the first release may have run (its
+// reply was lost), the retry returns nil whatever it finds (the key gone,
+// or handed to a waiter): a release is never reported as a loss. If the
+// lock was lost, it returns the loss error (matching ErrLost) and deletes
+// nothing that is not its own.
 func (k *Lock) Unlock(ctx context.Context) error { return k.l.release(ctx) }
 
 // Do runs fn while holding key. fn's context is cancelled when the lock is
