@@ -131,10 +131,10 @@ func (n *notifier) ownSubscribed() bool {
 func (n *notifier) retoken(old, new string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w := n.grants[old]; w != nil {
-		delete(n.grants, old)
+	if w := n.grants[handoffID(old)]; w != nil {
+		delete(n.grants, handoffID(old))
 		w.channel = new
-		n.grants[new] = w
+		n.grants[handoffID(new)] = w
 	}
 }
 

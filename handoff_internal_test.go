@@ -1,0 +1,31 @@
+package dlock
+
+import "testing"
+
+// A queued waiter whose token was replaced (the engine gives up a token
+// after an ambiguous acquire and retries with a fresh one) is woken by a
+// hand-off to its new token, which releases publish as handoffID; the old
+// token no longer wakes it.
+func TestRetokenedWaiterWokenByHandoffID(t *testing.T) {
+	n := &notifier{grants: map[string]*waiter{}}
+	old, tok := newToken(), newToken()
+	w := &waiter{channel: old, wake: make(chan struct{}, 1)}
+	n.grants[handoffID(old)] = w
+	n.retoken(old, tok)
+	n.handedOff(handoffID(old))
+	select {
+	case <-w.wake:
+		t.Fatal("a hand-off to the given-up token woke the waiter")
+	default:
+	}
+	n.handedOff(handoffID(tok))
+	select {
+	case <-w.wake:
+	default:
+		t.Fatal("the hand-off to the waiter's new token did not wake it")
+	}
+	n.dropQueueWaiter(w)
+	if len(n.grants) != 0 {
+		t.Fatalf("grants left after the waiter left: %v", n.grants)
+	}
+}
