@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -57,8 +58,22 @@ func TestManyHeldLocks(t *testing.T) {
 		t.Logf("CPU hog: %d busy goroutines", runtime.NumCPU())
 	}
 	var behind atomic.Int64
+	var lostExpired, lostUnreachable, lostOther atomic.Int64
+	var firstLoss atomic.Int64
+	begin := time.Now()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{
+		Lost: func(i dlock.LostInfo) {
+			firstLoss.CompareAndSwap(0, int64(time.Since(begin)))
+			switch {
+			case errors.Is(i.Cause, dlock.ErrUnreachable):
+				lostUnreachable.Add(1)
+			case errors.Is(i.Cause, dlock.ErrExpired):
+				lostExpired.Add(1)
+			default:
+				lostOther.Add(1)
+			}
+		},
 		Behind: func(i dlock.BehindInfo) {
 			if behind.Add(1) <= 5 {
 				t.Logf("behind: %+v", i)
@@ -162,7 +177,8 @@ func TestManyHeldLocks(t *testing.T) {
 		renewals, float64(n)/(ttl/3).Seconds(), capacity, capacity/(float64(n)/(ttl/3).Seconds()))
 	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores",
 		(cpu1-cpu0).Seconds()/el.Seconds(), (rcpu1-rcpu0).Seconds()/el.Seconds())
-	t.Logf("lost: %d; renewal failures: %d; behind warnings: %d", lost, s1.RenewalFailures, s1.Behind)
+	t.Logf("lost: %d (expired %d, unreachable %d, other %d; first %s after the start); renewal failures: %d; behind warnings: %d",
+		lost, lostExpired.Load(), lostUnreachable.Load(), lostOther.Load(), time.Duration(firstLoss.Load()).Round(time.Millisecond), s1.RenewalFailures, s1.Behind)
 	t.Logf("Close: %s, err %v; lock keys left in Redis: %d", closeTime.Round(time.Millisecond), closeErr, left)
 	if lost > 0 {
 		t.Errorf("%d locks lost", lost)
@@ -262,4 +278,52 @@ func procCPU(pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// TestManyWaiters measures queued waiters: heap and goroutines per Lock
+// call waiting in a queue (beyond the caller's own goroutine and the
+// connection pool). DLOCK_WAITERS sets how many (default 500), each on
+// its own key held by another Client.
+func TestManyWaiters(t *testing.T) {
+	n := envInt(t, "DLOCK_WAITERS", 500)
+	if testing.Short() {
+		t.Skip("many waiters")
+	}
+	holder, _ := newClient(t, dlock.Options{})
+	c, _ := newClient(t, dlock.Options{})
+	prefix := key(t)
+	for i := range n {
+		if _, err := holder.TryLock(t.Context(), fmt.Sprintf("%s:%d", prefix, i), dlock.WithTTL(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Warm the pub/sub connection and the pool with one waiter that ends.
+	wctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	_, _ = c.Lock(wctx, prefix+":0")
+	cancel()
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	g0 := runtime.NumGoroutine()
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.Lock(ctx, fmt.Sprintf("%s:%d", prefix, i))
+		}()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for c.Stats().Waiting < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // every waiter queued and asleep
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+	g1 := runtime.NumGoroutine()
+	stop()
+	wg.Wait()
+	t.Logf("%d queued waiters: heap %.0f B per waiter; goroutines per waiter beyond the caller's: %.3f",
+		n, float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/float64(n), float64(g1-g0-n)/float64(n))
 }

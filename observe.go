@@ -29,7 +29,7 @@ type Hooks struct {
 // BehindInfo describes a watchdog falling behind.
 type BehindInfo struct {
 	Held    int           // locks registered with the watchdog
-	Waiting int           // renewals due and not sent yet
+	Waiting int           // renewals sent late in the round that warned (0: every pipeline was busy)
 	Lag     time.Duration // how late the latest renewal was sent, or waits
 }
 

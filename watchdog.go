@@ -285,7 +285,7 @@ func (wd *watchdog) behindLocked(now, lag int64, due []*lease) {
 		return
 	}
 	wd.lastWarn = now
-	info := BehindInfo{Held: wd.held, Waiting: wd.renewQ.len() + len(due), Lag: time.Duration(lag)}
+	info := BehindInfo{Held: wd.held, Waiting: len(due), Lag: time.Duration(lag)}
 	wd.c.stats.behind.Add(1)
 	go func() { // not under wd.mu: the hook and the logger may be slow
 		wd.c.opts.Logger.Warn("dlock: renewals are falling behind: locks may be lost; hold fewer locks per Client, raise their TTL or give Redis and this process more CPU",
@@ -345,9 +345,16 @@ func (wd *watchdog) requeue(l *lease) {
 	l.mu.Lock()
 	held := l.state == stateHeld
 	rAt, every, failing := wd.at(l.nextRenew), int64(wd.c.opts.renewEvery(l.ttl)), l.renewErr != nil
+	dAt := wd.at(l.deadline)
 	wd.mu.Lock()
 	e := &l.wd
 	top := false
+	if e.di >= 0 && dAt > e.dAt {
+		// A renewal moved the deadline: move its entry here, in the batch
+		// goroutine, rather than have the loop find it stale.
+		e.dAt = dAt
+		wd.deadQ.fix(int(e.di))
+	}
 	if held && e.reg && e.ri < 0 {
 		e.rAt, e.every, e.failing = rAt, every, failing
 		top = wd.renewQ.push(l)
