@@ -13,6 +13,14 @@
 // (so the per-node timeout also cuts the socket wait) and few or no
 // retries (the Protocol's own retry uses a fresh value).
 //
+// The nodes must be distinct servers: a server given twice (127.0.0.1 and
+// localhost, a DNS alias) would count twice towards a majority. New refuses
+// two clients with one address; servers are also compared by identity (INFO
+// server run_id), which each node reports with its first SET, and an
+// Acquire fails with a *SameServerError (ErrSameServer) once two nodes that
+// answered are one server. Call CheckServers after New to find out at
+// start-up, as `dlock run --redlock` does.
+//
 // # Algorithm
 //
 // Acquire sends SET key value NX PX ttl (a script that also reads the
