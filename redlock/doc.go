@@ -16,10 +16,10 @@
 // The nodes must be distinct servers: a server given twice (127.0.0.1 and
 // localhost, a DNS alias) would count twice towards a majority. New refuses
 // two clients with one address; servers are also compared by identity (INFO
-// server run_id), which each node reports with its first SET, and an
-// Acquire fails with a *SameServerError (ErrSameServer) once two nodes that
-// answered are one server. Call CheckServers after New to find out at
-// start-up, as `dlock run --redlock` does.
+// server run_id), asked in the background from the first Acquire on, and
+// every Acquire fails with a *SameServerError (ErrSameServer) once two nodes
+// are known to be one server. Call CheckServers after New to refuse such a
+// configuration before any lock, as `dlock run --redlock` does.
 //
 // # Algorithm
 //

@@ -118,9 +118,11 @@ type Protocol struct {
 	quorum int
 	opts   Options
 
-	idMu   sync.Mutex
-	runIDs []string // each node's INFO server run_id, once it answered
-	idErr  error    // a *SameServerError, once found: every Acquire fails with it
+	idMu    sync.Mutex
+	runIDs  []string  // each node's INFO server run_id, once it answered
+	idErr   error     // a *SameServerError, once found: every Acquire fails with it
+	probing bool      // a background identity probe is running
+	probed  time.Time // when the last one started
 }
 
 // ErrSameServer: two nodes are one Redis server (the same run_id in INFO
@@ -148,10 +150,11 @@ func (e *SameServerError) Unwrap() error        { return ErrSameServer }
 // CheckServers asks every node whose identity is not known yet for it
 // (INFO server: run_id) and returns a *SameServerError if two nodes are one
 // server; call it after New to refuse such a configuration at start-up.
-// Nodes that do not answer are asked again at the next call. Acquire needs
-// no call: it asks a node not heard from for its identity in the same round
-// trip as the node's SET, and keeps no grant once two nodes that answered
-// are one server (the error is then final). Only *redis.Client nodes (plain
+// Nodes that do not answer are asked again at the next call. Acquire also
+// asks the nodes not heard from, in the background (it never waits for
+// the answer), and fails once two nodes are known to be one server (the
+// error is then final); a lock granted before the answers came was taken
+// on whatever majority answered. Only *redis.Client nodes (plain
 // and Sentinel failover clients) are checked: a Cluster node answers from
 // any of its masters. Each node has at most 2s (or ctx) to answer.
 func (p *Protocol) CheckServers(ctx context.Context) error {
@@ -215,31 +218,6 @@ func (p *Protocol) sameServer() error {
 	return nil
 }
 
-// unknownID returns the index of node n if it is a *redis.Client whose
-// identity is not known yet, else -1.
-func (p *Protocol) unknownID(n redis.UniversalClient) int {
-	if _, ok := n.(*redis.Client); !ok {
-		return -1
-	}
-	p.idMu.Lock()
-	defer p.idMu.Unlock()
-	for i, m := range p.nodes {
-		if m == n && p.runIDs[i] == "" {
-			return i
-		}
-	}
-	return -1
-}
-
-func (p *Protocol) recordID(i int, id string) {
-	if id == "" {
-		return
-	}
-	p.idMu.Lock()
-	defer p.idMu.Unlock()
-	p.runIDs[i] = id
-}
-
 // runIDOf returns the run_id line of an INFO server reply ("" if none).
 func runIDOf(info string) string {
 	for l := range strings.SplitSeq(info, "\n") {
@@ -250,25 +228,22 @@ func runIDOf(info string) string {
 	return ""
 }
 
-// acquireWithID is acquireOn with INFO server pipelined in front: the
-// node's run_id comes with its reply, at no extra round trip.
-func acquireWithID(ctx context.Context, n *redis.Client, k dlock.Keys, value string, ttl time.Duration) (reply, string) {
-	var info *redis.StringCmd
-	var cmd *redis.Cmd
-	keys, args := []string{k.Lock, k.Fence}, []any{value, ttl.Milliseconds()}
-	_, _ = n.Pipelined(ctx, func(p redis.Pipeliner) error {
-		info = p.Info(ctx, "server")
-		cmd = acquireScript.EvalSha(ctx, p, keys, args...)
-		return nil
-	})
-	id := ""
-	if info.Err() == nil {
-		id = runIDOf(info.Val())
+// probeIDs asks the nodes whose identity is not known for it in the
+// background (one probe at a time, at most once a second), so that Acquire
+// never waits for it: a duplicate found fails every later Acquire.
+func (p *Protocol) probeIDs() {
+	p.idMu.Lock()
+	defer p.idMu.Unlock()
+	if p.idErr != nil || p.probing || !slices.Contains(p.runIDs, "") || time.Since(p.probed) < time.Second {
+		return
 	}
-	if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd = acquireScript.Eval(ctx, n, keys, args...) // loads it too
-	}
-	return parseAcquire(cmd), id
+	p.probing, p.probed = true, time.Now()
+	go func() {
+		_ = p.checkServers(context.Background(), 2*time.Second)
+		p.idMu.Lock()
+		p.probing = false
+		p.idMu.Unlock()
+	}()
 }
 
 func addrOf(n redis.UniversalClient) string {
@@ -520,6 +495,7 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 	if err := p.sameServer(); err != nil {
 		return dlock.Grant{}, err
 	}
+	p.probeIDs()
 	value := newValue()
 	g := dlock.Grant{Value: value}
 	var state atomic.Int32
@@ -532,13 +508,6 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 		}
 	}
 	rs := p.fanout(ctx, nil, nt, nt, func(ctx context.Context, n redis.UniversalClient) reply {
-		// A node whose identity is not known yet is asked for it in the
-		// same round trip, so every node counted below has told it.
-		if i := p.unknownID(n); i >= 0 {
-			r, id := acquireWithID(ctx, n.(*redis.Client), k, value, ttl)
-			p.recordID(i, id)
-			return r
-		}
 		return acquireOn(ctx, n, k, value, ttl)
 	}, func(rs []reply) bool {
 		// Done once granted, or once refused by a majority. A node that
@@ -558,7 +527,7 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 
 	var taken []int
 	var fence uint64
-	err := p.sameServer() // two of the nodes that answered are one server: keep nothing
+	err := p.sameServer() // two nodes are known to be one server: keep nothing
 	for i, r := range rs {
 		if !r.ok() {
 			continue
