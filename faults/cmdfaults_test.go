@@ -139,8 +139,7 @@ func cmdScenarios() []scenario {
 	note := fmt.Sprintf("random per command: drop reply %.0f%%, fail before %.0f%%, delay ≤%v %.0f%%",
 		s.drop*100, s.fail*100, s.maxDelay, s.delay*100)
 	row := func(name string, parts ...string) scenario {
-		return scenario{topo: "single", name: "cmd faults: " + name, rounds: 1, run: cmdMix(d, s, parts...), note: note,
-			pending: pendingCmdClass}
+		return scenario{topo: "single", name: "cmd faults: " + name, rounds: 1, run: cmdMix(d, s, parts...), note: note}
 	}
 	return []scenario{
 		row("exclusive+reentrant", "x"),
@@ -149,9 +148,9 @@ func cmdScenarios() []scenario {
 		row("multi-key", "multi"),
 		row("legacy", "legacy"),
 		row("Counter", "counter"),
-		{topo: "redlock", name: "cmd faults: redlock", rounds: 1, run: cmdRedlock(d, s), note: note, pending: pendingCmdClass},
+		{topo: "redlock", name: "cmd faults: redlock", rounds: 1, run: cmdRedlock(d, s), note: note},
 		{topo: "single", name: "cmd+server faults, hog: all", rounds: 1, run: cmdServerMix(2*time.Second, s),
-			load: Load{Procs: 1, Goroutines: 2, Duty: 0.7, Pauses: true}, params: underLoad, pending: pendingCmdClass,
+			load: Load{Procs: 1, Goroutines: 2, Duty: 0.7, Pauses: true}, params: underLoad,
 			note: note + "; proxy resets, DEBUG SLEEP; CPU hog and scheduler pauses"},
 	}
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,9 +18,11 @@ import (
 
 // Probes of fixes a scenario depends on. Each runs against the resource's
 // server (never faulted) on keys of its own, and returns "" when the fix is
-// in this build, else what is missing. They let a scenario that finds a
-// defect land before the defect's fix: until then the row shows the
-// violations as pending (DLOCK_FAULTS_STRICT=1 fails on them anyway).
+// in this build, else what is missing. A scenario whose scenario.pending is
+// a probe can land before the fix of the defect it finds: until then its
+// row shows the violations as pending (DLOCK_FAULTS_STRICT=1 fails on them
+// anyway). Once the fixes are in, the scenarios are judged as usual and
+// TestFixesPresent keeps every probe as a small regression check.
 
 func probeClient(t *testing.T) (*dlock.Client, *redis.Client, func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: resSrv.Addr(), ContextTimeoutEnabled: true})
@@ -203,24 +203,23 @@ func pendingUnlockMisreport(t *testing.T) string {
 	return ""
 }
 
-// pendingCmdClass: every probe of a defect the random command-fault
-// schedule can run into.
-var pendingCmdClass = pendingAll(pendingWithdrawRetry, pendingLegacyLostSetnx, pendingCounterRestock, pendingUnlockMisreport)
-
-// TestPendingProbes prints what each probe finds in this build.
-func TestPendingProbes(t *testing.T) {
-	for name, p := range map[string]func(*testing.T) string{
-		"reserved names": pendingReservedNames, "reentrant identity": pendingReentrantIdentity,
-		"legacy lost SETNX": pendingLegacyLostSetnx, "counter restock": pendingCounterRestock,
-		"unlock misreport": pendingUnlockMisreport, "withdraw retry": pendingWithdrawRetry,
-		"pause points": pendingPausePoints, "queue TTL": pendingQueueTTL,
-		"late confirm": pendingLateConfirm,
+// TestFixesPresent runs every probe: each is a small deterministic
+// reproduction, at the suite's level, of a defect its scenario was written
+// to catch; none may find its defect in this build.
+func TestFixesPresent(t *testing.T) {
+	for _, p := range []struct {
+		name  string
+		probe func(*testing.T) string
+	}{
+		{"reserved names", pendingReservedNames}, {"reentrant identity", pendingReentrantIdentity},
+		{"legacy lost SETNX", pendingLegacyLostSetnx}, {"counter restock", pendingCounterRestock},
+		{"unlock misreport", pendingUnlockMisreport}, {"withdraw retry", pendingWithdrawRetry},
+		{"pause points", pendingPausePoints}, {"queue TTL", pendingQueueTTL},
+		{"late confirm", pendingLateConfirm}, {"fences from the clock", pendingFenceClock},
 	} {
-		why := p(t)
-		if why == "" {
-			why = "fixed"
+		if why := p.probe(t); why != "" {
+			t.Errorf("%s: %s", p.name, why)
 		}
-		t.Logf("%-20s %s", name, why)
 	}
 }
 
@@ -318,41 +317,32 @@ func pendingQueueTTL(t *testing.T) string {
 	return ""
 }
 
-// fencesFromClock reports whether this build draws every fence as
-// max(counter + 1, the server's TIME in µs) (issue 12, defect 8): then a
-// promoted replica or a rolled-back AOF with a stale counter still hands
-// out increasing fences, and the failover and power-loss canaries must no
-// longer show repeated fences (S2). Probed once: a counter set to 5 must
-// not give fence 6.
-var fencesFromClock = sync.OnceValue(func() bool {
-	rdb := redis.NewClient(&redis.Options{Addr: resSrv.Addr(), ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.Options{})
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+// fenceNote: what the fence-repeating canaries check besides their limit.
+const fenceNote = "; fences drawn from the server's clock keep increasing (S2 must be 0)"
+
+// pendingFenceClock (issue 12, defect 8): every fence is max(counter + 1,
+// the server's TIME in µs), so a promoted replica or a rolled-back AOF
+// with a stale counter still hands out increasing fences (the failover and
+// power-loss canaries then show no repeated fence). A counter set to 5
+// must not give fence 6.
+func pendingFenceClock(t *testing.T) string {
+	c, rdb, done := probeClient(t)
+	defer done()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	k := fmt.Sprintf("fk-probe:fence:%d", time.Now().UnixNano())
+	k := probeKey(t, "fence")
 	if err := rdb.Set(ctx, "dlock:{"+k+"}:fence", 5, time.Minute).Err(); err != nil {
-		return false
+		return ""
 	}
 	lk, err := c.TryLock(ctx, k)
 	if err != nil {
-		return false
+		return ""
 	}
 	defer func() { _ = lk.Unlock(ctx) }()
-	return lk.Fence() > 6
-})
-
-// fenceCanary is the must list of a canary whose grants repeat a fence
-// unless fences come from the server's clock.
-func fenceCanary(invs ...Inv) []Inv {
-	if fencesFromClock() {
-		return slices.DeleteFunc(slices.Clone(invs), func(i Inv) bool { return i == S2 })
+	if lk.Fence() <= 6 {
+		return "fences are not drawn from the server's clock"
 	}
-	return invs
+	return ""
 }
 
 // pendingLateConfirm (issue 12, defect 4): a waiter whose hand-off lapsed
@@ -438,6 +428,3 @@ func pendingLateConfirm(t *testing.T) string {
 	}
 	return ""
 }
-
-// fenceNote: what the fence-repeating canaries check besides their limit.
-const fenceNote = "; fences must still increase (S2) once drawn from the server's clock"
