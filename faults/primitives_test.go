@@ -253,9 +253,15 @@ func counterSales(h *harness, nodes []*Node, stop time.Time, name string) {
 		})
 	}
 	wg.Wait()
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	left, err := c0.Total(tctx)
-	cancel()
+	var left int64
+	for range 10 { // Total too may meet a command fault
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		left, err = c0.Total(tctx)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
 	if err != nil {
 		h.t.Logf("counter: Total failed: %v", err)
 		return
