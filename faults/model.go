@@ -132,12 +132,19 @@ func conflicts(i mInput, h holder) bool {
 const maxLapseChoices = 6
 
 func stepGrant(s mState, i mInput, o mOutput) []any {
+	if i.Status == Info && i.Group != "" {
+		// A reentrant acquire with an unknown outcome may have left a
+		// handle nobody holds (until its clean-up or TTL): the owner's
+		// hold may go on, and a later handle join it with its fence.
+		anon := holder{Owner: fmt.Sprintf("?%d", i.Sent), Group: i.Group, Fence: 0, MinExp: i.Sent}
+		return []any{s, s.with(append(slices.Clone(s.Holders), anon))}
+	}
 	if i.Status != OK {
 		return []any{s}
 	}
 	if o.Fence != 0 {
 		join := i.Group != "" && slices.ContainsFunc(s.Holders, func(h holder) bool {
-			return h.Group == i.Group && h.Fence == o.Fence
+			return h.Group == i.Group && (h.Fence == o.Fence || h.Fence == 0)
 		})
 		if o.Fence <= s.Fence && !join {
 			return nil // fences must strictly increase (a reentrant join shares its hold's)
@@ -348,6 +355,10 @@ func ModelOps(ops []Op, fencedResource bool) []porcupine.Operation {
 		part := "lock " + op.Key
 		switch op.Kind {
 		case KLock, KTry:
+			if op.Status == Info && op.Group != "" {
+				in.Sent = op.Call // the earliest it can have been sent
+				break
+			}
 			if op.Status != OK {
 				continue
 			}

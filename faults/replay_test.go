@@ -6,6 +6,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
 )
 
 // TestReplay re-checks a saved history (DLOCK_FAULTS_REPLAY=file.json)
@@ -31,6 +34,52 @@ func TestReplay(t *testing.T) {
 	r := Check(events, nil, p)
 	for _, d := range r.Details {
 		fmt.Println(d)
+	}
+	// Which partitions S3 rejects.
+	parts := map[string][]porcupine.Operation{}
+	for _, op := range ModelOps(Ops(events), p.FencedResource) {
+		k := op.Metadata.(string)
+		parts[k] = append(parts[k], op)
+	}
+	for k, ops := range parts {
+		if res, _ := porcupine.CheckOperationsVerbose(Model(), ops, 20*time.Second); res != porcupine.Ok {
+			fmt.Printf("S3 %v: %s (%d operations)\n", res, k, len(ops))
+			// The longest partial linearization, and the operation that
+			// returned first among those it could not place.
+			_, info := porcupine.CheckOperationsVerbose(Model(), ops, 20*time.Second)
+			m := Model()
+			show := func(tag string, op porcupine.Operation) {
+				ret := "never"
+				if op.Return < Never-1 {
+					ret = Dur(op.Return)
+				}
+				fmt.Printf("   %s %s-%s p%d %s\n", tag, Dur(op.Call), ret, op.ClientId, m.DescribeOperation(op.Input, op.Output))
+			}
+			var best []porcupine.Operation
+			for _, part := range info.PartialLinearizationsOperations() {
+				for _, lin := range part {
+					if len(lin) > len(best) {
+						best = lin
+					}
+				}
+			}
+			placed := map[int64]bool{}
+			for _, op := range best {
+				placed[op.Call*31+op.Return] = true
+			}
+			for _, op := range best[max(0, len(best)-8):] {
+				show("lin ", op)
+			}
+			var stuck *porcupine.Operation
+			for i := range ops {
+				if !placed[ops[i].Call*31+ops[i].Return] && (stuck == nil || ops[i].Return < stuck.Return) {
+					stuck = &ops[i]
+				}
+			}
+			if stuck != nil {
+				show("STUCK", *stuck)
+			}
+		}
 	}
 	key := os.Getenv("DLOCK_FAULTS_KEY")
 	for _, op := range Ops(events) {

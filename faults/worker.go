@@ -183,8 +183,8 @@ func (n *Node) onRenew(info dlock.RenewInfo) {
 			base.Sent = dl - int64(h.ttl-n.drift(h.ttl))
 			base.Call = base.Sent
 		case errors.Is(info.Err, dlock.ErrLost):
-			if h.lost || (len(hs) > 1 && h.lk.Err() == nil) {
-				continue
+			if h.lost || (len(hs) > 1 && h.lk.Err() == nil) || h.w.Unique {
+				continue // (legacy: may be the documented false alarm)
 			}
 			h.lost = true
 			base.Type, base.Call, base.Err = Fail, now, info.Err.Error()
@@ -439,9 +439,11 @@ func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 	for i, k := range keys {
 		e := Event{Type: OK, ID: ids[i], T: now, Kind: KUnlock, Key: k}
 		switch {
-		case errors.Is(err, dlock.ErrNotHeld):
+		case errors.Is(err, dlock.ErrNotHeld) && !w.Unique:
 			e.Type, e.Err = Fail, errText(err)
 		case err != nil:
+			// (legacy: a loss reported at release may be the protocol's
+			// documented false alarm, after a renewal whose reply was lost)
 			e.Type, e.Err = Info, errText(err)
 		}
 		w.rec(e)
