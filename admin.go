@@ -19,7 +19,7 @@ type Kind string
 const (
 	KindFree      Kind = ""          // the key does not exist
 	KindToken     Kind = "token"     // a dlock token (22 base64url characters)
-	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the seeds' SETNX/GETSET lock
+	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the SETNX/GETSET timestamp lock of older C# and Python code
 	KindForeign   Kind = "foreign"   // another string: some other SET NX client's token
 	KindShared    Kind = "shared"    // read-locked (dlock.Shared): the key holds SharedValue
 	KindReentrant Kind = "reentrant" // a reentrant owner's hold (dlock.Reentrant): the key names the owner
@@ -431,6 +431,10 @@ func (c *Client) adminSemaphore(used *redis.StringCmd) semaphore {
 // reentrant hold, a read lock or a semaphore, which releases that handle
 // only. Nothing else releases anything: a reentrant owner id or
 // SharedValue is not a token (ForceRelease is the operator's way to steal).
+//
+// The token is the holder's credential: a release by it counts as the
+// holder's own, so the holder's Unlock within the next 10 s returns nil
+// (its renewal, if it comes first, reports the lock gone).
 //
 // It returns nil if it released the hold, an error matching ErrNotHeld
 // and ErrExpired if the key is gone, ErrNotHeld and ErrTaken if it is

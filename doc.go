@@ -22,7 +22,7 @@
 //	c.LockMulti(ctx, []string{"acct:a", "acct:b"})  // several keys, all or nothing
 //
 // NewStripes maps many logical keys onto a fixed set of lock keys, and
-// Counter splits a count over segments with a lock each (seed 003's 分段锁).
+// Counter splits a count over segments with a lock each (a segmented lock, 分段锁).
 //
 // # How it works
 //
@@ -101,9 +101,10 @@
 //	                  "{<n>" for a semaphore waiter of n permits; a "!" in
 //	                  front while a hand-off to it awaits its confirmation;
 //	                  deleted when the waiter is granted; "~" for 10 s
-//	                  after the waiter left for good (a tombstone: every
-//	                  acquire refuses that token, so a late one lands on
-//	                  nothing)
+//	                  after the waiter left for good or the holder of that
+//	                  token released (a tombstone: every acquire refuses
+//	                  that token, so a late one lands on nothing, and a
+//	                  re-sent release of it answers "released")
 //	P:{K}:wake        pub/sub channel: "released" when K is freed with
 //	                  nobody queued (for Barging waiters)
 //	P:{K}:readers     sorted set: the readers of a read-locked K, each

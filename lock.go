@@ -342,19 +342,26 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 
 // run runs fn under lk (see Do) and releases lk.
 func (c *Client) run(ctx context.Context, lk *Lock, fn func(ctx context.Context) error) error {
+	fctx, stop := watchLoss(ctx, lk)
+	ferr := fn(fctx)
+	stop()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
+	defer rcancel()
+	return errors.Join(ferr, lk.Unlock(rctx))
+}
+
+// watchLoss returns a context derived from ctx that is cancelled, with
+// context.Cause set to the loss error, when lk is lost; stop ends the watch
+// and cancels the context.
+func watchLoss(ctx context.Context, lk *Lock) (context.Context, func()) {
 	fctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
 		select {
 		case <-lk.Done():
 			cancel(lk.Err())
-		case <-stop:
+		case <-done:
 		}
 	}()
-	ferr := fn(fctx)
-	close(stop)
-	cancel(nil)
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
-	defer rcancel()
-	return errors.Join(ferr, lk.Unlock(rctx))
+	return fctx, func() { close(done); cancel(nil) }
 }

@@ -24,7 +24,7 @@ type Options struct {
 
 	// RenewInterval is how often the watchdog renews a held lock. It must be
 	// shorter than the lock's TTL; a value of TTL/2 or more is lowered to
-	// TTL/2. Default: a third of each lock's TTL (seed 003's TTL/3).
+	// TTL/2. Default: a third of each lock's TTL (TTL/3, the interval StackExchange.Redis users renew at).
 	RenewInterval time.Duration
 
 	// DriftFactor and MinDrift make the drift allowance subtracted from

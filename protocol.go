@@ -13,7 +13,7 @@ import (
 // and release it. The Client's engine does everything else the same way
 // for every protocol: waiting and wake-ups, the renewal watchdog, the
 // deadline, the lost-lock signal, hooks and stats. The default is the
-// token lock (SET key token NX PX); package legacy provides the seeds'
+// token lock (SET key token NX PX); package legacy provides the
 // SETNX/GETSET timestamp lock. Select one per call with WithProtocol.
 //
 // Implementations must be safe for concurrent use. The engine never runs

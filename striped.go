@@ -84,7 +84,7 @@ func (s Stripes) Keys(keys ...string) []string {
 
 // Counter is a non-negative count (a stock) split over segments, each
 // with its own lock, so that takers on different segments work in
-// parallel instead of queueing on one lock: seed 003's 分段锁, as in a
+// parallel instead of queueing on one lock: a segmented lock, 分段锁, as in a
 // flash sale. Segment i's lock is stripe i of Stripes(name, n) and its
 // count lives beside it, in the lock key's slot
 // ("<prefix>:{<name>:<i>}:count", no TTL). All users of a Counter must use
@@ -256,18 +256,9 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 	// fn runs with a context cancelled if the lock is lost. Only its own
 	// error puts the units back; the release's error does not (fn has
 	// committed by then).
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-lk.Done():
-			cancel(lk.Err())
-		case <-stop:
-		}
-	}()
+	fctx, stop := watchLoss(ctx, lk)
 	ferr := fn(fctx, seg)
-	close(stop)
-	cancel(nil)
+	stop()
 	if ferr == nil {
 		return true, unlock()
 	}

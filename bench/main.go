@@ -1,6 +1,6 @@
 // Command bench runs dlock and the peer Go lock libraries (go-redsync/redsync,
 // bsm/redislock, rueidis' rueidislock) side by side against one
-// redis-server that it starts itself, in the scenarios of issue 3, and
+// redis-server that it starts itself, in uncontended, contended and hand-off scenarios, and
 // prints a Markdown table (or JSON with --json). See README.md.
 package main
 

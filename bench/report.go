@@ -139,7 +139,7 @@ func writeMarkdown(w io.Writer, b *benchmark) {
 		fmt.Fprintf(w, "## Failures\n\n%s\n\n", strings.Join(failures, "\n"))
 	}
 	if gs := goals(b); len(gs) > 0 {
-		fmt.Fprintf(w, "## Goals of issue 3 (dlock defaults, this run)\n\n| goal | measured | met |\n|---|---|---|\n")
+		fmt.Fprintf(w, "## Hand-off goals (dlock defaults, this run)\n\n| goal | measured | met |\n|---|---|---|\n")
 		for _, g := range gs {
 			met := "no"
 			if g.Met {
@@ -160,7 +160,7 @@ func oneLine(s string) string {
 	return s
 }
 
-// goal is one goal of issue 3, evaluated on this run.
+// goal is one hand-off goal, evaluated on this run.
 type goal struct {
 	Goal     string `json:"goal"`
 	Measured string `json:"measured"`

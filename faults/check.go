@@ -16,7 +16,7 @@ import (
 // that time against the library (S1-S3 do not care).
 const StallProc = -3
 
-// Inv names an invariant (correctness.md §6.1).
+// Inv names an invariant (S1–S3 safety, R1–R2 loss reporting, L1–L4 liveness).
 type Inv string
 
 const (

@@ -1,7 +1,7 @@
 // Package faults is dlock's fault-injection suite: it runs locks against
 // real redis-server processes (one server, Sentinel, Cluster, Redlock)
 // while injecting faults, records every operation as a history, and checks
-// the histories against the invariants of correctness.md §6.1. The package
+// the histories against the invariants S1–S3, R1–R2 and L1–L4 (check.go). The package
 // holds the recorder, the checker and the porcupine model; the scenarios
 // are its tests. It is a test harness, not a stable API.
 //

@@ -22,14 +22,14 @@
 // # The protocol
 //
 // The lock key holds the lock's expiry time as a decimal Unix timestamp,
-// now + timeout + 1, in seconds (seed 004's Python int(time.time()), the
-// default) or milliseconds (seed 000's C# ToUnixTimeMilliseconds; Options.Unit).
+// now + timeout + 1, in seconds (older Python clients' int(time.time()), the
+// default) or milliseconds (older C# clients' ToUnixTimeMilliseconds; Options.Unit).
 // timeout is the lock's TTL rounded up to the unit; in seconds a TTL below
 // one second counts as one second. The key has no Redis TTL, as in the
-// seeds: a lock expires when the clients' clocks pass its timestamp, and a
+// older clients: a lock expires when the clients' clocks pass its timestamp, and a
 // crashed holder's key stays in Redis until someone takes it over.
 //
-// One acquire attempt sends exactly the seeds' commands:
+// One acquire attempt sends exactly the legacy protocol's commands:
 //
 //	SETNX key v        1: acquired
 //	GET key            stored >= now: held; the engine waits (see below)
@@ -39,7 +39,7 @@
 // with v = now+timeout+1. When several contenders find the lock expired,
 // all of them run GETSET, but only the first gets back the expired value;
 // the others get the winner's fresh value and lose. Their GETSET overwrote
-// the winner's value with theirs, which the seeds accept as a small
+// the winner's value with theirs, which the older clients accept as a small
 // inaccuracy (the stored expiry moves a little). dlock, which recognises
 // its own lock by the exact value it wrote, repairs it when it is the
 // loser: it puts the winner's value back (restore.lua, a compare-and-set)
@@ -49,7 +49,7 @@
 // loser's: any holder of value v stops trusting its lock before v, while
 // others take a key holding w over only after w+1, so w >= v-1 never lets a
 // contender in early. When the bound does not hold, or the loser is one of
-// the seeds' clients, the winner finds a foreign value at its next renewal
+// the older clients, the winner finds a foreign value at its next renewal
 // and reports the lock lost (ErrTaken) although nobody else got it: a false
 // alarm, never a double grant. The key then blocks contenders until the
 // loser's timestamp passes.
@@ -68,7 +68,7 @@
 // lock (its SETNX ran first, and ours failed), and deleting it would let a
 // third client in beside that holder; after a lost GETSET reply, had the
 // GETSET lost the race, deleting v would free the winner's lock. Making v
-// unique would change the value the seeds' clients parse (Python's int()
+// unique would change the value the older clients parse (Python's int()
 // and C#'s long.Parse accept no fraction or suffix), so dlock never
 // deletes v to compensate. (The one repair it makes on a value that may be
 // shared, restore.lua above, only moves the key from v to a value w >=
@@ -83,17 +83,17 @@
 // value after a GETSET that replaced a foreign value) deletes the key if
 // it holds v, as the protocol's release does; like every release of this
 // protocol it trusts that nobody removed the value in between (only a DEL
-// outside the protocol, such as the seeds' C# release or an operator's
+// outside the protocol, such as the older C# release or an operator's
 // ForceRelease, can).
 //
 // Renewal and release are Lua scripts that compare the stored value with
 // the value this holder wrote last: renew.lua sets now+timeout+1 (never
 // lowering the stored value, so a clock stepping back cannot shorten the
 // claim), release.lua deletes the key and publishes on the key's wake-up
-// channel. This is the seeds' "check before DEL, or you delete someone
-// else's lock", made atomic. The seeds compare clocks instead: Python
+// channel. This is the classic "check before DEL, or you delete someone
+// else's lock", made atomic. The older clients compare clocks instead: Python
 // checks its own expiry before DEL, which fails only if the process pauses
-// between check and DEL; seed 000's C# checks that the *stored* value is
+// between check and DEL; the C# client checks that the *stored* value is
 // in the future, which after a takeover is the new holder's value, so a C#
 // holder that overran its timeout deletes the new holder's lock. dlock
 // cannot protect against that; keep such clients' work well within their
@@ -112,10 +112,10 @@
 // timestamp is at least one unit later (by the holder's clock).
 //
 // The engine's waiters are woken by the pub/sub message dlock's release
-// publishes. The seeds' clients publish nothing when they DEL, so a dlock
+// publishes. The older clients publish nothing when they DEL, so a dlock
 // waiter behind one of them retries after the holder's remaining time, at
 // most dlock.Options.RetryInterval (with jitter); lower RetryInterval if
-// dlock clients must compete on equal terms with the seeds' busy loops.
+// dlock clients must compete on equal terms with the older clients' busy loops.
 //
 // # Why the token lock is dlock's default
 //
@@ -178,7 +178,7 @@
 // does not take the key over, because the likeliest writer is another
 // protocol's live holder (dlock's token lock on the same key, redsync,
 // redis-py's Lock) whose exclusion that would break, and it does not wait,
-// because the value may have no TTL and never go away. The seeds' clients
+// because the value may have no TTL and never go away. The older clients
 // fail here as well (Python's int() raises ValueError, C#'s GetLock catches
 // the parse exception and returns false). Find the writer; then clear the
 // key with `dlock release --force KEY` (dlock.Client.ForceRelease) if it is
@@ -196,7 +196,7 @@
 //
 // A timestamp far ahead of now (a client with a wrong clock, a milliseconds
 // writer on a seconds key, a bad writer) is a live lock to this protocol, as
-// to the seeds' clients: nobody takes it over before that time. There is no
+// to the older clients: nobody takes it over before that time. There is no
 // bound on legitimate timeouts to tell a wrong value from a long lock, and
 // guessing would break exclusion. TryLock returns a *dlock.NotAcquiredError
 // whose TTL is the time left until the stored timestamp (saturating at the
@@ -215,7 +215,7 @@
 // # Migrating a fleet to the token lock
 //
 // The token lock cannot share the key with this protocol: each side reads
-// the other's value as foreign (the seeds' clients crash or fail on a token,
+// the other's value as foreign (the older clients crash or fail on a token,
 // dlock's legacy clients return ErrNotTimestamp, and a token client sees a
 // timestamp without TTL as held forever). Migrate through a second key and a
 // period in which new code takes both locks:
@@ -228,7 +228,7 @@
 //     releases in reverse order. With dlock that is a c.Do with
 //     WithProtocol(legacy.New(...)) on the old key around a c.Do on the new
 //     key. Old clients, still taking only the old key, are excluded by it.
-//  3. Roll "both" out to every program, and replace the seeds' clients,
+//  3. Roll "both" out to every program, and replace the older clients,
 //     until nothing takes only the old key. Verify it: every deployment
 //     upgraded; no SETNX on the old key from unknown clients (ACL log,
 //     MONITOR on a replica, client list).

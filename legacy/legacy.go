@@ -19,9 +19,9 @@ import (
 type Unit int
 
 const (
-	// Seconds: Unix time in seconds, as seed 004's Python int(time.time()).
+	// Seconds: Unix time in seconds, as older Python clients' int(time.time()).
 	Seconds Unit = iota
-	// Milliseconds: Unix time in milliseconds, as seed 000's C#
+	// Milliseconds: Unix time in milliseconds, as older C# clients'
 	// DateTimeOffset.Now.ToUnixTimeMilliseconds().
 	Milliseconds
 )
@@ -58,7 +58,7 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Protocol is the seeds' SETNX/GETSET timestamp lock as a dlock.Protocol.
+// Protocol is the SETNX/GETSET timestamp lock of older C# and Python code as a dlock.Protocol.
 // Use it with dlock.WithProtocol. It holds no state besides its options and
 // is safe for concurrent use; the zero value is New(Options{}).
 type Protocol struct {
@@ -110,8 +110,8 @@ func (p *Protocol) now() time.Time {
 	return time.Now()
 }
 
-// stamp is t as a Unix timestamp in the protocol's unit, truncated like the
-// seeds' int(time.time()) and ToUnixTimeMilliseconds().
+// stamp is t as a Unix timestamp in the protocol's unit, truncated like older
+// clients' int(time.time()) and ToUnixTimeMilliseconds().
 func (p *Protocol) stamp(t time.Time) int64 {
 	if p.unit == Milliseconds {
 		return t.UnixMilli()
@@ -132,7 +132,7 @@ func (p *Protocol) timeout(ttl time.Duration) int64 {
 	return max(n, 1)
 }
 
-// expiry is the seeds' lock value for a lock taken at now for ttl:
+// expiry is the legacy lock value for a lock taken at now for ttl:
 // now + timeout + 1, in the protocol's unit.
 func (p *Protocol) expiry(now time.Time, ttl time.Duration) int64 {
 	return addSat(addSat(p.stamp(now), p.timeout(ttl)), 1)
@@ -146,7 +146,7 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// parseStamp reads a stored timestamp the way the seeds' clients do
+// parseStamp reads a stored timestamp the way the older clients do
 // (Python int(), C# long parsing): optional surrounding white space, an
 // optional sign, decimal digits. A number beyond int64 saturates (Python
 // would read it as a huge number: held "forever", or expired long ago).
@@ -181,7 +181,7 @@ func (p *Protocol) remaining(stored int64, now time.Time) time.Duration {
 	return max(d, 0)
 }
 
-// Acquire makes one attempt, with exactly the seeds' commands:
+// Acquire makes one attempt, with exactly the legacy protocol's commands:
 //
 //	SETNX key v                     1: won
 //	GET key                         not expired: held (HolderTTL from it)
@@ -239,7 +239,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 	if !ok {
 		return dlock.Grant{}, notTimestampError(k.Lock, cur)
 	}
-	if !(nowStamp > stored) { // the seeds' expiry test: now > stored
+	if !(nowStamp > stored) { // the legacy expiry test: now > stored
 		return dlock.Grant{HolderTTL: p.remaining(stored, now)}, nil
 	}
 
@@ -269,7 +269,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 		return won, nil
 	}
 	// Lost the race, and our GETSET overwrote the winner's value: the
-	// seeds' accepted inaccuracy. Put it back if that cannot shorten the
+	// legacy protocol's accepted inaccuracy. Put it back if that cannot shorten the
 	// claim of whoever might now hold v (prev >= v-1, see the package doc).
 	if mine, _ := parseStamp(v); prev >= mine-1 && old != v {
 		_ = dlock.Call{Script: restoreScript, Keys: []string{k.Lock}, Args: []any{v, old}}.Run(ctx, rdb).Err()
@@ -277,7 +277,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 	return dlock.Grant{HolderTTL: p.remaining(prev, now)}, nil
 }
 
-// setNX sends the seeds' SETNX (go-redis's SetNX sends SET NX instead).
+// setNX sends the legacy SETNX (go-redis's SetNX sends SET NX instead).
 func setNX(ctx context.Context, rdb redis.UniversalClient, key, v string) (bool, error) {
 	n, err := rdb.Do(ctx, "SETNX", key, v).Int64()
 	return n == 1, err

@@ -17,6 +17,9 @@
 -- waiter's token: passed on to the next waiter) or added to the hold set
 -- (a reader batch: its handle is released like any other).
 --
+-- A release leaves a tombstone for the token (q_released), so a second
+-- run of it (re-sent by the Redis client after a lost reply) returns 1.
+--
 -- Returns  1  released (and, if it was the last handle, freed or handed off)
 --          0  the key is gone, or the handle's lease had already ended
 --             (leaving: nothing of ours was there)
@@ -37,19 +40,26 @@ if ARGV[4] == '1' then
   if v ~= group then
     return 0
   end
-elseif not v then
-  return 0
 elseif v ~= group then
-  return -1
+  if q_dead(KEYS[2], token) then
+    return 1 -- this release already ran (its reply was lost): not a loss
+  end
+  return v and -1 or 0
 end
 local now = now_ms()
 local live = h_live(KEYS[3], token, now)
 redis.call('ZREM', KEYS[3], token)
 if not live then
+  if ARGV[4] ~= '1' and q_dead(KEYS[2], token) then
+    return 1
+  end
   return 0
 end
 h_prune(KEYS[3], now)
 if not h_settle(KEYS[1], KEYS[3]) then
   q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+end
+if ARGV[4] ~= '1' then
+  q_released(KEYS[2], token)
 end
 return 1

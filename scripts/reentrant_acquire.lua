@@ -80,14 +80,11 @@ if mode == 'q' and not q_join(Q, token, ARGV[5], ARGV[6], false) then
   return {-2, 0}
 end
 if not v then
-  local ahead = false
-  if mode ~= 'barge' then
-    ahead = q_ahead(Q, token)
-    if ahead == nil then
-      return {-2, 0}
-    end
+  local may = q_may_take(Q, token, mode)
+  if may == nil then
+    return {-2, 0}
   end
-  if not ahead then
+  if may then
     return hold(true)
   end
 end

@@ -19,6 +19,10 @@
 -- waiter converts such a hand-off into its own kind of hold when it
 -- confirms it.
 --
+-- A release leaves a tombstone for the token (q_released): a second run
+-- of the same release (the Redis client re-sends a command whose reply a
+-- broken connection lost) finds it and returns 1 again, not a loss.
+--
 -- Returns  1  released (freed, or handed off)
 --          0  the key is gone, or (leaving) was not ours: nothing released
 --         -1  the key holds another owner's token: left untouched
@@ -36,12 +40,18 @@ if ARGV[4] == '1' then
   if v ~= token then
     return 0
   end
-elseif not v then
-  return 0
 elseif v ~= token and ARGV[4] ~= 'force' then
-  return -1
+  if ARGV[4] == '0' and q_dead(KEYS[2], token) then
+    return 1 -- this release already ran (its reply was lost): not a loss
+  end
+  return v and -1 or 0
+elseif not v then
+  return 0 -- force, and nothing held
 end
 if not q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
   return -2
+end
+if ARGV[4] == '0' then
+  q_released(KEYS[2], token)
 end
 return 1

@@ -15,6 +15,9 @@
 --          permits handed to it too late, if any)
 -- ARGV[5]  the caller's limit, used if L is absent
 --
+-- A release leaves a tombstone for the token (q_released), so a second
+-- run of it (re-sent by the Redis client after a lost reply) returns 1.
+--
 -- Returns  1  released
 --          0  the holder was gone or its lease had ended (leaving: it
 --             held nothing)
@@ -39,6 +42,11 @@ if s and tonumber(s) > now then
   redis.call('HINCRBY', P, '#used', -freed)
   used = used - freed
   code = 1
+  if ARGV[4] ~= '1' then
+    q_released(Q, token)
+  end
+elseif ARGV[4] ~= '1' and q_dead(Q, token) then
+  code = 1 -- this release already ran (its reply was lost): not a loss
 end
 local free = sem_pump(S, P, Q, limit - used, limit, now, ARGV[3], '')
 if freed > 0 and redis.call('LLEN', Q) == 0 then

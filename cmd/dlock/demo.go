@@ -24,11 +24,11 @@ import (
 )
 
 const usageDemo = `Usage:
-  dlock demo [flashsale] [flags]     the seeds' flash sale (default)
+  dlock demo [flashsale] [flags]     a flash sale (default)
   dlock demo ids [flags]             a global increasing id, read-modify-write
   dlock demo ratelimit [flags]       a per-IP request limit across processes
 
-Runs a scenario from the seed articles against a real Redis with several
+Runs a scenario of classic Redis-lock use cases against a real Redis with several
 worker processes (this program, started again), once per mode, and prints
 the modes side by side:
 
@@ -37,7 +37,7 @@ the modes side by side:
              requests over the limit).
   lock       the same read-modify-write under one dlock lock: exact.
   segmented  (flashsale) the stock split over --segments keys, each with its
-             own lock (seed 003's 分段锁, segmented lock): exact and faster,
+             own lock (a segmented lock, 分段锁): exact and faster,
              since buyers of different segments don't wait for each other.
   atomic     the whole check-and-update as one Lua script in Redis: exact
              and the fastest; the right answer when the critical section
@@ -424,7 +424,7 @@ func (d *demo) header(format string, args ...any) { fmt.Fprintf(d.a.stdout, form
 
 func (d *demo) flashSale(ctx context.Context, modes []string) int {
 	f := d.f
-	d.header("Flash sale (seeds 001, 003): %d items in stock, %d customers each try to buy one, served by\n",
+	d.header("Flash sale: %d items in stock, %d customers each try to buy one, served by\n",
 		f.stock, f.customers)
 	d.header("%d worker processes × %d concurrent handlers. A purchase reads the stock, checks it is > 0,\n", f.workers, f.buyers)
 	if f.work.d > 0 {
@@ -482,7 +482,7 @@ func (d *demo) flashSale(ctx context.Context, modes []string) int {
 	d.legend(modes, map[string]string{
 		"none":      "no lock: handlers read the same stock and each sells from it; decrements are lost: oversold",
 		"lock":      "one dlock lock on the item around read-check-write: exact",
-		"segmented": fmt.Sprintf("stock split over %d keys, each with its own lock (seed 003's 分段锁): exact, less waiting", f.segments),
+		"segmented": fmt.Sprintf("stock split over %d keys, each with its own lock (a segmented lock, 分段锁): exact, less waiting", f.segments),
 		"atomic":    "check-and-decrement in one Lua script: exact and fastest when the whole critical section fits in Redis",
 	})
 	d.header("lock waits: Lock calls that found the lock held and waited for it.\n")
@@ -492,7 +492,7 @@ func (d *demo) flashSale(ctx context.Context, modes []string) int {
 func (d *demo) ids(ctx context.Context, modes []string) int {
 	f := d.f
 	total := f.workers * f.buyers * f.ids
-	d.header("Global ids (seed 001): %d worker processes × %d clients each take %d ids (%d in all)\n", f.workers, f.buyers, f.ids, total)
+	d.header("Global ids: %d worker processes × %d clients each take %d ids (%d in all)\n", f.workers, f.buyers, f.ids, total)
 	d.header("by reading the last id, adding one and writing it back.\n")
 	d.header("Redis: %s\n\n", d.e.where())
 	d.header("%-10s %7s %11s %10s %9s %11s\n", "mode", "ids", "duplicates", "duration", "ids/s", "lock waits")
@@ -532,7 +532,7 @@ func (d *demo) ids(ctx context.Context, modes []string) int {
 func (d *demo) rateLimit(ctx context.Context, modes []string) int {
 	f := d.f
 	total := f.workers * f.buyers * f.requests
-	d.header("Rate limit (seed 001): at most %d requests per IP per minute; %d worker processes × %d clients\n", f.limit, f.workers, f.buyers)
+	d.header("Rate limit: at most %d requests per IP per minute; %d worker processes × %d clients\n", f.limit, f.workers, f.buyers)
 	d.header("send %d requests each (%d in all) spread over %d IPs. A request reads the IP's count, checks it is\n", f.requests, total, f.ips)
 	d.header("below the limit, and writes back count+1.\n")
 	d.header("Redis: %s\n\n", d.e.where())

@@ -7,7 +7,7 @@ import (
 	"github.com/dlock-go/dlock/legacy"
 )
 
-// legacyProtocol is --protocol legacy: the seeds' SETNX/GETSET lock, whose
+// legacyProtocol is --protocol legacy: the SETNX/GETSET timestamp lock of older C# and Python code, whose
 // value is an expiry timestamp in unit ("s" or "ms").
 func legacyProtocol(unit string) (dlock.LockOption, error) {
 	var o legacy.Options

@@ -40,7 +40,7 @@ Flags:
                             it. Default: TTL/3, at most 10s; at most TTL/2
   -c, --command STRING      run STRING with /bin/sh -c instead of COMMAND
   --protocol token|legacy   token: SET KEY <random token> NX PX (default).
-                            legacy: the seeds' SETNX/GETSET lock whose value is an
+                            legacy: the SETNX/GETSET timestamp lock of older C# and Python code whose value is an
                             expiry timestamp, for sharing keys with old code
   --legacy-unit s|ms        unit of the legacy timestamp. Default: s
   --metrics-addr ADDR       serve Prometheus /metrics on ADDR (host:port) while

@@ -261,7 +261,7 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 	return nil, fmt.Errorf("unknown scenario/mode %s/%s", s.Scenario, s.Mode)
 }
 
-// sellOnce is the seeds' read-check-write: read the stock, and if there is
+// sellOnce is the classic read-check-write: read the stock, and if there is
 // some, write back one less. It reports whether it sold one.
 func (w *demoWorker) sellOnce(ctx context.Context, key string) (bool, error) {
 	n, err := w.rdb.Get(ctx, key).Int64()
@@ -299,7 +299,7 @@ func (w *demoWorker) admit(ctx context.Context, key string) (bool, error) {
 }
 
 // segmentedBuyer serves customers from S segments of the stock, each with
-// its own lock (seed 003's 分段锁). For each customer it tries a random
+// its own lock (a segmented lock, 分段锁). For each customer it tries a random
 // segment that still has stock, and if that lock is busy the next ones,
 // without waiting; only when all are busy does it wait, for the first. A
 // segment found empty is not tried again by this handler.

@@ -90,6 +90,20 @@ local function q_ahead(q, token)
   return false
 end
 
+-- q_may_take reports whether token may take a free key now: always when
+-- barging, else when no live waiter is ahead of it in q (see q_ahead).
+-- Returns nil, having written nothing, if q is not a list.
+local function q_may_take(q, token, mode)
+  if mode == 'barge' then
+    return true
+  end
+  local ahead = q_ahead(q, token)
+  if ahead == nil then
+    return nil
+  end
+  return not ahead
+end
+
 -- q_keep makes q live at least ms more (a list we created has a TTL; one
 -- left without by an older version gets one).
 local function q_keep(q, ms)
@@ -160,6 +174,15 @@ local function q_leave(q, token)
   end
   redis.call('SET', q .. ':' .. token, Q_DEAD, 'PX', Q_DEAD_MS)
   return true
+end
+
+-- q_released marks that token's holder released its hold: the same
+-- tombstone as q_leave's, so no acquire grants token again, and a release
+-- of token that finds nothing (because this one ran and its reply was lost,
+-- and the Redis client sent it again on a new connection) can tell that
+-- apart from a loss with q_dead. One SET per release.
+local function q_released(q, token)
+  redis.call('SET', q .. ':' .. token, Q_DEAD, 'PX', Q_DEAD_MS)
 end
 
 -- q_handoff passes the exclusive key k, which the caller just gave up, to

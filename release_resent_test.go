@@ -1,0 +1,142 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/probe"
+)
+
+// resendReleases runs every release script twice and returns the second
+// reply: what go-redis does on its own (MaxRetries) when a connection
+// breaks after a command was written and ran, so the library never sees
+// that the first run happened.
+type resendReleases struct{ resent atomic.Int64 }
+
+func (*resendReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*resendReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *resendReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) > 1 {
+			name := ""
+			if s, ok := args[1].(string); ok {
+				switch strings.ToLower(cmd.Name()) {
+				case "evalsha":
+					name = probe.ScriptName(s)
+				case "eval":
+					name = probe.ScriptNameOfSource(s)
+				}
+			}
+			if strings.HasSuffix(name, "release") {
+				if err := next(ctx, cmd); err != nil {
+					return err
+				}
+				h.resent.Add(1)
+				cmd.SetErr(nil)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestReleaseResentByRedisClientIsNotALoss: a release that ran, lost its
+// reply to a broken connection and was sent again by go-redis itself
+// (invisible to dlock) must end the lock as released, not lost — for every
+// kind of lock, also when the first run handed the key to a waiter.
+func TestReleaseResentByRedisClientIsNotALoss(t *testing.T) {
+	kinds := []struct {
+		name string
+		opts []dlock.LockOption
+	}{
+		{"exclusive", nil},
+		{"shared", []dlock.LockOption{dlock.Shared()}},
+		{"reentrant", []dlock.LockOption{dlock.Reentrant("job-1")}},
+		{"semaphore", []dlock.LockOption{dlock.Semaphore(1)}},
+	}
+	for _, kind := range kinds {
+		for _, queued := range []bool{false, true} {
+			name := kind.name
+			if queued {
+				name += "/waiter queued"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := t.Context()
+				hook := &resendReleases{}
+				rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+				rdb.AddHook(hook)
+				var lost atomic.Int64
+				c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { lost.Add(1) }}})
+				other, _ := newClient(t, dlock.Options{})
+				k := key(t)
+				opts := append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)
+				lk, err := c.Lock(ctx, k, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				if queued {
+					wopts := append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)
+					if kind.name == "shared" {
+						wopts = []dlock.LockOption{dlock.WithTTL(5 * time.Second)} // a writer waits behind a reader
+					}
+					if kind.name == "reentrant" {
+						wopts = append(wopts[:1:1], dlock.Reentrant("job-2"))
+					}
+					go func() {
+						w, err := other.Lock(ctx, k, wopts...)
+						if err == nil {
+							defer w.Unlock(context.WithoutCancel(ctx))
+						}
+						got <- err
+					}()
+					waitQueuedOn(t, rdb, k)
+				}
+				if err := lk.Unlock(ctx); err != nil {
+					t.Fatalf("Unlock (sent twice by the Redis client): %v", err)
+				}
+				if hook.resent.Load() == 0 {
+					t.Fatal("the release was not sent twice")
+				}
+				if err := lk.Err(); !errors.Is(err, dlock.ErrReleased) {
+					t.Fatalf("Err after Unlock: %v", err)
+				}
+				if n := lost.Load(); n != 0 {
+					t.Fatalf("Lost hook fired %d times for a release", n)
+				}
+				if queued {
+					select {
+					case err := <-got:
+						if err != nil {
+							t.Fatalf("waiter: %v", err)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("the waiter did not get the lock")
+					}
+				}
+			})
+		}
+	}
+}
+
+// waitQueuedOn waits until k's wait queue has a member.
+func waitQueuedOn(t *testing.T, rdb *redis.Client, k string) {
+	t.Helper()
+	q := "dlock:{" + k + "}:q"
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if n, err := rdb.LLen(t.Context(), q).Result(); err == nil && n > 0 {
+			return
+		}
+	}
+	t.Fatalf("nobody queued on %q", q)
+}
