@@ -18,7 +18,10 @@ import (
 // reply: what go-redis does on its own (MaxRetries) when a connection
 // breaks after a command was written and ran, so the library never sees
 // that the first run happened.
-type resendReleases struct{ resent atomic.Int64 }
+type resendReleases struct {
+	resent atomic.Int64
+	match  func(cmd string) bool // script name, or command name; nil: "*release"
+}
 
 func (*resendReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (*resendReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -38,7 +41,10 @@ func (h *resendReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 					name = probe.ScriptNameOfSource(s)
 				}
 			}
-			if strings.HasSuffix(name, "release") {
+			if name == "" {
+				name = strings.ToLower(cmd.Name())
+			}
+			if (h.match == nil && strings.HasSuffix(name, "release")) || (h.match != nil && h.match(name)) {
 				if err := next(ctx, cmd); err != nil {
 					return err
 				}
@@ -139,4 +145,37 @@ func waitQueuedOn(t *testing.T, rdb *redis.Client, k string) {
 		}
 	}
 	t.Fatalf("nobody queued on %q", q)
+}
+
+// TestCounterResentByRedisClientCountsOnce: a take or a put-back that ran,
+// lost its reply and was re-sent by go-redis itself changes the count once.
+func TestCounterResentByRedisClientCountsOnce(t *testing.T) {
+	ctx := t.Context()
+	hook := &resendReleases{match: func(name string) bool { return name == "counter_add" || name == "incrby" }}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb.AddHook(hook)
+	c, _ := newClientOn(t, rdb, dlock.Options{})
+	ctr, err := c.Counter(key(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctr.Set(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctr.Take(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if total, err := ctr.Total(ctx); err != nil || total != 9 {
+		t.Fatalf("after one take sent twice: total %d, %v; want 9", total, err)
+	}
+	failed := errors.New("payment failed")
+	if _, err := ctr.Take(ctx, 2, func(context.Context, int) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("Take with a failing fn: %v", err)
+	}
+	if total, err := ctr.Total(ctx); err != nil || total != 9 {
+		t.Fatalf("after a take and its put-back, each sent twice: total %d, %v; want 9", total, err)
+	}
+	if hook.resent.Load() < 3 {
+		t.Fatalf("only %d commands were sent twice", hook.resent.Load())
+	}
 }

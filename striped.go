@@ -264,8 +264,11 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 	}
 	// Put the units back: adding never oversells, so it needs no lock.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
-	perr := s.c.rdb.IncrBy(rctx, s.countKey(seg), n).Err()
+	res, perr := s.addOnce(rctx, lk, seg, n, "back")
 	rcancel()
+	if perr == nil && (len(res) != 2 || res[0] != codeOK) {
+		perr = fmt.Errorf("the counter script answered %v", res)
+	}
 	switch {
 	case perr == nil:
 	case ambiguous(perr):
@@ -276,11 +279,20 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 	return false, errors.Join(ferr, unlock())
 }
 
+// addOnce runs counter_add.lua once for segment seg under a fresh
+// operation id, so a second run of the same call (re-sent by the Redis
+// client after a lost reply) does not add again.
+func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64, mode string) ([]int64, error) {
+	ks := s.c.keysFor(s.segs.Stripe(seg))
+	op := ks.Queue + ":" + newToken()
+	return Call{counterAddScript, []string{lk.Key(), s.countKey(seg), op}, []any{lk.Token(), d, mode}}.
+		Run(ctx, s.c.rdb).Int64Slice()
+}
+
 // add adds d to segment seg if lk (its lock) still holds it and the count
 // stays non-negative. It reports whether it did.
 func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, error) {
-	res, err := Call{counterAddScript, []string{lk.Key(), s.countKey(seg)}, []any{lk.Token(), d}}.
-		Run(ctx, s.c.rdb).Int64Slice()
+	res, err := s.addOnce(ctx, lk, seg, d, "")
 	switch {
 	case ambiguous(err):
 		// The script may have run: the units may have been taken.
