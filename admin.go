@@ -390,7 +390,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		sem := c.adminSemaphore(used)
 		released := false
 		for _, m := range members.Val() {
-			code, err := sem.Release(ks, m).Run(ctx, c.rdb).Int64()
+			code, err := sem.release(ks, m, "force").Run(ctx, c.rdb).Int64()
 			switch {
 			case err != nil:
 				return released, unavailable(err)

@@ -179,3 +179,35 @@ func TestCounterResentByRedisClientCountsOnce(t *testing.T) {
 		t.Fatalf("only %d commands were sent twice", hook.resent.Load())
 	}
 }
+
+// TestForceReleaseIsALossForTheHolder: an operator's ForceRelease leaves no
+// release tombstone, so the holder's own Unlock reports the loss, for
+// every kind of lock.
+func TestForceReleaseIsALossForTheHolder(t *testing.T) {
+	for _, kind := range []struct {
+		name string
+		opts []dlock.LockOption
+	}{
+		{"exclusive", nil},
+		{"shared", []dlock.LockOption{dlock.Shared()}},
+		{"reentrant", []dlock.LockOption{dlock.Reentrant("job-1")}},
+		{"semaphore", []dlock.LockOption{dlock.Semaphore(2)}},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			ctx := t.Context()
+			c, _ := newClient(t, dlock.Options{})
+			op, _ := newClient(t, dlock.Options{})
+			k := key(t)
+			lk, err := c.Lock(ctx, k, append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := op.ForceRelease(ctx, k); err != nil || !ok {
+				t.Fatalf("ForceRelease: %v, %v", ok, err)
+			}
+			if err := lk.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {
+				t.Fatalf("the holder's Unlock after a ForceRelease: %v, want a loss", err)
+			}
+		})
+	}
+}

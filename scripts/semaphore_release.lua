@@ -11,7 +11,9 @@
 --          freed permit left over when no waiter is queued (for barging
 --          waiters)
 -- ARGV[3]  the pickup time in ms of permits handed to a waiter
--- ARGV[4]  '0': release a holder; '1': a waiter leaves (and gives back
+-- ARGV[4]  '0': release a holder; 'force': an operator takes a holder's
+--          permits away (no tombstone: the holder's own release then
+--          reports the loss); '1': a waiter leaves (and gives back
 --          permits handed to it too late, if any)
 -- ARGV[5]  the caller's limit, used if L is absent
 --
@@ -42,10 +44,10 @@ if s and tonumber(s) > now then
   redis.call('HINCRBY', P, '#used', -freed)
   used = used - freed
   code = 1
-  if ARGV[4] ~= '1' then
+  if ARGV[4] == '0' then
     q_released(Q, token)
   end
-elseif ARGV[4] ~= '1' and q_dead(Q, token) then
+elseif ARGV[4] == '0' and q_dead(Q, token) then
   code = 1 -- this release already ran (its reply was lost): not a loss
 end
 local free = sem_pump(S, P, Q, limit - used, limit, now, ARGV[3], '')
