@@ -210,14 +210,16 @@ func (m multiLock) Release(_ Keys, token string) Call { return m.release(token, 
 // a tombstone of it, which the acquire scripts refuse.
 func (m multiLock) Leave(_ Keys, token string) Call { return m.release(token, "1") }
 
-func (m multiLock) release(token, leave string) Call {
+// release builds multi_release.lua's call; mode is '0' (release), '1'
+// (leave for good) or 'r' (roll back an attempt whose token goes on).
+func (m multiLock) release(token, mode string) Call {
 	names := make([]string, 0, 2*len(m.ks))
 	args := []any{token, m.pickup.Milliseconds()}
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Queue)
 		args = append(args, k.Wake)
 	}
-	return Call{multiReleaseScript, names, append(args, leave)}
+	return Call{multiReleaseScript, names, append(args, mode)}
 }
 
 // multiSlots is the protocol of a multi-key lock over several slots: one
@@ -320,7 +322,7 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (in
 func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {
 	calls := make([]Call, len(m.groups))
 	for i, g := range m.groups {
-		calls[i] = g.Release(g.ks[0], token)
+		calls[i] = g.release(token, "r")
 	}
 	return worstReply(runBatch(ctx, m.rdb, calls))
 }

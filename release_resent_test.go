@@ -211,3 +211,40 @@ func TestForceReleaseIsALossForTheHolder(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiReleaseResentByRedisClientIsNotALoss: the same for a multi-key
+// lock, in one slot and across slots.
+func TestMultiReleaseResentByRedisClientIsNotALoss(t *testing.T) {
+	for _, oneSlot := range []bool{true, false} {
+		name := "across slots"
+		if oneSlot {
+			name = "one slot"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			hook := &resendReleases{}
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+			rdb.AddHook(hook)
+			var lost atomic.Int64
+			c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { lost.Add(1) }}})
+			base := key(t)
+			keys := []string{base + ":a", base + ":b", base + ":c"}
+			if oneSlot {
+				keys = []string{"{" + base + "}a", "{" + base + "}b", "{" + base + "}c"}
+			}
+			lk, err := c.LockMulti(ctx, keys, dlock.WithTTL(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lk.Unlock(ctx); err != nil {
+				t.Fatalf("Unlock (sent twice by the Redis client): %v", err)
+			}
+			if hook.resent.Load() == 0 {
+				t.Fatal("the release was not sent twice")
+			}
+			if n := lost.Load(); n != 0 {
+				t.Fatalf("Lost hook fired %d times for a release", n)
+			}
+		})
+	}
+}

@@ -7,10 +7,13 @@
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the pickup time in ms of a hand-off
 -- ARGV[2+i] key i's wake-up channel ('released' when freed, nobody queued)
--- ARGV[3+n] (n = #KEYS/2) '1': the token is given up for good (a waiter
---           leaving, an abandoned acquire): leave a tombstone in every
---           queue (lib/queue.lua); otherwise (a release, or the roll-back of
---           an attempt whose token goes on) just take it out
+-- ARGV[3+n] (n = #KEYS/2) 'r': the roll-back of an attempt whose token
+--           goes on: just take the token out of every queue; otherwise
+--           ('0' a release, '1' a waiter leaving or an abandoned acquire)
+--           the token is done: leave a tombstone in every queue
+--           (lib/queue.lua), and count a key that no longer holds the token
+--           but already had its tombstone as released (this release ran
+--           before and lost its reply; the Redis client re-sent it)
 --
 -- Returns  1  every key held our token (all released)
 --          0  some key was gone (the others were released)
@@ -19,7 +22,8 @@
 --             untouched)
 -- The worst outcome wins: -2, then -1, then 0.
 local token, code = ARGV[1], 1
-local leave = (ARGV[3 + #KEYS / 2] == '1') and q_leave or q_drop
+local done = ARGV[3 + #KEYS / 2] ~= 'r'
+local leave = done and q_leave or q_drop
 local rank = {[1] = 0, [0] = 1, [-1] = 2, [-2] = 3}
 local function worse(c)
   if rank[c] > rank[code] then
@@ -29,10 +33,13 @@ end
 for i = 1, #KEYS / 2 do
   local k, q = KEYS[2 * i - 1], KEYS[2 * i]
   local v = redis.pcall('GET', k)
+  local ran = done and q_dead(q, token)
   if is_err(v) or not leave(q, token) then
     worse(-2)
   elseif v == token then
     q_handoff(k, q, ARGV[2], ARGV[2 + i])
+  elseif ran then
+    -- released by an earlier run of this call
   elseif not v then
     worse(0)
   else
