@@ -1,6 +1,6 @@
 module github.com/dlock-go/dlock/dlockprom
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/dlock-go/dlock v0.0.0
