@@ -60,13 +60,13 @@ type Info struct {
 }
 
 // auxNames returns the names of the auxiliary keys of ks (every entry of
-// the one suffix table but the wake-up channel, which is no key), in table
+// the one suffix table but the pub/sub channels, which are no keys), in table
 // order.
 func (c *Client) auxNames(ks Keys) []string {
 	var out []string
 	for _, a := range auxTable {
 		switch a.suffix {
-		case wakeSuffix:
+		case wakeSuffix, electedSuffix:
 		case guardSuffix:
 			out = append(out, GuardKey(ks.Lock))
 		default:

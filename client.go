@@ -24,6 +24,7 @@ type Client struct {
 
 	wd      *watchdog
 	notify  *notifier
+	feeds   feeds // election observers' shared reads
 	stats   counters
 	closing chan struct{} // closed by Close
 	once    sync.Once

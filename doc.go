@@ -21,6 +21,12 @@
 //	c.Lock(ctx, "pool", dlock.Semaphore(3))         // one of 3 permits (Permits(n) for n)
 //	c.LockMulti(ctx, []string{"acct:a", "acct:b"})  // several keys, all or nothing
 //
+// Client.Election runs a leader election on the same engine: candidates
+// Campaign (queued in FIFO order), the leader's Leadership has the lock's
+// Done/Err loss signal and its fence as the term, Resign hands over to the
+// next candidate at once, and anyone can read the Leader or Observe every
+// change (Run wraps the loop in client-go-style callbacks).
+//
 // NewStripes maps many logical keys onto a fixed set of lock keys, and
 // Counter splits a count over segments with a lock each (a segmented lock, 分段锁).
 //
@@ -111,6 +117,13 @@
 //	                  scored with its lease end (server time, ms)
 //	P:{K}:holds       sorted set: a reentrant owner's handles, likewise
 //	P:client:<id>     pub/sub channel of one Client: hand-offs to its waiters
+//
+// An election named K is the lock K (holding the leader's token) plus:
+//
+//	P:{K}:leader      list: the last 64 leader records, newest first, each
+//	                  "<term>:<rev>:<since ms>:<SHA1 of the token>:<value>";
+//	                  expires 2*TTL+10s after the last leader's refresh
+//	P:{K}:elected     pub/sub channel: "<term>:<rev>" at each change
 //
 // A semaphore named K uses K itself and three more:
 //

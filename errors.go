@@ -51,6 +51,10 @@ var (
 	// ErrExhausted: a Counter has no segment with enough left (Take).
 	ErrExhausted = errors.New("dlock: counter exhausted")
 
+	// ErrNoLeader: an election has no leader now (nobody holds it, or its
+	// holder has not published itself yet).
+	ErrNoLeader = errors.New("dlock: no leader")
+
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
@@ -92,6 +96,8 @@ var (
 	// layout). The error names the key, the lock it belongs to and its
 	// kind.
 	ErrReservedKey = argError("key is reserved: it names auxiliary state of another lock")
+	// ErrValueTooLong: a leader value longer than MaxLeaderValue bytes.
+	ErrValueTooLong = argError(fmt.Sprintf("leader value longer than %d bytes", MaxLeaderValue))
 )
 
 // MaxKeyLength is the longest lock key accepted, in bytes.

@@ -22,6 +22,8 @@ const (
 	limitSuffix   = ":limit"   // string: a semaphore's SetLimit limit (no TTL)
 	countSuffix   = ":count"   // string: a Counter segment's count (no TTL)
 	guardSuffix   = ":guard"   // hash: FencedSet's guard record (always DefaultPrefix)
+	leaderSuffix  = ":leader"  // list: an election's leader records, newest first
+	electedSuffix = ":elected" // pub/sub channel: an election's leader changed
 )
 
 // AuxKind names one kind of auxiliary key or channel dlock derives from a
@@ -40,6 +42,8 @@ const (
 	AuxLimit   AuxKind = "limit"   // <P>:{K}:limit
 	AuxCount   AuxKind = "count"   // <P>:{K}:count
 	AuxGuard   AuxKind = "guard"   // dlock:{K}:guard (FencedSet, DefaultPrefix)
+	AuxLeader  AuxKind = "leader"  // <P>:{K}:leader, an election's leader history
+	AuxElected AuxKind = "elected" // <P>:{K}:elected (a pub/sub channel)
 )
 
 // auxTable is the one list of fixed auxiliary suffixes. No suffix is a
@@ -54,6 +58,7 @@ var auxTable = [...]struct {
 	{AuxFence, fenceSuffix}, {AuxQueue, queueSuffix}, {AuxWake, wakeSuffix},
 	{AuxReaders, readersSuffix}, {AuxHolds, holdsSuffix}, {AuxPermits, permitsSuffix},
 	{AuxLimit, limitSuffix}, {AuxCount, countSuffix}, {AuxGuard, guardSuffix},
+	{AuxLeader, leaderSuffix}, {AuxElected, electedSuffix},
 }
 
 // decodeAux decodes a Redis key (or channel) name that dlock derives from a

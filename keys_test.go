@@ -21,6 +21,7 @@ func auxNames(c *dlock.Client, key string) map[dlock.AuxKind]string {
 		dlock.AuxReaders: base + ":readers", dlock.AuxHolds: base + ":holds",
 		dlock.AuxPermits: base + ":permits", dlock.AuxLimit: base + ":limit",
 		dlock.AuxCount: base + ":count", dlock.AuxGuard: dlock.GuardKey(key),
+		dlock.AuxLeader: base + ":leader", dlock.AuxElected: base + ":elected",
 	}
 }
 
@@ -196,6 +197,16 @@ func TestEveryKeyDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	locks["evkL:res"] = true
+	el, err := c.Election("evkL:elect", dlock.ElectionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := el.Campaign(ctx, "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leader.Resign(context.Background()) })
+	locks["evkL:elect"] = true
 	t.Cleanup(func() {
 		rdb.Del(context.Background(), "evkL:res", dlock.GuardKey("evkL:res"), c.KeysFor("evkL:stock:0").Fence)
 	})
@@ -223,7 +234,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 		kinds[kind]++
 	}
 	for _, kind := range []dlock.AuxKind{dlock.AuxFence, dlock.AuxQueue, dlock.AuxWaiter, dlock.AuxReaders,
-		dlock.AuxHolds, dlock.AuxPermits, dlock.AuxLimit, dlock.AuxCount, dlock.AuxGuard} {
+		dlock.AuxHolds, dlock.AuxPermits, dlock.AuxLimit, dlock.AuxCount, dlock.AuxGuard, dlock.AuxLeader} {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s key seen (kinds seen: %v)", kind, kinds)
 		}

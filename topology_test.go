@@ -119,6 +119,7 @@ func topoSuite(t *testing.T, tp *topo) {
 	t.Run("fifo", func(t *testing.T) { topoFIFO(t, tp) })
 	t.Run("watchdog", func(t *testing.T) { topoWatchdog(t, tp) })
 	t.Run("admin", func(t *testing.T) { topoAdmin(t, tp) })
+	t.Run("election", func(t *testing.T) { topoElection(t, tp) })
 	t.Run("noscript", func(t *testing.T) { topoNoScript(t, tp) })
 	t.Run("failover", func(t *testing.T) { topoFailover(t, tp) })
 }

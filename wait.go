@@ -52,6 +52,9 @@ type chanWaiters struct {
 type waiter struct {
 	channel string
 	wake    chan struct{}
+	// all: every message on channel wakes this waiter (an election feed),
+	// not just one waiter of the channel.
+	all bool
 }
 
 func newNotifier(c *Client) *notifier {
@@ -174,7 +177,17 @@ func (n *notifier) handedOff(msg string) {
 // do not queue: Barging, or a protocol without a queue) and waits for Redis
 // to confirm the subscription.
 func (n *notifier) subscribe(ctx context.Context, channel string) (*waiter, error) {
-	w := &waiter{channel: channel, wake: make(chan struct{}, 1)}
+	return n.subscribeWaiter(ctx, &waiter{channel: channel, wake: make(chan struct{}, 1)})
+}
+
+// watch registers a waiter that every message on channel wakes (see
+// subscribe), sharing the Client's one pub/sub connection.
+func (n *notifier) watch(ctx context.Context, channel string) (*waiter, error) {
+	return n.subscribeWaiter(ctx, &waiter{channel: channel, wake: make(chan struct{}, 1), all: true})
+}
+
+func (n *notifier) subscribeWaiter(ctx context.Context, w *waiter) (*waiter, error) {
+	channel := w.channel
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -240,15 +253,17 @@ func (n *notifier) wakeOne(channel string, except *waiter) {
 	if cw == nil {
 		return
 	}
-	// The oldest waiter whose buffer is empty takes it; if all already have
-	// one pending, nothing is lost.
+	// Every waiter that wants all messages gets it; of the others, the
+	// oldest whose buffer is empty takes it. A full buffer already holds a
+	// pending wake-up, so nothing is lost.
+	woken := false
 	for _, w := range cw.waiters {
-		if w == except {
+		if w == except || woken && !w.all {
 			continue
 		}
 		select {
 		case w.wake <- struct{}{}:
-			return
+			woken = woken || !w.all
 		default:
 		}
 	}

@@ -1,0 +1,433 @@
+package dlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Leader election is a lock held for as long as the leader lives: the
+// candidates of an election named N queue for the lock N in FIFO order, the
+// leader holds it (renewed by the watchdog), and its fence is the term.
+// Beside the lock, in its Cluster slot, the leader publishes a record (its
+// value, its term, the time it was elected) in a short history list, and
+// announces each change on a pub/sub channel; readers check the record
+// against the lock's holder in the same script, so a leader that lost the
+// lock is never reported as the leader.
+//
+//	N                 the lock: the leader's token (a plain exclusive lock)
+//	P:{N}:leader      list: the last 64 leader records, newest first; lives
+//	                  2*TTL + 10s after the last leader's last refresh
+//	P:{N}:elected     pub/sub channel: "<term>:<rev>" at each change
+
+var (
+	//go:embed scripts/elect_publish.lua
+	electPublishSrc    string
+	electPublishScript = redis.NewScript(electPublishSrc)
+	//go:embed scripts/elect_read.lua
+	electReadSrc    string
+	electReadScript = redis.NewScript(electReadSrc)
+)
+
+// MaxLeaderValue is the longest value a leader may publish, in bytes.
+const MaxLeaderValue = 64 << 10
+
+// historyLen is how many leader records an election keeps: an observer
+// that could not read for longer than it took that many leaders to come
+// and go is told it missed some (LeaderInfo.Missed).
+const historyLen = 64
+
+// Reply codes of elect_publish.lua beyond the shared ones.
+const codeOlderTerm = -3
+
+// ElectionOptions configure an Election. The zero value is the default.
+type ElectionOptions struct {
+	// TTL is the leader's lease: a leader that dies without resigning is
+	// replaced within TTL. Default: the Client's Options.TTL.
+	TTL time.Duration
+	// PollInterval bounds how late an observer learns of a change whose
+	// pub/sub message was lost (a reconnect, a failover): it reads the
+	// history at least this often. Default: 1s, at most TTL/2.
+	PollInterval time.Duration
+}
+
+// Election is a leader election named name: candidates Campaign, the winner
+// leads until it resigns or loses its lease, and anyone can read the
+// Leader or Observe its changes. It is a lock on the key name (so one name
+// is either an election or a lock, not both) plus a history of leader
+// records beside it. Its methods are safe for concurrent use.
+type Election struct {
+	c       *Client
+	name    string
+	keys    Keys
+	history string // the leader records
+	channel string // told of every change
+	ttl     time.Duration
+	poll    time.Duration
+}
+
+// Election returns the election named name. It makes no Redis call.
+// Errors: ErrEmptyKey, ErrKeyTooLong, ErrReservedKey for name, and
+// ErrInvalidTTL or ErrInvalidOpts for opts.
+func (c *Client) Election(name string, opts ElectionOptions) (*Election, error) {
+	if err := validKey(c.opts.Prefix, name); err != nil {
+		return nil, err
+	}
+	ttl := opts.TTL
+	if ttl == 0 {
+		ttl = c.opts.TTL
+	}
+	if !c.opts.ttlWorks(ttl, true) {
+		return nil, c.opts.ttlError(ttl, true)
+	}
+	poll := opts.PollInterval
+	switch {
+	case poll < 0:
+		return nil, fmt.Errorf("%w: ElectionOptions.PollInterval %v is negative", ErrInvalidOpts, poll)
+	case poll == 0:
+		poll = min(time.Second, ttl/2)
+	}
+	poll = max(poll, time.Millisecond)
+	keys := c.keysFor(name)
+	return &Election{c: c, name: name, keys: keys, history: auxOf(keys, leaderSuffix),
+		channel: auxOf(keys, electedSuffix), ttl: ttl, poll: poll}, nil
+}
+
+// Name returns the election's name (its lock key).
+func (e *Election) Name() string { return e.name }
+
+// keep is how long the history lives after a leader's last refresh.
+func (e *Election) keep() time.Duration { return 2*e.ttl + 10*time.Second }
+
+// LeaderInfo describes a leader.
+type LeaderInfo struct {
+	Value string    // what the leader published (Campaign, Proclaim)
+	Term  uint64    // the leader's fencing token: higher for every later leader
+	Since time.Time // when it was elected (the server's clock, as an age from now on the local clock)
+	// Rev counts the leader's published values: 1 at its election, +1 per
+	// Proclaim.
+	Rev uint64
+	// Missed is set on an observed leader when the history no longer
+	// reached back to the last one delivered: at least one leader came and
+	// went unseen before it (see Observe).
+	Missed bool
+}
+
+// Campaign blocks until this candidate is elected or ctx ends, and returns
+// its leadership, with value published as the leader's value. Candidates
+// are elected in the order they began to campaign (FIFO). An elected
+// candidate leads until it resigns or loses its lease (see Leadership).
+//
+// Errors: ErrContextDone (joined with ctx.Err()), ErrUnavailable,
+// ErrWrongType, ErrClosed, ErrNilContext, ErrValueTooLong.
+func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if ctx == nil {
+		return nil, ErrNilContext
+	}
+	if len(value) > MaxLeaderValue {
+		return nil, fmt.Errorf("%w: %d bytes", ErrValueTooLong, len(value))
+	}
+	for {
+		lk, err := e.c.Lock(ctx, e.name, WithTTL(e.ttl))
+		if err != nil {
+			return nil, err
+		}
+		l := &Leadership{e: e, lk: lk, value: value, rev: 1, stop: make(chan struct{}), stopped: make(chan struct{})}
+		err = l.publishUntil(ctx)
+		if err == nil {
+			go l.refresh()
+			return l, nil
+		}
+		// Not elected after all: give the lock back (a hand-off to the
+		// next candidate) and report why, or campaign again.
+		close(l.stopped)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.opts.ReleaseTimeout)
+		_ = lk.Unlock(rctx)
+		cancel()
+		switch {
+		case errors.Is(err, ErrLost), errors.Is(err, errOlderTerm):
+			continue // lost the lock before the record was out: stand again
+		case ctx.Err() != nil:
+			return nil, errors.Join(ErrContextDone, ctx.Err())
+		}
+		return nil, err
+	}
+}
+
+// errOlderTerm: the history's newest record has a term at least the
+// campaign's (the fence counter went back); the campaign stands again for
+// a fresh fence.
+var errOlderTerm = errors.New("dlock: election history has a newer term")
+
+// Leadership is an elected candidate's hold on an election. Its Done and
+// Err are those of the lock behind it: Done is closed when the leadership
+// ends (resigned or lost), on the monotonic clock at the lease's deadline
+// if renewals fail, so a leader paused past its lease sees the loss before
+// it acts again once it resumes, provided it checks Err (or Done) first.
+// Its methods are safe for concurrent use.
+type Leadership struct {
+	e  *Election
+	lk *Lock
+
+	mu    sync.Mutex // serialises publications; guards value and rev
+	value string
+	rev   uint64
+
+	stop     chan struct{} // closed by Resign: the refresher ends
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when the refresher has ended
+	since    time.Time
+}
+
+// Term returns the leader's term: its lock's fencing token, higher than
+// every earlier leader's. Pass it to the resources the leader writes
+// (FencedSet) so that a deposed leader's late writes are refused.
+func (l *Leadership) Term() uint64 { return l.lk.Fence() }
+
+// Value returns the value this leader published last.
+func (l *Leadership) Value() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.value
+}
+
+// Since returns when this leader was elected (see LeaderInfo.Since).
+func (l *Leadership) Since() time.Time { return l.since }
+
+// Done returns a channel closed when the leadership ends: resigned, or
+// lost (see Lock.Done).
+func (l *Leadership) Done() <-chan struct{} { return l.lk.Done() }
+
+// Err returns nil while leading; ErrReleased after Resign; after a loss, an
+// error matching ErrLost and its cause. Past the lease's deadline it
+// reports the loss at once (see Lock.Err).
+func (l *Leadership) Err() error { return l.lk.Err() }
+
+// Deadline returns the moment until which this candidate is certainly the
+// leader (see Lock.Deadline).
+func (l *Leadership) Deadline() time.Time { return l.lk.Deadline() }
+
+// Election returns the election led.
+func (l *Leadership) Election() *Election { return l.e }
+
+// Proclaim publishes value as the leader's new value, without an election:
+// observers see it with the same term and the next Rev. It returns a loss
+// error (matching ErrLost) if this candidate no longer leads, ErrUnavailable
+// if Redis did not answer (the value is then published by the leader's
+// next refresh, within TTL/3, or by a retried Proclaim; it is applied
+// once), ErrValueTooLong, or ErrNilContext.
+func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if len(value) > MaxLeaderValue {
+		return fmt.Errorf("%w: %d bytes", ErrValueTooLong, len(value))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if value == l.value {
+		return nil
+	}
+	// On ErrUnavailable the new value may or may not be out: it stays the
+	// leader's value, and the refresh (or a retried Proclaim) sends the
+	// same record again, which applies it once.
+	l.value, l.rev = value, l.rev+1
+	_, err := l.publishLocked(ctx)
+	return err
+}
+
+// Resign ends the leadership at once: the election's lock goes straight to
+// the next candidate in line (a FIFO hand-off), which is elected without
+// waiting for any lease to run out. It is idempotent; after a loss it
+// returns the loss error. The published record stays in the history; it is
+// no longer the leader's, as readers check it against the lock.
+func (l *Leadership) Resign(ctx context.Context) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	l.stopOnce.Do(func() { close(l.stop) })
+	select {
+	case <-l.stopped:
+	case <-ctx.Done():
+	}
+	return l.lk.Unlock(ctx)
+}
+
+// publishUntil publishes the elected candidate's record, retrying a Redis
+// error until ctx ends or the lock is lost.
+func (l *Leadership) publishUntil(ctx context.Context) error {
+	back := 10 * time.Millisecond
+	for {
+		l.mu.Lock()
+		since, err := l.publishLocked(ctx)
+		l.mu.Unlock()
+		if err == nil {
+			l.since = since
+			return nil
+		}
+		if !errors.Is(err, ErrUnavailable) {
+			return err
+		}
+		t := time.NewTimer(back)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ErrContextDone, ctx.Err(), err)
+		case <-l.lk.Done():
+			t.Stop()
+			return l.lk.Err()
+		}
+		back = min(2*back, 500*time.Millisecond)
+	}
+}
+
+// publishLocked runs elect_publish.lua for the current value and revision.
+// A "not the holder" reply ends the lease as lost. Callers hold l.mu.
+func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
+	e := l.e
+	call := Call{electPublishScript, []string{e.keys.Lock, e.history}, []any{
+		l.lk.Token(), strconv.FormatUint(l.lk.Fence(), 10), strconv.FormatUint(l.rev, 10), l.value,
+		e.keep().Milliseconds(), e.channel, historyLen}}
+	sent := time.Now()
+	res, err := call.Run(ctx, e.c.rdb).Slice()
+	if err != nil {
+		return time.Time{}, unavailable(err)
+	}
+	bad := fmt.Errorf("%w: unexpected reply from the election script: %v", ErrUnavailable, res)
+	if len(res) < 2 {
+		return time.Time{}, bad
+	}
+	code, _ := res[0].(int64)
+	arg, _ := res[1].(string)
+	switch code {
+	case codeOK:
+		now, ok := int64(0), len(res) == 3
+		if ok {
+			now, ok = res[2].(int64)
+		}
+		ms, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil || !ok {
+			return time.Time{}, bad
+		}
+		return sinceOf(sent, now, ms), nil
+	case codeGone:
+		return time.Time{}, l.lk.l.lose(ErrExpired)
+	case codeWrongType:
+		return time.Time{}, ErrWrongType
+	case codeOlderTerm:
+		return time.Time{}, fmt.Errorf("%w: %s, ours %d", errOlderTerm, arg, l.lk.Fence())
+	}
+	return time.Time{}, bad
+}
+
+// sinceOf converts a server time (ms) into local time, given the server's
+// clock now (ms) at local time at.
+func sinceOf(at time.Time, nowMs, thenMs int64) time.Time {
+	return at.Add(-time.Duration(nowMs-thenMs) * time.Millisecond)
+}
+
+// refresh keeps the leader's record (and the history) alive while it
+// leads: the same publication every TTL/3, which changes nothing but the
+// history's expiry.
+func (l *Leadership) refresh() {
+	defer close(l.stopped)
+	t := time.NewTicker(l.e.ttl / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-l.stop:
+			return
+		case <-l.lk.Done():
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.e.ttl/3)
+		l.mu.Lock()
+		_, _ = l.publishLocked(ctx) // a failure is retried at the next tick; a loss ends the lease
+		l.mu.Unlock()
+		cancel()
+	}
+}
+
+// Leader returns the current leader of the election: ErrNoLeader if nobody
+// leads (or the holder of the lock has not published itself yet).
+// Errors: ErrUnavailable, ErrWrongType, ErrNilContext.
+func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
+	if ctx == nil {
+		return LeaderInfo{}, ErrNilContext
+	}
+	recs, live, err := e.read(ctx, 1)
+	if err != nil {
+		return LeaderInfo{}, err
+	}
+	if !live {
+		return LeaderInfo{}, ErrNoLeader
+	}
+	return recs[0], nil
+}
+
+// read returns the newest n records of the history, newest first, and
+// whether the first is the leader's now.
+func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, bool, error) {
+	call := Call{electReadScript, []string{e.keys.Lock, e.history}, []any{n}}
+	at := time.Now()
+	res, err := call.Run(ctx, e.c.rdb).Slice()
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	bad := fmt.Errorf("%w: unexpected reply from the election read script: %v", ErrUnavailable, res)
+	if len(res) == 1 && res[0] == int64(codeWrongType) {
+		return nil, false, ErrWrongType
+	}
+	if len(res) < 3 || res[0] != int64(codeOK) {
+		return nil, false, bad
+	}
+	now, ok1 := res[1].(int64)
+	live, ok2 := res[2].(int64)
+	if !ok1 || !ok2 {
+		return nil, false, bad
+	}
+	recs := make([]LeaderInfo, 0, len(res)-3)
+	firstOK := false // live speaks of the newest record: only if dlock wrote it
+	for i, r := range res[3:] {
+		s, _ := r.(string)
+		li, ok := parseLeaderRecord(s, at, now)
+		if !ok {
+			continue // not a record dlock wrote: skipped
+		}
+		firstOK = firstOK || i == 0
+		recs = append(recs, li)
+	}
+	return recs, live == 1 && firstOK, nil
+}
+
+// parseLeaderRecord decodes "<term>:<rev>:<since>:<holder>:<value>".
+func parseLeaderRecord(s string, at time.Time, nowMs int64) (LeaderInfo, bool) {
+	var f [4]string
+	rest := s
+	for i := range f {
+		j := strings.IndexByte(rest, ':')
+		if j < 0 {
+			return LeaderInfo{}, false
+		}
+		f[i], rest = rest[:j], rest[j+1:]
+	}
+	term, err1 := strconv.ParseUint(f[0], 10, 64)
+	rev, err2 := strconv.ParseUint(f[1], 10, 64)
+	since, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || len(f[3]) != 40 {
+		return LeaderInfo{}, false
+	}
+	return LeaderInfo{Value: rest, Term: term, Rev: rev, Since: sinceOf(at, nowMs, since)}, true
+}

@@ -1,0 +1,207 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Observing an election: every observer of one election on one Client
+// shares a feed, which subscribes the election's channel on the Client's
+// one pub/sub connection and reads the leader history when a message
+// arrives, and at least every PollInterval in case one was lost. Each
+// observer delivers, from the feed's last read, the records newer than the
+// last one it delivered, oldest first: a lost message delays a change by
+// at most PollInterval and never skips one, since the history keeps the
+// last 64 leaders. So 1,000 observers of an election cost one
+// subscription and one read per change or interval, not 1,000.
+
+// Observe returns a channel that delivers the election's leaders in order:
+// first the current leader (if any), then every new leader and every new
+// value a leader proclaims, each once, with strictly increasing (Term,
+// Rev). A leader that came and went between two reads is still delivered.
+// If more than 64 leaders came and went while the observer could not read
+// (Redis unreachable), the first one delivered after that has Missed set.
+// The channel is closed when ctx ends or the Client is closed. Receive
+// from it promptly: it is unbuffered, and a slow receiver only delays
+// itself. A nil ctx gives a closed channel.
+func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
+	out := make(chan LeaderInfo)
+	if ctx == nil {
+		close(out)
+		return out
+	}
+	f := e.c.feeds.join(e)
+	go func() {
+		defer close(out)
+		defer e.c.feeds.leave(f)
+		var last LeaderInfo // the last record delivered (or seen at the start)
+		started := false
+		for {
+			snap := f.snapshot()
+			var batch []LeaderInfo
+			if snap.read {
+				if !started {
+					started = true
+					if len(snap.recs) > 0 {
+						last = snap.recs[0]
+						if snap.live {
+							batch = snap.recs[:1]
+						}
+					}
+				} else {
+					batch = newer(snap.recs, last)
+				}
+			}
+			for _, li := range batch {
+				select {
+				case out <- li:
+					last = li
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case <-snap.changed:
+			case <-f.done:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// newer returns the records of recs (newest first) after last, oldest
+// first; the first is marked Missed if recs may not reach back to last.
+func newer(recs []LeaderInfo, last LeaderInfo) []LeaderInfo {
+	var out []LeaderInfo
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		if r.Term > last.Term || r.Term == last.Term && r.Rev > last.Rev {
+			out = append(out, r)
+		}
+	}
+	if len(out) > 0 && len(recs) >= historyLen && last.Term != 0 && out[0].Term > last.Term && len(out) == len(recs) {
+		out[0].Missed = true
+	}
+	return out
+}
+
+// feeds are a Client's election feeds, one per election channel and poll
+// interval.
+type feeds struct {
+	mu sync.Mutex
+	m  map[feedKey]*feed
+}
+
+type feedKey struct {
+	channel string
+	poll    time.Duration
+}
+
+// feed reads one election's history for its observers.
+type feed struct {
+	e    *Election
+	key  feedKey
+	refs int           // observers (guarded by feeds.mu)
+	stop chan struct{} // closed when the last observer leaves
+	done chan struct{} // closed when the feed's loop has ended
+
+	mu   sync.Mutex
+	snap feedSnap
+}
+
+// feedSnap is the outcome of a feed's last successful read.
+type feedSnap struct {
+	read    bool // a read has succeeded
+	recs    []LeaderInfo
+	live    bool          // recs[0] is the leader now
+	changed chan struct{} // closed when a newer snapshot replaces this one
+}
+
+func (fs *feeds) join(e *Election) *feed {
+	k := feedKey{e.channel, e.poll}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.m == nil {
+		fs.m = map[feedKey]*feed{}
+	}
+	f := fs.m[k]
+	if f == nil {
+		f = &feed{e: e, key: k, stop: make(chan struct{}), done: make(chan struct{}),
+			snap: feedSnap{changed: make(chan struct{})}}
+		fs.m[k] = f
+		go f.run()
+	}
+	f.refs++
+	return f
+}
+
+func (fs *feeds) leave(f *feed) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if f.refs--; f.refs == 0 {
+		close(f.stop)
+		if fs.m[f.key] == f {
+			delete(fs.m, f.key)
+		}
+	}
+}
+
+func (f *feed) snapshot() feedSnap {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap
+}
+
+// run reads the history at every message on the election's channel and
+// every poll interval, until the last observer leaves or the Client closes.
+func (f *feed) run() {
+	defer close(f.done)
+	c := f.e.c
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+		case <-c.closing:
+		}
+		cancel()
+	}()
+	w, err := c.notify.watch(ctx, f.e.channel)
+	if err != nil {
+		return // the Client is closed
+	}
+	defer c.notify.unsubscribe(w)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.wake:
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		rctx, rcancel := context.WithTimeout(ctx, max(f.key.poll, time.Second))
+		recs, live, err := f.e.read(rctx, historyLen)
+		rcancel()
+		if err == nil {
+			f.mu.Lock()
+			old := f.snap.changed
+			f.snap = feedSnap{read: true, recs: recs, live: live, changed: make(chan struct{})}
+			f.mu.Unlock()
+			close(old)
+		} else {
+			c.opts.Logger.Debug("dlock: reading an election's leaders failed; retrying", "election", f.e.name, "err", err)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(f.key.poll)
+	}
+}

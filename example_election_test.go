@@ -1,0 +1,144 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+func ExampleClient_Election() {
+	c, _, done := exampleClient()
+	defer done()
+	// A leader that dies without resigning is replaced within the TTL.
+	e, err := c.Election("example:scheduler", dlock.ElectionOptions{TTL: 5 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(e.Name())
+	// Output: example:scheduler
+}
+
+func ExampleElection_Campaign() {
+	ctx := context.Background()
+	c, _, done := exampleClient()
+	defer done()
+	e, err := c.Election("example:campaign", dlock.ElectionOptions{})
+	if err != nil {
+		panic(err)
+	}
+	// Blocks until elected (candidates are elected in the order they came).
+	l, err := e.Campaign(ctx, "host-a:8080")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Resign(ctx)
+	fmt.Println("leading:", l.Err() == nil, "term > 0:", l.Term() > 0)
+	select {
+	case <-l.Done(): // closed when the leadership is lost (or resigned)
+	default:
+	}
+	// Output: leading: true term > 0: true
+}
+
+func ExampleElection_Leader() {
+	ctx := context.Background()
+	c, _, done := exampleClient()
+	defer done()
+	e, _ := c.Election("example:leader", dlock.ElectionOptions{})
+	if _, err := e.Leader(ctx); errors.Is(err, dlock.ErrNoLeader) {
+		fmt.Println("no leader yet")
+	}
+	l, _ := e.Campaign(ctx, "host-b:8080")
+	defer l.Resign(ctx)
+	li, err := e.Leader(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(li.Value, li.Term == l.Term(), time.Since(li.Since) < time.Minute)
+	// Output:
+	// no leader yet
+	// host-b:8080 true true
+}
+
+func ExampleElection_Observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, _, done := exampleClient()
+	defer done()
+	e, _ := c.Election("example:observe", dlock.ElectionOptions{})
+	// Every leader, in order, with increasing terms; closed when ctx ends.
+	leaders := e.Observe(ctx)
+	for _, who := range []string{"first", "second"} {
+		l, err := e.Campaign(ctx, who)
+		if err != nil {
+			panic(err)
+		}
+		li := <-leaders
+		fmt.Println("leader:", li.Value)
+		_ = l.Resign(ctx)
+	}
+	// Output:
+	// leader: first
+	// leader: second
+}
+
+func ExampleLeadership_Resign() {
+	ctx := context.Background()
+	c, _, done := exampleClient()
+	defer done()
+	e, _ := c.Election("example:resign", dlock.ElectionOptions{TTL: time.Minute})
+	a, _ := e.Campaign(ctx, "a")
+	next := make(chan *dlock.Leadership)
+	go func() {
+		b, _ := e.Campaign(ctx, "b") // queued behind a
+		next <- b
+	}()
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	// The lock goes to b at once: no waiting for a's one-minute lease.
+	if err := a.Resign(ctx); err != nil {
+		panic(err)
+	}
+	b := <-next
+	fmt.Println("b elected within a second:", time.Since(start) < time.Second, "higher term:", b.Term() > a.Term())
+	_ = b.Resign(ctx)
+	// Output: b elected within a second: true higher term: true
+}
+
+func ExampleLeadership_Proclaim() {
+	ctx := context.Background()
+	c, _, done := exampleClient()
+	defer done()
+	e, _ := c.Election("example:proclaim", dlock.ElectionOptions{})
+	l, _ := e.Campaign(ctx, "v1")
+	defer l.Resign(ctx)
+	if err := l.Proclaim(ctx, "v2"); err != nil {
+		panic(err)
+	}
+	li, _ := e.Leader(ctx)
+	fmt.Println(li.Value, li.Rev)
+	// Output: v2 2
+}
+
+func ExampleElection_Run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, _, done := exampleClient()
+	defer done()
+	e, _ := c.Election("example:run", dlock.ElectionOptions{})
+	err := e.Run(ctx, "worker-1", dlock.RunConfig{
+		OnStartedLeading: func(ctx context.Context) {
+			// ctx is cancelled if the leadership is lost: stop then.
+			fmt.Println("leading")
+		}, // returning resigns
+		OnStoppedLeading: func() { fmt.Println("stopped leading") },
+	})
+	fmt.Println("Run:", err)
+	// Output:
+	// leading
+	// stopped leading
+	// Run: <nil>
+}
