@@ -114,7 +114,8 @@ func TestFencedSetBadInput(t *testing.T) {
 	_, rdb := newClient(t, dlock.Options{})
 	ctx := t.Context()
 	for name, err := range map[string]error{
-		"nil ctx":     dlock.FencedSet(nil, rdb, "k", 1, "o", "v"), //nolint:staticcheck // testing nil
+		//lint:ignore SA1012 the nil-context error is what is tested
+		"nil ctx":     dlock.FencedSet(nil, rdb, "k", 1, "o", "v"),
 		"nil client":  dlock.FencedSet(ctx, (*redis.Client)(nil), "k", 1, "o", "v"),
 		"empty key":   dlock.FencedSet(ctx, rdb, "", 1, "o", "v"),
 		"long key":    dlock.FencedSet(ctx, rdb, strings.Repeat("k", dlock.MaxKeyLength+1), 1, "o", "v"),

@@ -184,7 +184,7 @@ func FuzzGrant(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		val, err, _ := buildReply(data, 0)
+		val, _, err := buildReply(data, 0)
 		cmd := redis.NewCmd(context.Background())
 		if err != nil {
 			cmd.SetErr(err)
@@ -232,9 +232,9 @@ func (e replyErr) RedisError()   {}
 
 // buildReply decodes a reply tree from data at i, as go-redis would hand
 // it over: int64, string, nil, []any, or an error.
-func buildReply(data []byte, depth int) (any, error, int) {
+func buildReply(data []byte, depth int) (any, int, error) {
 	if len(data) == 0 {
-		return nil, redis.Nil, 0
+		return nil, 0, redis.Nil
 	}
 	i := 1
 	switch data[0] % 7 {
@@ -246,25 +246,25 @@ func buildReply(data []byte, depth int) (any, error, int) {
 		if data[0]%7 == tagNeg {
 			n = -n
 		}
-		return n, nil, i
+		return n, i, nil
 	case tagBig:
 		var n uint64
 		for ; i < len(data) && i < 9; i++ {
 			n = n<<8 | uint64(data[i])
 		}
-		return int64(n), nil, i
+		return int64(n), i, nil
 	case tagStr:
 		for i < len(data) && data[i] >= 8 {
 			i++
 		}
-		return string(data[1:i]), nil, i
+		return string(data[1:i]), i, nil
 	case tagNil:
-		return nil, redis.Nil, 1
+		return nil, 1, redis.Nil
 	case tagErr:
-		return nil, replyErr(string(data[1:])), len(data)
+		return nil, len(data), replyErr(string(data[1:]))
 	default: // tagArr
 		if len(data) < 2 || depth > 3 {
-			return []any{}, nil, len(data)
+			return []any{}, len(data), nil
 		}
 		n, i := int(data[1]%6), 2
 		out := make([]any, 0, n)
@@ -272,14 +272,14 @@ func buildReply(data []byte, depth int) (any, error, int) {
 			if i >= len(data) {
 				break
 			}
-			v, err, used := buildReply(data[i:], depth+1)
+			v, used, err := buildReply(data[i:], depth+1)
 			if err != nil && !errors.Is(err, redis.Nil) {
 				v = err // an error inside an array arrives as the element
 			}
 			out = append(out, v)
 			i += used
 		}
-		return out, nil, i
+		return out, i, nil
 	}
 }
 

@@ -273,7 +273,7 @@ func TestMultiBadInput(t *testing.T) {
 		}
 	}
 	//lint:ignore SA1012 testing nil ctx on purpose
-	if _, err := c.TryLockMulti(nil, []string{"a"}); !errors.Is(err, dlock.ErrNilContext) { //nolint:staticcheck
+	if _, err := c.TryLockMulti(nil, []string{"a"}); !errors.Is(err, dlock.ErrNilContext) {
 		t.Fatal(err)
 	}
 }

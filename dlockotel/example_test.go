@@ -111,7 +111,7 @@ func printSpans(sr *tracetest.SpanRecorder) {
 			case "dlock.fence", "dlock.acquire.wait_duration", "dlock.hold.duration":
 				continue
 			}
-			line += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.Emit())
+			line += fmt.Sprintf(" %s=%s", kv.Key, kv.Value.String())
 		}
 		fmt.Println(strings.TrimRight(line, " "))
 	}

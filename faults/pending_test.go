@@ -33,19 +33,6 @@ func probeClient(t *testing.T) (*dlock.Client, *redis.Client, func()) {
 	return c, rdb, func() { _ = c.Close(); _ = rdb.Close() }
 }
 
-// pendingAll joins probes.
-func pendingAll(ps ...func(t *testing.T) string) func(t *testing.T) string {
-	return func(t *testing.T) string {
-		var why []string
-		for _, p := range ps {
-			if w := p(t); w != "" {
-				why = append(why, w)
-			}
-		}
-		return strings.Join(why, "; ")
-	}
-}
-
 // pendingReservedNames: a lock key that is another lock's auxiliary name,
 // and a prefix that aliases, are refused.
 func pendingReservedNames(t *testing.T) string {
