@@ -214,6 +214,12 @@ func (l *Leadership) Err() error { return l.lk.Err() }
 // leader (see Lock.Deadline).
 func (l *Leadership) Deadline() time.Time { return l.lk.Deadline() }
 
+// Lock returns the lock behind the leadership: its key is the election's
+// name, its fence the term, and Unlock on it resigns (like Resign). For
+// code that runs anything under a *Lock (Client.Do's helpers, a process
+// supervisor) while leading.
+func (l *Leadership) Lock() *Lock { return l.lk }
+
 // Election returns the election led.
 func (l *Leadership) Election() *Election { return l.e }
 

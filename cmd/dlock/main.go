@@ -2,6 +2,9 @@
 // and releases locks, demonstrates what locks are for, and benchmarks them.
 //
 //	dlock run [flags] KEY [--] COMMAND [ARG...]
+//	dlock elect NAME [--id ID] [--again] [--] COMMAND [ARG...]
+//	dlock leader NAME
+//	dlock observe NAME
 //	dlock status KEY
 //	dlock list [PATTERN]
 //	dlock release KEY (--token T | --force)
@@ -39,10 +42,13 @@ Usage:
 
 Commands:
   run      run a command while holding a lock:  dlock run KEY [--] COMMAND [ARG...]
+  elect    run a command while leader:           dlock elect NAME [--id ID] [--again] [--] COMMAND [ARG...]
+  leader   show an election's leader:            dlock leader NAME [--json]
+  observe  print every change of leader:         dlock observe NAME [--json]
   status   show who holds a lock:                dlock status KEY [--json]
   list     list locks:                           dlock list [PATTERN] [--json]
   release  release a lock:                       dlock release KEY (--token T | --force)
-  demo     show what locks are for (flash sale, ids, rate limit), against a real Redis
+  demo     show what locks are for (flash sale, ids, rate limit, election), against a real Redis
   bench    contention benchmark of dlock against the configured Redis
   help     help on a command:                    dlock help run
 
@@ -139,6 +145,12 @@ func (a *app) main(args []string) int {
 	switch cmd {
 	case "run":
 		return a.cmdRun(rest)
+	case "elect":
+		return a.cmdElect(rest)
+	case "leader":
+		return a.cmdLeader(rest)
+	case "observe":
+		return a.cmdObserve(rest)
 	case "status":
 		return a.cmdStatus(rest)
 	case "list", "ls":
@@ -164,6 +176,9 @@ func (a *app) main(args []string) int {
 
 var helpTexts = map[string]string{
 	"run":     usageRun,
+	"elect":   usageElect,
+	"leader":  usageLeader,
+	"observe": usageObserve,
 	"status":  usageStatus,
 	"list":    usageList,
 	"ls":      usageList,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -126,6 +127,10 @@ type runFlags struct {
 	conflict, limit                int
 	shellCmd, protocol, unit       string
 	redlock, metricsAddr           string
+	// verb names the command in supervise's messages ("run" if empty), and
+	// env is added to COMMAND's environment after DLOCK_KEY, _TOKEN, _FENCE.
+	verb string
+	env  []string
 }
 
 func (a *app) cmdRun(args []string) int {
@@ -157,20 +162,12 @@ func (a *app) cmdRun(args []string) int {
 		}
 		return a.usageErr("run", "run: %v", err)
 	}
-	endedByDashes := len(fs.Args()) < len(args) && args[len(args)-len(fs.Args())-1] == "--"
-	args = fs.Args()
-	if len(args) > 0 && !endedByDashes {
-		// Flags may follow KEY too (`dlock run -w 30s deploy -c '...'`): they
-		// are dlock's up to COMMAND or "--"; everything after COMMAND is
-		// COMMAND's.
-		key := args[0]
-		if err := fs.Parse(args[1:]); err != nil {
-			if isHelp(err) {
-				return a.helpFor("run")
-			}
-			return a.usageErr("run", "run: %v (after KEY, dlock's flags come before COMMAND; put -- before a COMMAND that starts with '-')", err)
+	args, err := parseAfterKey(fs, args)
+	if err != nil {
+		if isHelp(err) {
+			return a.helpFor("run")
 		}
-		args = append([]string{key}, fs.Args()...)
+		return a.usageErr("run", "run: %v (after KEY, dlock's flags come before COMMAND; put -- before a COMMAND that starts with '-')", err)
 	}
 
 	// Validate everything before touching Redis.
@@ -312,6 +309,23 @@ func (a *app) cmdRun(args []string) int {
 		metrics.lock.Store(lk)
 	}
 	return a.supervise(client, lk, key, path, argv, &f, sigs)
+}
+
+// parseAfterKey finishes parsing "[flags] KEY [flags] [--] COMMAND..." after
+// fs.Parse(args) stopped at KEY: flags may follow KEY too (`dlock run -w 30s
+// deploy -c '...'`); they are dlock's up to COMMAND or "--", and everything
+// after COMMAND is COMMAND's. It returns KEY and COMMAND's words.
+func parseAfterKey(fs *flag.FlagSet, args []string) ([]string, error) {
+	endedByDashes := len(fs.Args()) < len(args) && args[len(args)-len(fs.Args())-1] == "--"
+	args = fs.Args()
+	if len(args) == 0 || endedByDashes {
+		return args, nil
+	}
+	key := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, err
+	}
+	return append([]string{key}, fs.Args()...), nil
 }
 
 // handledSignals are the forwarded signals that dlock was not started with
@@ -489,10 +503,15 @@ func holderTTL(d time.Duration) string {
 func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv []string, f *runFlags, sigs <-chan os.Signal) int {
 	// Appended after the inherited environment: for duplicate names the
 	// last value wins, so a nested `dlock run` sees its own key.
-	env := dedupEnv(append(os.Environ(),
+	env := dedupEnv(append(append(os.Environ(),
 		"DLOCK_KEY="+key,
 		"DLOCK_TOKEN="+lk.Token(),
-		"DLOCK_FENCE="+strconv.FormatUint(lk.Fence(), 10)))
+		"DLOCK_FENCE="+strconv.FormatUint(lk.Fence(), 10)), f.env...))
+	verb := f.verb
+	if verb == "" {
+		verb = "run"
+	}
+	say := func(format string, args ...any) { a.errorf(verb+": "+format, args...) }
 	release := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
@@ -502,7 +521,7 @@ func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv 
 	g, err := startGuard(path, argv, env)
 	if err != nil {
 		_ = release()
-		a.errorf("run: %s: cannot start: %v", argv[0], err)
+		say("%s: cannot start: %v", argv[0], err)
 		return exitNoExec
 	}
 	mode := terminalMode()
@@ -548,7 +567,7 @@ loop:
 			case killed:
 			case stopping && !now.Before(killAt):
 				killed = true
-				a.errorf("run: %s is still running at the lock's deadline; sending SIGKILL to its process tree", argv[0])
+				say("%s is still running at the lock's deadline; sending SIGKILL to its process tree", argv[0])
 				g.kill()
 			case stopping:
 				timer.Reset(time.Until(killAt))
@@ -560,7 +579,7 @@ loop:
 					timer.Reset(time.Until(dl.Add(-killAfter)))
 					continue
 				}
-				a.errorf("run: renewals of %q are failing and its deadline is %v away: sending SIGTERM to the process tree of %s (SIGKILL at the deadline), so that it stops before the lock can expire",
+				say("renewals of %q are failing and its deadline is %v away: sending SIGTERM to the process tree of %s (SIGKILL at the deadline), so that it stops before the lock can expire",
 					key, time.Until(dl).Round(time.Millisecond), argv[0])
 				stop(dl)
 			}
@@ -572,14 +591,14 @@ loop:
 				continue
 			}
 			if stopping {
-				a.errorf("run: lost the lock %q while %s was running: %s", key, argv[0], lossReason(lost))
+				say("lost the lock %q while %s was running: %s", key, argv[0], lossReason(lost))
 				if !killed && !time.Now().Before(killAt) {
 					killed = true
 					g.kill()
 				}
 				continue
 			}
-			a.errorf("run: lost the lock %q while %s was running: %s; sending SIGTERM to its process tree (SIGKILL in %v)",
+			say("lost the lock %q while %s was running: %s; sending SIGTERM to its process tree (SIGKILL in %v)",
 				key, argv[0], lossReason(lost), killAfter)
 			stop(time.Now().Add(killAfter))
 		case ws = <-exited:
@@ -597,10 +616,10 @@ loop:
 	}
 	code := exitStatusOf(ws)
 	if ws.Signaled() {
-		a.errorf("run: the process that supervises %s was %s; its processes were killed", argv[0], childStatus(ws))
+		say("the process that supervises %s was %s; its processes were killed", argv[0], childStatus(ws))
 	}
 	if lost == nil && stopping {
-		a.errorf("run: %s was stopped because renewals of %q were failing", argv[0], key)
+		say("%s was stopped because renewals of %q were failing", argv[0], key)
 	}
 	if lost != nil || stopping {
 		_ = release()
@@ -609,13 +628,13 @@ loop:
 	switch err := release(); {
 	case err == nil:
 	case errors.Is(err, dlock.ErrLost):
-		a.errorf("run: the lock %q was lost before %s exited (%s): it ran unprotected for a while", key, argv[0], lossReason(err))
+		say("the lock %q was lost before %s exited (%s): it ran unprotected for a while", key, argv[0], lossReason(err))
 		return exitLost
 	default:
-		a.errorf("run: could not release %q (%v); it expires by itself within %v", key, err, f.ttl.d)
+		say("could not release %q (%v); it expires by itself within %v", key, err, f.ttl.d)
 	}
 	if f.verbose {
-		a.errorf("run: released %q; %s exited with %d", key, argv[0], code)
+		say("released %q; %s exited with %d", key, argv[0], code)
 	}
 	return code
 }
