@@ -1,6 +1,10 @@
 package dlock
 
-import "context"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // SplitSlots makes c group the keys of a multi-key lock by Cluster slot,
 // as on a Cluster, so tests on one server exercise the cross-slot path.
@@ -16,4 +20,29 @@ func RepublishForTest(ctx context.Context, l *Leadership) error {
 	defer l.mu.Unlock()
 	_, err := l.publishLocked(ctx)
 	return err
+}
+
+// RenewBurst renews every lock of locks once for ttl, now, the way the
+// watchdog sends its batches (batchSize per pipeline, bulk calls, up to
+// renewPipelines at once), without applying the replies, and returns how
+// long it took: the renewal capacity of the Redis side and the batching.
+func RenewBurst(c *Client, locks []*Lock, ttl time.Duration) time.Duration {
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, renewPipelines)
+	for i := 0; i < len(locks); i += batchSize {
+		part := locks[i:min(i+batchSize, len(locks))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			calls := make([]Call, len(part))
+			for j, lk := range part {
+				calls[j], _ = lk.l.proto.Renew(lk.l.keys, lk.l.token(), ttl)
+			}
+			c.runCalls(context.Background(), calls)
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
 }

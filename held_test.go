@@ -161,7 +161,7 @@ func TestManyHeldLocks(t *testing.T) {
 	// once (Extend-free: shorten the interval by renewing with a TTL whose
 	// interval is tiny is not possible from outside, so time a burst of
 	// pipelined renewals the way the watchdog sends them).
-	capacity := renewCapacity(t, c, rdb, locks)
+	capacity := renewCapacity(t, c, locks, ttl)
 
 	closeStart := time.Now()
 	closeErr := c.Close()
@@ -188,47 +188,13 @@ func TestManyHeldLocks(t *testing.T) {
 	}
 }
 
-// renewCapacity times renewing every lock once with the watchdog's
-// pipelines (batchSize, renewPipelines at once), by Extend-equivalent
-// scripts sent from outside the Client.
-func renewCapacity(t *testing.T, c *dlock.Client, rdb *redis.Client, locks []*dlock.Lock) float64 {
+// renewCapacity times renewing every lock once the way the watchdog
+// sends renewals (bulk calls in pipelines of 512, 8 at once), from outside
+// the watchdog (the replies are not applied).
+func renewCapacity(t *testing.T, c *dlock.Client, locks []*dlock.Lock, ttl time.Duration) float64 {
 	t.Helper()
-	ctx := context.Background()
-	ext := redis.NewScript(extendLua)
-	const batch, par = 512, 8
-	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, par)
-	for i := 0; i < len(locks); i += batch {
-		part := locks[i:min(i+batch, len(locks))]
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for _, lk := range part {
-					ext.EvalSha(ctx, p, []string{lk.Key(), c.KeysFor(lk.Key()).Fence}, lk.Token(), 3000, 13000)
-				}
-				return nil
-			})
-		}()
-	}
-	wg.Wait()
-	return float64(len(locks)) / time.Since(start).Seconds()
+	return float64(len(locks)) / dlock.RenewBurst(c, locks, ttl).Seconds()
 }
-
-// extendLua is scripts/extend.lua's logic, for renewCapacity.
-const extendLua = `for i = 1, #KEYS, 2 do
-  local v = redis.pcall('GET', KEYS[i])
-  if type(v) == 'table' and v.err then return -2 end
-  if not v then return 0 end
-  if v ~= ARGV[1] then return -1 end
-end
-for i = 1, #KEYS, 2 do
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  redis.call('PEXPIRE', KEYS[i + 1], ARGV[3])
-end
-return 1`
 
 func envInt(t *testing.T, name string, def int) int {
 	v := os.Getenv(name)

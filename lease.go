@@ -11,6 +11,12 @@ import (
 
 type leaseState uint8
 
+// multiKeys are a multi-key lock's keys, in order, and the fence of each.
+type multiKeys struct {
+	keys   []string
+	fences []uint64
+}
+
 const (
 	stateHeld leaseState = iota
 	stateReleased
@@ -25,10 +31,8 @@ type lease struct {
 	keys       Keys
 	renew      bool
 	fence      uint64
-	keyList    []string // a multi-key lock's keys (nil: keys.Lock alone)
-	fences     []uint64 // the fence of each of keyList
+	multi      *multiKeys // a multi-key lock's keys and fences (nil: keys.Lock alone)
 	acquiredAt time.Time
-	done       chan struct{} // closed once, when the lease is released or lost
 
 	// opMu serialises the renewals and the release of this lease, so a
 	// protocol that rotates the stored value never races itself. The
@@ -52,31 +56,42 @@ type lease struct {
 	// nextRenew is when the watchdog renews next.
 	nextRenew time.Time
 	state     leaseState
-	err       error      // why the lease ended; nil while held
-	timer     leaseTimer // fires at deadline (the watchdog's deadline heap)
-	renewErr  error      // last renewal's Redis error, nil after a success
-	renewing  bool       // a renewal is in flight (its reply not applied yet)
+	err       error // why the lease ended; nil while held
+	// done is closed once, when the lease is released or lost; made by
+	// the first Done call (most locks never need one).
+	done     chan struct{}
+	timer    leaseTimer // fires at deadline (the watchdog's deadline heap)
+	renewErr error      // last renewal's Redis error, nil after a success
+	renewing bool       // a renewal is in flight (its reply not applied yet)
 	// wd is the lease's place in the watchdog's heaps (guarded by wd.mu).
 	wd wdEntry
 	// releaseTried: a release whose reply was lost may have deleted the key,
 	// so a retried Unlock that finds it gone has succeeded.
 	releaseTried bool
+
+	// fenceUntil (guarded by opMu, nanoseconds since the watchdog's epoch)
+	// is when the fence counter expires at the earliest, as last pushed
+	// out by the grant or a bulk renewal (see leanFence).
+	fenceUntil int64
 }
 
 func (c *Client) newLease(proto Protocol, keys Keys, cfg lockConfig) *lease {
-	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl, done: make(chan struct{})}
+	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl}
 }
 
 // start makes the lease live after an acquire sent at sent succeeded.
 func (l *lease) start(sent time.Time, g Grant) {
 	l.fence = g.Fence
-	l.keyList, l.fences = g.keys, g.fences
+	if g.keys != nil {
+		l.multi = &multiKeys{keys: g.keys, fences: g.fences}
+	}
 	l.acquiredAt = sent
 	l.mu.Lock()
 	l.value = g.Value
 	l.setDeadlineLocked(sent, l.ttl)
 	l.timer = leaseTimer{l} // armed by wd.add
 	l.mu.Unlock()
+	l.fenceUntil = l.c.wd.at(sent.Add(fenceTTL(l.ttl)))
 	l.c.stats.held.Add(1)
 	l.c.wd.add(l)
 }
@@ -258,7 +273,7 @@ func (l *lease) lose(cause error) error {
 	l.state = stateLost
 	l.err = &lostError{key: l.keys.Lock, cause: cause}
 	l.timer.Stop()
-	err, value := l.err, l.value
+	err, value, done := l.err, l.value, l.done
 	l.mu.Unlock()
 
 	l.c.wd.remove(l)
@@ -269,7 +284,9 @@ func (l *lease) lose(cause error) error {
 	if h := l.c.opts.Hooks.Lost; h != nil {
 		h(LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
 	}
-	close(l.done)
+	if done != nil {
+		close(done)
+	}
 	return err
 }
 
@@ -309,7 +326,7 @@ func (l *lease) release(ctx context.Context) error {
 		// renewal could have landed without its reply), and a multi-key
 		// lock that lost one key still holds the others: delete what is
 		// ours (the release is token-checked).
-		if errors.Is(lerr, ErrUnreachable) || len(l.keyList) > 1 {
+		if errors.Is(lerr, ErrUnreachable) || l.multi != nil && len(l.multi.keys) > 1 {
 			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 		}
 		return lerr
@@ -361,7 +378,29 @@ func (l *lease) endReleasedLocked() {
 	l.timer.Stop()
 	l.c.stats.held.Add(-1)
 	l.c.stats.released.Add(1)
-	close(l.done)
+	if l.done != nil {
+		close(l.done)
+	}
+}
+
+// closedChan is the Done channel of a lease that ended before anyone asked.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// doneChan returns the lease's done channel, making it on first use.
+func (l *lease) doneChan() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.state != stateHeld {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
+	return l.done
 }
 
 func (l *lease) Deadline() time.Time {

@@ -254,8 +254,8 @@ func (k *Lock) Key() string { return k.l.keys.Lock }
 // Keys returns every key the lock holds: the one key of Lock and TryLock,
 // or the keys of LockMulti in the order they are taken.
 func (k *Lock) Keys() []string {
-	if k.l.keyList != nil {
-		return append([]string(nil), k.l.keyList...)
+	if k.l.multi != nil {
+		return append([]string(nil), k.l.multi.keys...)
 	}
 	return []string{k.l.keys.Lock}
 }
@@ -270,15 +270,15 @@ func (k *Lock) Token() string { return k.l.token() }
 // FenceOf returns the fencing token of key, one of the lock's Keys (0 for
 // another key). For a single-key lock it is Fence.
 func (k *Lock) FenceOf(key string) uint64 {
-	if k.l.keyList == nil {
+	if k.l.multi == nil {
 		if key == k.l.keys.Lock {
 			return k.l.fence
 		}
 		return 0
 	}
-	for i, kk := range k.l.keyList {
+	for i, kk := range k.l.multi.keys {
 		if kk == key {
-			return k.l.fences[i]
+			return k.l.multi.fences[i]
 		}
 	}
 	return 0
@@ -303,7 +303,7 @@ func (k *Lock) Deadline() time.Time { return k.l.Deadline() }
 // Done returns a channel closed when the lock is released or lost. A loss
 // by expiry closes it from a timer at the Deadline, which a CPU-starved
 // process may run late; Err and Deadline are exact.
-func (k *Lock) Done() <-chan struct{} { return k.l.done }
+func (k *Lock) Done() <-chan struct{} { return k.l.doneChan() }
 
 // Err returns nil while the lock is held; after Unlock, ErrReleased; after a
 // loss, an error matching ErrLost and its cause (ErrExpired, ErrTaken or

@@ -8,6 +8,7 @@ import "github.com/dlock-go/dlock/internal/probe"
 func init() {
 	for name, s := range map[string]interface{ Hash() string }{
 		"acquire": acquireScript, "extend": extendScript, "release": releaseScript,
+		"extend_many": extendManyScript, "release_many": releaseManyScript,
 		"shared_acquire": sharedAcquireScript, "guard": guardScript,
 		"semaphore_acquire": semaphoreAcquireScript, "semaphore_extend": semaphoreExtendScript,
 		"semaphore_release": semaphoreReleaseScript, "semaphore_limit": semaphoreLimitScript,

@@ -31,7 +31,7 @@ var (
 	releaseSrc string
 
 	acquireScript = libScript(acquireSrc)
-	extendScript  = redis.NewScript(extendSrc)
+	extendScript  = redis.NewScript(libExtendSrc + "\n" + extendSrc)
 	releaseScript = libScript(releaseSrc)
 )
 

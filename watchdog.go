@@ -184,9 +184,9 @@ func (wd *watchdog) registered() []*lease {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	out := make([]*lease, 0, wd.held)
-	for _, l := range wd.deadQ.ls {
-		if l.wd.reg {
-			out = append(out, l)
+	for _, it := range wd.deadQ.ls {
+		if it.l.wd.reg {
+			out = append(out, it.l)
 		}
 	}
 	return out
@@ -343,27 +343,63 @@ func (wd *watchdog) start(leases []*lease, run func([]*lease)) {
 // next renewal time, unless it was unregistered meanwhile.
 func (wd *watchdog) requeue(l *lease) {
 	l.mu.Lock()
-	held := l.state == stateHeld
-	rAt, every, failing := wd.at(l.nextRenew), int64(wd.c.opts.renewEvery(l.ttl)), l.renewErr != nil
-	dAt := wd.at(l.deadline)
+	st := wd.queueState(l)
 	wd.mu.Lock()
-	e := &l.wd
-	top := false
-	if e.di >= 0 && dAt > e.dAt {
-		// A renewal moved the deadline: move its entry here, in the batch
-		// goroutine, rather than have the loop find it stale.
-		e.dAt = dAt
-		wd.deadQ.fix(int(e.di))
-	}
-	if held && e.reg && e.ri < 0 {
-		e.rAt, e.every, e.failing = rAt, every, failing
-		top = wd.renewQ.push(l)
-	}
+	top := wd.requeueLocked(l, st)
 	wd.mu.Unlock()
 	l.mu.Unlock()
 	if top {
 		wd.kick()
 	}
+}
+
+// requeueHeld is requeue for a batch's leases, taking wd.mu once for all
+// of them. Callers hold every lease's opMu: nothing moves their deadline
+// or renewal time between the read and the push.
+func (wd *watchdog) requeueHeld(ls []*lease) {
+	sts := make([]queueState, len(ls))
+	for i, l := range ls {
+		l.mu.Lock()
+		sts[i] = wd.queueState(l)
+		l.mu.Unlock()
+	}
+	top := false
+	wd.mu.Lock()
+	for i, l := range ls {
+		top = wd.requeueLocked(l, sts[i]) || top
+	}
+	wd.mu.Unlock()
+	if top {
+		wd.kick()
+	}
+}
+
+// queueState is what requeue reads of a lease (under its mu).
+type queueState struct {
+	held, failing   bool
+	rAt, every, dAt int64
+}
+
+func (wd *watchdog) queueState(l *lease) queueState {
+	return queueState{held: l.state == stateHeld, failing: l.renewErr != nil,
+		rAt: wd.at(l.nextRenew), every: int64(wd.c.opts.renewEvery(l.ttl)), dAt: wd.at(l.deadline)}
+}
+
+// requeueLocked applies st to l's heap entries and reports whether l
+// became the top of the renewal heap. Callers hold wd.mu.
+func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
+	e := &l.wd
+	if e.di >= 0 && st.dAt > e.dAt {
+		// A renewal moved the deadline: move its entry here, in the batch
+		// goroutine, rather than have the loop find it stale.
+		e.dAt = st.dAt
+		wd.deadQ.fix(int(e.di))
+	}
+	if st.held && e.reg && e.ri < 0 {
+		e.rAt, e.every, e.failing = st.rAt, st.every, st.failing
+		return wd.renewQ.push(l)
+	}
+	return false
 }
 
 // claim takes a due lease's op mutex for a batch. A lease busy with an
@@ -403,6 +439,7 @@ func (wd *watchdog) renew(leases []*lease) {
 	nexts := make([]string, 0, len(leases))
 	ttls := make([]time.Duration, 0, len(leases))
 	sents := make([]time.Time, 0, len(leases))
+	fences := make([]bool, 0, len(leases)) // the call pushes the fence counter out
 	taken := leases[:0:0]
 	var latest time.Time
 	probe.Point(probe.WatchdogBeforeBatch, "")
@@ -416,8 +453,10 @@ func (wd *watchdog) renew(leases []*lease) {
 		// built: a protocol may stamp the stored value with the time it
 		// builds the call (legacy), and the TTL of the others starts when
 		// Redis runs it, later still.
-		sents = append(sents, time.Now())
+		sent := time.Now()
 		c, next := l.renewCall(ttl)
+		fences = append(fences, l.leanFence(&c, sent, ttl))
+		sents = append(sents, sent)
 		calls, nexts, ttls, taken = append(calls, c), append(nexts, next), append(ttls, ttl), append(taken, l)
 	}
 	if len(taken) == 0 {
@@ -435,16 +474,21 @@ func (wd *watchdog) renew(leases []*lease) {
 		case <-ctx.Done():
 		}
 	}()
-	cmds := runBatch(ctx, wd.c.rdb, calls)
+	replies := wd.c.runCalls(ctx, calls)
 	probe.Point(probe.WatchdogAfterBatch, "")
 	for i, l := range taken {
-		code, err := cmds[i].Int64()
-		if l.renewed(sents[i], ttls[i], nexts[i], code, err) == errRetryAlt {
+		r := replies[i]
+		if fences[i] && r.err == nil && r.code == codeOK {
+			l.fencePushed(sents[i], ttls[i])
+		}
+		if l.renewed(sents[i], ttls[i], nexts[i], r.code, r.err) == errRetryAlt {
 			_ = l.renewNow(ctx, ttls[i])
 		}
 		wd.backoff(l, ttls[i])
+	}
+	wd.requeueHeld(taken)
+	for _, l := range taken {
 		l.opMu.Unlock()
-		wd.requeue(l)
 	}
 }
 
@@ -532,10 +576,9 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 					values[i] = l.token()
 					calls[i] = l.proto.Release(l.keys, values[i])
 				}
-				cmds := runBatch(ctx, wd.c.rdb, calls)
+				replies := wd.c.runCalls(ctx, calls)
 				for i, l := range part {
-					code, err := cmds[i].Int64()
-					note(l.release(withReleaseReply(ctx, values[i], code, err)))
+					note(l.release(withReleaseReply(ctx, values[i], replies[i].code, replies[i].err)))
 				}
 			}()
 		}
@@ -616,27 +659,35 @@ func later(a, b time.Time) time.Time {
 }
 
 // leaseHeap is a binary min-heap of leases by renewal time (renew) or
-// deadline, keeping each lease's index in its wdEntry. Guarded by
-// watchdog.mu.
+// deadline, keeping each lease's index in its wdEntry. Each item carries
+// its key, so sifting compares within the array rather than visiting
+// every lease it passes. Guarded by watchdog.mu.
 type leaseHeap struct {
-	ls    []*lease
+	ls    []heapItem
 	renew bool
 }
 
+type heapItem struct {
+	at int64
+	l  *lease
+}
+
 func (h *leaseHeap) len() int    { return len(h.ls) }
-func (h *leaseHeap) top() *lease { return h.ls[0] }
-func (h *leaseHeap) key(i int) int64 {
+func (h *leaseHeap) top() *lease { return h.ls[0].l }
+
+// entryKey is l's key in this heap, from its wdEntry.
+func (h *leaseHeap) entryKey(l *lease) int64 {
 	if h.renew {
-		return h.ls[i].wd.rAt
+		return l.wd.rAt
 	}
-	return h.ls[i].wd.dAt
+	return l.wd.dAt
 }
 
 func (h *leaseHeap) setIndex(i int) {
 	if h.renew {
-		h.ls[i].wd.ri = int32(i)
+		h.ls[i].l.wd.ri = int32(i)
 	} else {
-		h.ls[i].wd.di = int32(i)
+		h.ls[i].l.wd.di = int32(i)
 	}
 }
 
@@ -648,7 +699,7 @@ func (h *leaseHeap) swap(i, j int) {
 
 // push adds l and reports whether it became the top.
 func (h *leaseHeap) push(l *lease) bool {
-	h.ls = append(h.ls, l)
+	h.ls = append(h.ls, heapItem{h.entryKey(l), l})
 	i := len(h.ls) - 1
 	h.setIndex(i)
 	return h.up(i) == 0
@@ -661,14 +712,14 @@ func (h *leaseHeap) pop() *lease {
 // remove takes out the lease at index i.
 func (h *leaseHeap) remove(i int) *lease {
 	n := len(h.ls) - 1
-	l := h.ls[i]
+	l := h.ls[i].l
 	if i != n {
 		h.swap(i, n)
 	}
-	h.ls[n] = nil
+	h.ls[n] = heapItem{}
 	h.ls = h.ls[:n]
 	if i < n {
-		h.fix(i)
+		h.sift(i)
 	}
 	if h.renew {
 		l.wd.ri = -1
@@ -677,12 +728,19 @@ func (h *leaseHeap) remove(i int) *lease {
 	}
 	// Give memory back after a mass release.
 	if c := cap(h.ls); c > 1024 && len(h.ls) < c/4 {
-		h.ls = append([]*lease(nil), h.ls...)
+		h.ls = append([]heapItem(nil), h.ls...)
 	}
 	return l
 }
 
+// fix restores the heap after the key of the lease at i changed in its
+// wdEntry.
 func (h *leaseHeap) fix(i int) {
+	h.ls[i].at = h.entryKey(h.ls[i].l)
+	h.sift(i)
+}
+
+func (h *leaseHeap) sift(i int) {
 	if h.up(i) == i {
 		h.down(i)
 	}
@@ -691,7 +749,7 @@ func (h *leaseHeap) fix(i int) {
 func (h *leaseHeap) up(i int) int {
 	for i > 0 {
 		p := (i - 1) / 2
-		if h.key(p) <= h.key(i) {
+		if h.ls[p].at <= h.ls[i].at {
 			break
 		}
 		h.swap(p, i)
@@ -707,10 +765,10 @@ func (h *leaseHeap) down(i int) {
 		if c >= n {
 			return
 		}
-		if r := c + 1; r < n && h.key(r) < h.key(c) {
+		if r := c + 1; r < n && h.ls[r].at < h.ls[c].at {
 			c = r
 		}
-		if h.key(i) <= h.key(c) {
+		if h.ls[i].at <= h.ls[c].at {
 			return
 		}
 		h.swap(i, c)

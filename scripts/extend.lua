@@ -7,29 +7,22 @@
 --          a multi-key lock sends one call per slot.
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the new TTL in milliseconds
--- ARGV[3]  the fence counters' TTL in milliseconds (longer than ARGV[2])
+-- ARGV[3]  the fence counters' TTL in milliseconds (longer than ARGV[2]),
+--          or 0: leave it
 --
 -- Returns  1  extended (every key held our token)
 --          0  a key is gone (expired or deleted): the lock is lost
 --         -1  a key holds another owner's token: the lock is lost
 --         -2  a key exists but is not a string
--- Nothing is extended unless every key holds our token.
+-- Nothing is extended unless every key holds our token. Uses
+-- lib/extend.lua (prepended).
 for i = 1, #KEYS, 2 do
-  local v = redis.pcall('GET', KEYS[i])
-  if type(v) == 'table' and v.err then
-    return -2
-  end
-  if not v then
-    return 0
-  end
-  if v ~= ARGV[1] then
-    return -1
+  local code = ext_check(KEYS[i], ARGV[1])
+  if code ~= 1 then
+    return code
   end
 end
 for i = 1, #KEYS, 2 do
-  redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  -- GT: never shortened (holders with longer TTLs share it), and a key
-  -- without a TTL (not one of our counters) is left alone.
-  redis.call('PEXPIRE', KEYS[i + 1], ARGV[3], 'GT')
+  ext_apply(KEYS[i], KEYS[i + 1], ARGV[2], ARGV[3])
 end
 return 1

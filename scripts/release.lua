@@ -19,8 +19,8 @@
 -- waiter converts such a hand-off into its own kind of hold when it
 -- confirms it.
 --
--- A release leaves a tombstone for the token (q_released): a second run
--- of the same release (the Redis client re-sends a command whose reply a
+-- A holder's release (q_release) leaves a tombstone for the token
+-- (q_released): a second run of the same release (the Redis client re-sends a command whose reply a
 -- broken connection lost) finds it and returns 1 again, not a loss.
 --
 -- Returns  1  released (freed, or handed off)
@@ -29,6 +29,9 @@
 --         -2  the key exists but is not a string, or the queue is not a
 --             list: nothing was written
 local token = ARGV[1]
+if ARGV[4] == '0' then
+  return q_release(KEYS[1], KEYS[2], token, ARGV[2], ARGV[3])
+end
 local v = redis.pcall('GET', KEYS[1])
 if is_err(v) then
   return -2
@@ -41,17 +44,11 @@ if ARGV[4] == '1' then
     return 0
   end
 elseif v ~= token and ARGV[4] ~= 'force' then
-  if ARGV[4] == '0' and q_dead(KEYS[2], token) then
-    return 1 -- this release already ran (its reply was lost): not a loss
-  end
   return v and -1 or 0
 elseif not v then
   return 0 -- force, and nothing held
 end
 if not q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
   return -2
-end
-if ARGV[4] == '0' then
-  q_released(KEYS[2], token)
 end
 return 1

@@ -210,3 +210,28 @@ local function q_handoff(k, q, pickup, wake)
   redis.call('PUBLISH', wake, 'released')
   return true
 end
+
+-- q_release releases the exclusive key k for its holder token: it hands k
+-- to q's first live waiter or frees it (q_handoff), and leaves token's
+-- release tombstone (q_released). A release of token that finds the key
+-- not holding it but the tombstone there already ran (its reply was lost
+-- and the Redis client sent it again): it answers 1, not a loss. Returns
+-- release.lua's replies: 1 released, 0 gone, -1 another owner's token,
+-- -2 k is not a string or q not a list (nothing written).
+local function q_release(k, q, token, wake, pickup)
+  local v = redis.pcall('GET', k)
+  if is_err(v) then
+    return -2
+  end
+  if v ~= token then
+    if q_dead(q, token) then
+      return 1
+    end
+    return v and -1 or 0
+  end
+  if not q_handoff(k, q, pickup, wake) then
+    return -2
+  end
+  q_released(q, token)
+  return 1
+end
