@@ -19,8 +19,18 @@ import (
 // the next attempt), and a release script's PUBLISH wakes one local waiter
 // of that key: only one can win, and the rest stay parked until the next
 // release instead of stampeding.
+//
+// No caller ever sends on the pub/sub connection itself: SUBSCRIBE and
+// UNSUBSCRIBE go through a queue that one goroutine sends, in order,
+// outside mu. Sending waits for the connection, and while it is redialled
+// (after a reset, with the server stalled) that can take longer than any
+// caller's context: a waiter only waits for the confirmation, bounded by
+// its context, and no waiter waits for another's subscription.
 type notifier struct {
 	c *Client
+	// ctx ends the pub/sub connection's commands when the Client closes.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// own is this Client's hand-off channel: the release script publishes
 	// handoffID of a queued waiter's token on it when it hands the lock to
 	// that waiter.
@@ -38,8 +48,18 @@ type notifier struct {
 	// pending maps a channel to the confirmations its SUBSCRIBE commands
 	// still await, in the order they were sent on the one connection.
 	pending map[string][]chan struct{}
+	// ops are the SUBSCRIBE and UNSUBSCRIBE commands not sent yet, in
+	// order; sending: a goroutine is sending them.
+	ops     []psOp
+	sending bool
 	closed  bool
-	loopWG  sync.WaitGroup
+	loopWG  sync.WaitGroup // the reader and the sender
+}
+
+// psOp is a SUBSCRIBE (confirmed != nil) or UNSUBSCRIBE of channel.
+type psOp struct {
+	channel   string
+	confirmed chan struct{}
 }
 
 type chanWaiters struct {
@@ -58,35 +78,87 @@ type waiter struct {
 }
 
 func newNotifier(c *Client) *notifier {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &notifier{
-		c: c, own: c.opts.Prefix + ":client:" + newToken(),
+		c: c, own: c.opts.Prefix + ":client:" + newToken(), ctx: ctx, cancel: cancel,
 		chans: map[string]*chanWaiters{}, pending: map[string][]chan struct{}{},
 		grants: map[string]*waiter{},
 	}
 }
 
 // ensurePubSubLocked starts the shared connection and its reader.
-func (n *notifier) ensurePubSubLocked(ctx context.Context) {
+func (n *notifier) ensurePubSubLocked() {
 	if n.ps == nil {
-		n.ps = n.c.rdb.Subscribe(context.WithoutCancel(ctx))
+		n.ps = n.c.rdb.Subscribe(n.ctx)
 		n.loopWG.Add(1)
 		go n.loop(n.ps)
 	}
 }
 
-// subscribeLocked sends SUBSCRIBE channel and returns the channel closed
-// when Redis confirms it.
-func (n *notifier) subscribeLocked(ctx context.Context, channel string) chan struct{} {
-	n.ensurePubSubLocked(ctx)
+// subscribeLocked queues SUBSCRIBE channel and returns the channel closed
+// when Redis confirms it. The confirmation is awaited from now on: the
+// reader needs n.mu, which the caller holds, and the command is sent
+// after this (sendOps).
+func (n *notifier) subscribeLocked(channel string) chan struct{} {
+	n.ensurePubSubLocked()
 	confirmed := make(chan struct{})
-	if err := n.ps.Subscribe(context.WithoutCancel(ctx), channel); err != nil {
-		close(confirmed) // don't wait for what will not come
-		return confirmed
-	}
-	// The reader cannot see the confirmation before this is recorded: it
-	// needs n.mu, which the caller holds.
 	n.pending[channel] = append(n.pending[channel], confirmed)
+	n.queueLocked(psOp{channel: channel, confirmed: confirmed})
 	return confirmed
+}
+
+// queueLocked queues op for the sender, starting it if it is not running.
+func (n *notifier) queueLocked(op psOp) {
+	n.ops = append(n.ops, op)
+	if !n.sending {
+		n.sending = true
+		n.loopWG.Add(1)
+		go n.sendOps()
+	}
+}
+
+// sendOps sends the queued commands, in order, without holding n.mu, and
+// exits when the queue is empty (or the Client closed).
+func (n *notifier) sendOps() {
+	defer n.loopWG.Done()
+	for {
+		n.mu.Lock()
+		if len(n.ops) == 0 || n.closed {
+			n.ops, n.sending = nil, false
+			n.mu.Unlock()
+			return
+		}
+		op := n.ops[0]
+		n.ops = n.ops[1:]
+		ps := n.ps
+		n.mu.Unlock()
+		if op.confirmed == nil {
+			_ = ps.Unsubscribe(n.ctx, op.channel)
+			continue
+		}
+		if err := ps.Subscribe(n.ctx, op.channel); err != nil {
+			n.unconfirmed(op)
+		}
+	}
+}
+
+// unconfirmed stops waiting for the confirmation of a SUBSCRIBE that
+// failed: its waiters fall back on their retry timers (go-redis subscribes
+// the channel again when it reconnects).
+func (n *notifier) unconfirmed(op psOp) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	q := n.pending[op.channel]
+	for i, ch := range q {
+		if ch == op.confirmed {
+			close(ch)
+			n.pending[op.channel] = append(q[:i:i], q[i+1:]...)
+			if len(n.pending[op.channel]) == 0 {
+				delete(n.pending, op.channel)
+			}
+			return
+		}
+	}
 }
 
 // awaitConfirm waits for a subscription, at most a second: an unconfirmed
@@ -114,7 +186,7 @@ func (n *notifier) queueWaiter(ctx context.Context, token string) (*waiter, stri
 		return nil, "", ErrClosed
 	}
 	if n.ownConfirmed == nil {
-		n.ownConfirmed = n.subscribeLocked(ctx, n.own)
+		n.ownConfirmed = n.subscribeLocked(n.own)
 	}
 	confirmed := n.ownConfirmed
 	n.grants[handoffID(token)] = w
@@ -201,7 +273,7 @@ func (n *notifier) subscribeWaiter(ctx context.Context, w *waiter) (*waiter, err
 	}
 	cw := n.chans[channel]
 	if cw == nil {
-		cw = &chanWaiters{confirmed: n.subscribeLocked(ctx, channel)}
+		cw = &chanWaiters{confirmed: n.subscribeLocked(channel)}
 		n.chans[channel] = cw
 	}
 	cw.waiters = append(cw.waiters, w)
@@ -230,7 +302,7 @@ func (n *notifier) unsubscribe(w *waiter) {
 	}
 	delete(n.chans, w.channel)
 	if n.ps != nil && !n.closed {
-		_ = n.ps.Unsubscribe(context.Background(), w.channel)
+		n.queueLocked(psOp{channel: w.channel})
 	}
 }
 
@@ -308,7 +380,7 @@ func (n *notifier) confirm(channel string) {
 // meanwhile, so every waiter is woken to try again.
 func (n *notifier) loop(ps *redis.PubSub) {
 	defer n.loopWG.Done()
-	ctx := context.Background()
+	ctx := n.ctx
 	backoff := 50 * time.Millisecond
 	down := false // the connection failed and has not delivered since
 	for {
@@ -379,6 +451,7 @@ func (n *notifier) close() {
 	}
 	n.pending = map[string][]chan struct{}{}
 	n.mu.Unlock()
+	n.cancel() // a redial or a command in progress gives up
 	if ps != nil {
 		_ = ps.Close()
 	}
