@@ -76,6 +76,7 @@ type Result struct {
 	R2Stalled          int // ... or because the test process was not scheduled (StallProc)
 	L1Stalled          int // Lock calls late because the test process was not scheduled
 	L1MaxOver          int64
+	R2Worst, L1Worst   Worst   // the latest loss signal, the Lock furthest past its deadline
 	Handovers          []int64 // unlock (or crash) → next grant, ns
 	CrashHandovers     []int64
 	Commands, Handoffs int // L3
@@ -87,6 +88,7 @@ type Result struct {
 	Pauses             int            // scheduler pauses injected at the engine's pause points
 	Details            []string
 	stalled            func(from, to int64) int64
+	spans              []Op // the history's faults and pauses (for Worst)
 	// Illegal is porcupine's account of the first history S3 rejected,
 	// for porcupine.Visualize with Model().
 	Illegal *porcupine.LinearizationInfo
@@ -130,6 +132,8 @@ func (r *Result) Merge(o Result) {
 	r.R2Stalled += o.R2Stalled
 	r.L1Stalled += o.L1Stalled
 	r.L1MaxOver = max(r.L1MaxOver, o.L1MaxOver)
+	r.R2Worst.keep(o.R2Worst)
+	r.L1Worst.keep(o.L1Worst)
 	r.Handovers = append(r.Handovers, o.Handovers...)
 	r.CrashHandovers = append(r.CrashHandovers, o.CrashHandovers...)
 	r.Commands += o.Commands
@@ -236,6 +240,11 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		return d
 	}
 	r.stalled = stalled
+	for _, op := range ops {
+		if op.Kind == KFault || op.Kind == KPause {
+			r.spans = append(r.spans, op)
+		}
+	}
 
 	grants := buildGrants(ops, crashes)
 	limits := map[string][]Op{}
@@ -594,9 +603,11 @@ func checkR2(r *Result, ops []Op, grants []*grant, p Params, paused func(int, in
 		if st := r.stalled(from, op.Call); lag > int64(p.R2Slack) && lag-st <= int64(p.R2Slack) {
 			r.R2Stalled++ // late by the time the process was not scheduled
 			r.R2MaxLag = max(r.R2MaxLag, lag-st)
+			r.worst(&r.R2Worst, lag-st, op, from, op.Call, "loss signal")
 			continue
 		}
 		r.R2MaxLag = max(r.R2MaxLag, lag)
+		r.worst(&r.R2Worst, lag, op, from, op.Call, "loss signal")
 		if lag > int64(p.R2Slack) {
 			r.add(R2, 1, "%s fence %d: loss signalled %s after the deadline", op.Key, op.Fence, Dur(lag))
 		}
@@ -612,6 +623,7 @@ func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool)
 		over := op.End - op.CtxDeadline
 		if over <= int64(p.L1Slack) {
 			r.L1MaxOver = max(r.L1MaxOver, over)
+			r.worst(&r.L1Worst, over, op, op.CtxDeadline, op.End, string(op.Kind))
 			continue
 		}
 		if paused(op.Proc, op.CtxDeadline, op.End) {
@@ -622,6 +634,7 @@ func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool)
 			continue
 		}
 		r.L1MaxOver = max(r.L1MaxOver, over)
+		r.worst(&r.L1Worst, over, op, op.CtxDeadline, op.End, string(op.Kind))
 		r.add(L1, 1, "%s: Lock returned %s after its context's deadline", op.Key, Dur(over))
 	}
 }
@@ -689,4 +702,79 @@ func Percentile(xs []int64, q float64) int64 {
 	slices.Sort(s)
 	i := int(q*float64(len(s)-1) + 0.5)
 	return s[min(i, len(s)-1)]
+}
+
+// Worst is the worst case of a bound (R2's lag, L1's overrun): by how
+// much, and an account of it: the operation (its kind of lock, key, outcome
+// or loss cause) and the faults and pauses that overlapped its late part.
+type Worst struct {
+	By   int64
+	What string
+}
+
+func (w *Worst) keep(o Worst) {
+	if o.By > w.By {
+		*w = o
+	}
+}
+
+// worst makes op, late by `by` between from and to, the worst case in w if
+// it is.
+func (r *Result) worst(w *Worst, by int64, op Op, from, to int64, what string) {
+	if by <= w.By || by <= 0 {
+		return
+	}
+	kind := op.Mode
+	switch {
+	case op.Group != "":
+		kind = "reentrant"
+	case kind == ModeSemaphore:
+		kind = "semaphore"
+	case kind == "":
+		kind = "exclusive"
+	}
+	outcome := string(op.Status)
+	if op.Err != "" {
+		outcome += ": " + op.Err
+	}
+	w.By = by
+	w.What = fmt.Sprintf("%s %s of %s %s (%s); late part %s", Dur(by), what, kind, op.Key, outcome,
+		lateParts(r.spans, op.Key, from, to))
+}
+
+// lateParts lists the faults and pauses overlapping [from, to] that concern
+// key or the whole process (those of another key are left out), with
+// how much of the window each covers, the longest first.
+func lateParts(spans []Op, key string, from, to int64) string {
+	type part struct {
+		note string
+		d    int64
+	}
+	var ps []part
+	for _, s := range spans {
+		if s.End < from || s.Call > to {
+			continue
+		}
+		if s.Key != "" && s.Key != key {
+			continue
+		}
+		note := s.Note
+		if s.Proc == StallProc {
+			note = "process not scheduled"
+		}
+		ps = append(ps, part{note, min(s.End, to) - max(s.Call, from)})
+	}
+	if len(ps) == 0 {
+		return "overlapped by no recorded fault"
+	}
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].d > ps[j].d })
+	var out []string
+	for i, p := range ps {
+		if i == 6 {
+			out = append(out, fmt.Sprintf("and %d more", len(ps)-i))
+			break
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", p.note, Dur(p.d)))
+	}
+	return "overlapped by " + strings.Join(out, ", ")
 }

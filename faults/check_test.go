@@ -221,3 +221,33 @@ func TestAnalyzeMonitor(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// The report's account of the latest loss signal and the latest Lock names
+// the operation and the faults overlapping its late part (those of the key
+// and of the whole process, not another key's).
+func TestWorstAccounts(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "a", 1, 0, 10*ms, 400*ms)
+	dl := 400*ms - 6*ms
+	h.ev = append(h.ev, Event{Type: OK, ID: 100, Proc: 0, T: dl + 80*ms, Kind: KLost, Key: "k", Owner: "a", Deadline: dl,
+		Err: "lost: expired"})
+	h.ev = append(h.ev, Event{Type: Invoke, ID: 101, Proc: 1, T: 100 * ms, Kind: KLock, Key: "k", Deadline: 500 * ms},
+		Event{Type: Info, ID: 101, Proc: 1, T: 700 * ms, Kind: KLock, Key: "k", Err: "context done"})
+	nem := &Nemesis{Rec: recorderFunc(func(e Event) { h.ev = append(h.ev, e) })}
+	nem.Span(KPause, StallProc, "test process not scheduled", dl+10*ms, dl+70*ms)
+	nem.KeySpan("k", "pause before-confirm", 450*ms, 690*ms)
+	nem.KeySpan("other", "pause after-grant", 500*ms, 690*ms)
+	r := h.check(t, DefaultParams())
+	if r.R2Worst.By != 80*ms || !strings.Contains(r.R2Worst.What, "loss signal of exclusive k") ||
+		!strings.Contains(r.R2Worst.What, "process not scheduled (60.0ms)") {
+		t.Errorf("R2Worst = %+v", r.R2Worst)
+	}
+	if r.L1Worst.By != 200*ms || !strings.Contains(r.L1Worst.What, "pause before-confirm (190.0ms)") ||
+		strings.Contains(r.L1Worst.What, "after-grant") {
+		t.Errorf("L1Worst = %+v", r.L1Worst)
+	}
+}
+
+type recorderFunc func(Event)
+
+func (f recorderFunc) Record(e Event) { f(e) }

@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,7 +71,11 @@ func (h *harness) logInjected() map[string]int {
 		for _, e := range inj.Log() {
 			counts[e.Action.String()]++
 			t := clock.At(e.At)
-			h.nem.Span(KFault, -1, fmt.Sprintf("%s [%s] %s: %s", e.Action, e.Rule, e.Command, e.Outcome), t, t)
+			start := t
+			if d, err := time.ParseDuration(strings.TrimPrefix(e.Outcome, "sent after ")); err == nil {
+				start = t - int64(d) // a delay is logged when it ends
+			}
+			h.nem.KeySpan(e.Command.Key, fmt.Sprintf("%s [%s] %s: %s", e.Action, e.Rule, e.Command, e.Outcome), start, t)
 		}
 	}
 	return counts

@@ -442,6 +442,12 @@ func figures(r Result) string {
 	if r.L1MaxOver > 0 {
 		f = append(f, "Lock max "+Dur(r.L1MaxOver)+" past ctx deadline")
 	}
+	if r.R2Worst.What != "" {
+		f = append(f, "latest loss signal: "+r.R2Worst.What)
+	}
+	if r.L1Worst.What != "" {
+		f = append(f, "latest Lock: "+r.L1Worst.What)
+	}
 	if len(r.CrashHandovers) > 0 {
 		f = append(f, fmt.Sprintf("crash hand-over max %s", Dur(slices.Max(r.CrashHandovers))))
 	}

@@ -167,7 +167,9 @@ func startPauses(h *harness) (stop func()) {
 		mu.Unlock()
 		if d > 0 {
 			n.Add(1)
+			start := clock.Now()
 			time.Sleep(d)
+			h.nem.KeySpan(key, "pause "+name, start, clock.Now())
 		}
 	})
 	return func() {

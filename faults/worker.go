@@ -525,6 +525,12 @@ func (n *Nemesis) Span(kind Kind, proc int, note string, start, end int64) {
 	n.Rec.Record(Event{Type: OK, ID: 1<<63 | n.seq.Add(1), Proc: proc, T: end, Call: start, Kind: kind, Note: note})
 }
 
+// KeySpan records a fault that concerns one key (a command on it, a pause
+// of a step of its lock) from start to end.
+func (n *Nemesis) KeySpan(key, note string, start, end int64) {
+	n.Rec.Record(Event{Type: OK, ID: 1<<63 | n.seq.Add(1), Proc: -1, T: end, Call: start, Kind: KFault, Key: key, Note: note})
+}
+
 // Crash records that proc was killed at t.
 func (n *Nemesis) Crash(proc int, t int64, note string) {
 	n.Rec.Record(Event{Type: OK, ID: 1<<63 | n.seq.Add(1), Proc: proc, T: t, Call: t, Kind: KCrash, Note: note})
