@@ -222,3 +222,21 @@ func TestBench(t *testing.T) {
 	}
 	expectCode(t, dlockRun(t, nil, onSrv("bench", "--clients", "0")...), 2)
 }
+
+// TestDemoElection: the leader is killed, paused and resigns; every
+// takeover leads to a higher term, and no two leaders wrote in one term.
+// Not parallel: the demos' leftover checks look at every demo's keys.
+func TestDemoElection(t *testing.T) {
+	r := dlockRun(t, nil, onSrv("demo", "election", "--workers", "3", "--ttl", "1s")...)
+	expectCode(t, r, 0)
+	for _, want := range []string{"first election", "kill -9 worker-", "SIGSTOP worker-", "resign worker-",
+		"resumed: ", "terms with two writers: 0", "takeover (median of 1)"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("output lacks %q:\n%v", want, r)
+		}
+	}
+	expectCode(t, dlockRun(t, nil, onSrv("demo", "election", "--workers", "1")...), 2)
+	if k := leftovers(t, "dlock-demo-*"); len(k) > 0 {
+		t.Errorf("the demo left keys behind: %v", k)
+	}
+}

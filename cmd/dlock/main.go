@@ -163,6 +163,8 @@ func (a *app) main(args []string) int {
 		return a.cmdBench(rest)
 	case workerCommand:
 		return a.cmdWorker(rest)
+	case electionWorkerCommand:
+		return a.cmdElectionWorker(rest)
 	case guardCommand:
 		return a.cmdGuard(rest)
 	case "help":
