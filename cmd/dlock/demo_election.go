@@ -160,10 +160,9 @@ func (a *app) cmdElectionWorker(args []string) int {
 
 // electionWorker is a running election worker, seen from the demo.
 type electionWorker struct {
-	id     string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	events chan electionEvent
+	id    string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
 }
 
 type electionEvent struct {
