@@ -404,7 +404,8 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		if !isWrite(cmd) {
 			continue
 		}
-		if l.Lua && !script.force && s.live(t) && s.value != script.token {
+		// A SET NX on a live key writes nothing: not a foreign write.
+		if l.Lua && !script.force && s.live(t) && s.value != script.token && !setNX(cmd, l.Args) {
 			st.Foreign++
 			detail("R1: %s %s by a script of token %s while it held %s (expiring in %s)",
 				cmd, k, short(script.token), short(s.value), Dur(s.exp-t))
@@ -415,6 +416,20 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		endTenure(k, s, last)
 	}
 	return st
+}
+
+// setNX reports whether args are a SET with the NX option (it writes only
+// a key that does not exist).
+func setNX(cmd string, args []string) bool {
+	if cmd != "SET" {
+		return false
+	}
+	for _, a := range args[min(3, len(args)):] {
+		if strings.EqualFold(a, "NX") {
+			return true
+		}
+	}
+	return false
 }
 
 func isWrite(cmd string) bool {

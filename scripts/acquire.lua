@@ -35,18 +35,38 @@ if q_dead(Q, token) then
   return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
 end
 
-local v = redis.pcall('GET', K)
-if is_err(v) then
-  return {-2, 0}
-end
 local c = fence_read(F)
 if not c then
   return {-2, 0}
 end
+-- The common case in one write: nobody queued (or barging), so a free key
+-- is taken by SET NX, whose GET also reads what a held key holds.
+local v
+if mode ~= 'q' then
+  local free = mode == 'barge' or q_empty(Q)
+  if free == nil then
+    return {-2, 0}
+  end
+  if free then
+    v = redis.pcall('SET', K, token, 'NX', 'PX', ARGV[2], 'GET')
+    if is_err(v) then
+      return {-2, 0}
+    end
+    if not v then
+      return {1, fence_draw(F, c, ARGV[3], true)}
+    end
+  end
+end
+if v == nil then
+  v = redis.pcall('GET', K)
+  if is_err(v) then
+    return {-2, 0}
+  end
+end
 if v == token then
   redis.call('PEXPIRE', K, ARGV[2])
   q_granted(Q, token)
-  return {1, fence_draw(F, c, ARGV[3])}
+  return {1, fence_draw(F, c, ARGV[3], true)}
 end
 if mode == 'q' and not q_join(Q, token, ARGV[5], ARGV[6], false) then
   return {-2, 0}
@@ -61,7 +81,7 @@ if not v then
     if mode == 'q' then
       q_granted(Q, token)
     end
-    return {1, fence_draw(F, c, ARGV[3])}
+    return {1, fence_draw(F, c, ARGV[3], true)}
   end
 end
 if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then

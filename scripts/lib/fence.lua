@@ -33,15 +33,21 @@ end
 
 -- fence_draw draws the next fencing token after c (f's value, from
 -- fence_read): max(c + 1, the server's TIME in microseconds). The counter
--- then lives at least fttl ms more. The counter makes tokens unique and
+-- then lives at least fttl ms more. excl: the grant is exclusive (no other
+-- grant of this counter is live), so the counter's TTL is set to fttl,
+-- not raised: only the clock margin after this grant matters (below), and
+-- a shared hold renews its own. The counter makes tokens unique and
 -- increasing on one server; the clock keeps them increasing when the
 -- counter is gone or behind: after it expired, after a restart without
 -- persistence, or on a replica promoted before it received the last grants
 -- (as long as that server's clock is not behind the old one's).
-local function fence_draw(f, c, fttl)
+local function fence_draw(f, c, fttl, excl)
   local t = redis.call('TIME')
   local n = math.max(c + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  local ms = math.max(tonumber(fttl), redis.call('PTTL', f))
+  local ms = tonumber(fttl)
+  if c > 0 and not excl then
+    ms = math.max(ms, redis.call('PTTL', f))
+  end
   redis.call('SET', f, string.format('%d', n), 'PX', ms)
   return n
 end

@@ -90,6 +90,16 @@ local function q_ahead(q, token)
   return false
 end
 
+-- q_empty reports whether nobody is queued in q (dead waiters count: see
+-- q_ahead). Returns nil if q is not a list.
+local function q_empty(q)
+  local head = redis.pcall('LINDEX', q, 0)
+  if is_err(head) then
+    return nil
+  end
+  return not head
+end
+
 -- q_may_take reports whether token may take a free key now: always when
 -- barging, else when no live waiter is ahead of it in q (see q_ahead).
 -- Returns nil, having written nothing, if q is not a list.
