@@ -22,6 +22,7 @@ type Client struct {
 	// server, as on a Cluster (tests of the cross-slot path).
 	splitSlots bool
 
+	pipe    *pipeline // rdb's caller pipeline (see Call.Run)
 	wd      *watchdog
 	notify  *notifier
 	feeds   feeds // election observers' shared reads
@@ -54,6 +55,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		// A Ring has no connection that hears every shard's hand-offs.
 		c.opts.Barging = true
 	}
+	c.pipe = pipelineFor(rdb)
 	c.wd = newWatchdog(c)
 	c.notify = newNotifier(c)
 	return c, nil
@@ -109,6 +111,7 @@ func (c *Client) Close() error {
 		c.bgDone = true
 		c.bgMu.Unlock()
 		c.bg.Wait()
+		dropPipeline(c.pipe)
 	})
 	return err
 }

@@ -46,3 +46,14 @@ func RenewBurst(c *Client, locks []*Lock, ttl time.Duration) time.Duration {
 	wg.Wait()
 	return time.Since(start)
 }
+
+// PipelineWriters is how many calls c's Redis client has in flight before
+// further calls wait to be batched.
+func PipelineWriters(c *Client) int { return c.pipe.writers }
+
+// PendingCalls is how many calls wait in c's pipeline for a writer.
+func PendingCalls(c *Client) int {
+	c.pipe.mu.Lock()
+	defer c.pipe.mu.Unlock()
+	return len(c.pipe.pending)
+}

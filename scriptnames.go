@@ -1,12 +1,15 @@
 package dlock
 
-import "github.com/dlock-go/dlock/internal/probe"
+import (
+	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/redis/go-redis/v9"
+)
 
 // Script names for the command-level fault layer of the tests
 // (internal/faultcmd matches EVALSHA calls by these names): each script's
 // file name without ".lua".
 func init() {
-	for name, s := range map[string]interface{ Hash() string }{
+	for name, s := range map[string]*redis.Script{
 		"acquire": acquireScript, "extend": extendScript, "release": releaseScript,
 		"extend_many": extendManyScript, "release_many": releaseManyScript,
 		"shared_acquire": sharedAcquireScript, "guard": guardScript,
@@ -18,5 +21,12 @@ func init() {
 		"counter_add": counterAddScript,
 	} {
 		probe.NameScript(name, s.Hash())
+		ownScripts[s] = true
 	}
 }
+
+// ownScripts holds every script of this package: the calls
+// Call.Run sends through a Client's pipeline. Other packages' scripts
+// (package redlock's, package legacy's, a user's Protocol's) run by
+// themselves, as their code expects.
+var ownScripts = map[*redis.Script]bool{}

@@ -1,0 +1,199 @@
+package dlock
+
+import (
+	"context"
+	"runtime"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Caller pipelining. Every script call a Client makes on its Redis client
+// (Call.Run) goes through that Redis client's pipeline: while fewer than
+// pipeline.writers calls or batches are in flight, a call is sent at once,
+// alone, by its own goroutine, exactly as without the pipeline (no added
+// delay for one goroutine). When every writer is busy, calls wait in a
+// pending list, and the first writer that gets free sends all of them as
+// one go-redis pipeline (one write, one read for the batch; a
+// ClusterClient or Ring splits it per node or shard), runs any that met
+// NOSCRIPT again by EVAL, and hands each reply to its caller.
+//
+// Each caller's ctx bounds its own wait. A caller that leaves before its
+// call was taken into a batch takes it back: it was never sent, and the
+// caller gets ctx's error. A caller that leaves while its call is in
+// flight gets ctx's error as well, which is ambiguous (not a reply from
+// Redis): the engine withdraws an acquire's token, or retries a release,
+// exactly as after a lost reply; the reply that comes later is dropped.
+//
+// Clients over the same Redis client share its pipeline (see pipelineFor).
+type pipeline struct {
+	rdb     redis.UniversalClient
+	writers int // calls or batches in flight at most, before calls queue
+
+	mu      sync.Mutex
+	active  int       // calls or batches in flight
+	pending []*pended // calls waiting for a writer, oldest first
+	users   int       // Clients using this pipeline (guarded by pipesMu)
+}
+
+// pended is one call waiting in a pipeline.
+type pended struct {
+	ctx   context.Context
+	call  Call
+	cmd   *redis.Cmd
+	taken bool          // a writer took it (guarded by pipeline.mu)
+	done  chan struct{} // closed when cmd holds the reply
+}
+
+// maxBatch bounds the calls of one batch.
+const maxBatch = 512
+
+// pipelineWriters is how many calls or batches one Redis client has in
+// flight at most before calls are batched.
+func pipelineWriters() int { return max(2, runtime.GOMAXPROCS(0)) }
+
+var (
+	pipesMu sync.Mutex
+	pipes   sync.Map // redis.UniversalClient -> *pipeline
+)
+
+// pipelineFor returns rdb's pipeline, creating it for its first Client;
+// dropPipeline undoes it when that Client closes.
+func pipelineFor(rdb redis.UniversalClient) *pipeline {
+	pipesMu.Lock()
+	defer pipesMu.Unlock()
+	if v, ok := pipes.Load(rdb); ok {
+		p := v.(*pipeline)
+		p.users++
+		return p
+	}
+	p := &pipeline{rdb: rdb, writers: pipelineWriters(), users: 1}
+	pipes.Store(rdb, p)
+	return p
+}
+
+func dropPipeline(p *pipeline) {
+	pipesMu.Lock()
+	defer pipesMu.Unlock()
+	if p.users--; p.users == 0 {
+		pipes.CompareAndDelete(p.rdb, p)
+	}
+}
+
+// pipelineOf returns the pipeline of rdb, nil if no open Client uses rdb.
+func pipelineOf(rdb redis.Scripter) *pipeline {
+	u, ok := rdb.(redis.UniversalClient)
+	if !ok {
+		return nil
+	}
+	v, ok := pipes.Load(u)
+	if !ok {
+		return nil
+	}
+	return v.(*pipeline)
+}
+
+// run sends c and returns its reply, or ctx's error if ctx ends first.
+func (p *pipeline) run(ctx context.Context, c Call) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		return errCmd(ctx, err)
+	}
+	p.mu.Lock()
+	if p.active < p.writers && len(p.pending) == 0 {
+		p.active++
+		p.mu.Unlock()
+		cmd := c.runDirect(ctx, p.rdb)
+		p.mu.Lock()
+		p.doneLocked()
+		p.mu.Unlock()
+		return cmd
+	}
+	pc := &pended{ctx: ctx, call: c, done: make(chan struct{})}
+	p.pending = append(p.pending, pc)
+	if p.active < p.writers {
+		p.active++
+		go p.flush()
+	}
+	p.mu.Unlock()
+	select {
+	case <-pc.done:
+		return pc.cmd
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	if !pc.taken {
+		for i, x := range p.pending {
+			if x == pc {
+				p.pending = append(p.pending[:i], p.pending[i+1:]...)
+				break
+			}
+		}
+	}
+	p.mu.Unlock()
+	select {
+	case <-pc.done: // the reply came meanwhile
+		return pc.cmd
+	default:
+	}
+	return errCmd(ctx, ctx.Err())
+}
+
+// doneLocked ends one writer's turn: it goes on as a flusher if calls are
+// waiting, else its slot is free.
+func (p *pipeline) doneLocked() {
+	if len(p.pending) > 0 {
+		go p.flush()
+		return
+	}
+	p.active--
+}
+
+// flush sends the pending calls in batches until none is left.
+func (p *pipeline) flush() {
+	for {
+		p.mu.Lock()
+		n := min(len(p.pending), maxBatch)
+		if n == 0 {
+			p.active--
+			p.mu.Unlock()
+			return
+		}
+		batch := make([]*pended, n)
+		copy(batch, p.pending)
+		p.pending = append(p.pending[:0], p.pending[n:]...)
+		for _, pc := range batch {
+			pc.taken = true
+		}
+		p.mu.Unlock()
+		p.send(batch)
+	}
+}
+
+// send runs one batch and hands each reply to its caller. The batch is
+// not bounded by any one caller's ctx (each caller bounds its own wait);
+// it keeps the first caller's values (tracing hooks) and go-redis's
+// timeouts bound it.
+func (p *pipeline) send(batch []*pended) {
+	ctx := context.WithoutCancel(batch[0].ctx)
+	if len(batch) == 1 {
+		batch[0].cmd = batch[0].call.runDirect(ctx, p.rdb)
+		close(batch[0].done)
+		return
+	}
+	calls := make([]Call, len(batch))
+	for i, pc := range batch {
+		calls[i] = pc.call
+	}
+	cmds := runBatch(ctx, p.rdb, calls)
+	for i, pc := range batch {
+		pc.cmd = cmds[i]
+		close(pc.done)
+	}
+}
+
+// errCmd is a Cmd that failed with err before it was sent.
+func errCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
