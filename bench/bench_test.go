@@ -58,7 +58,7 @@ func TestQuick(t *testing.T) {
 			t.Errorf("Markdown lacks a section for %s", s.Name)
 		}
 	}
-	if !strings.Contains(md.String(), "## Hand-off goals") {
+	if !strings.Contains(md.String(), "## Goals") {
 		t.Error("Markdown lacks the goals")
 	}
 

@@ -36,6 +36,8 @@ func scenarios() []scenario {
 	return []scenario{
 		{Name: "uncontended-1", Clients: 1, Shared: true, Duration: 2 * s,
 			Desc: "acquire+release pairs, 1 goroutine, its own key"},
+		{Name: "uncontended-16", Clients: 16, Shared: true, Duration: 2 * s,
+			Desc: "acquire+release pairs, 16 goroutines sharing one client, a key each"},
 		{Name: "uncontended-64", Clients: 64, Shared: true, Duration: 2 * s,
 			Desc: "acquire+release pairs, 64 goroutines sharing one client, a key each"},
 		{Name: "contended-16-hold0", Clients: 16, Duration: 2 * s,
@@ -50,6 +52,8 @@ func scenarios() []scenario {
 			Desc: "rounds: 16 processes start together, each needs the key once (1ms), every release has waiters"},
 		{Name: "drain-128", Clients: 128, Drain: true, Hold: time.Millisecond, Duration: 2 * s,
 			Desc: "rounds: 128 processes start together, each needs the key once (1ms)"},
+		{Name: "drain-256", Clients: 256, Drain: true, Hold: time.Millisecond, Duration: 2 * s,
+			Desc: "rounds: 256 processes start together, each needs the key once (1ms)"},
 	}
 }
 

@@ -112,6 +112,11 @@ type Result struct {
 	Commands  int64
 	ByCommand map[string]int64
 
+	// ServerCPU is the CPU time (user + system) the Redis server used during
+	// the run, from INFO cpu (-1: not measured). Everything else the server
+	// did meanwhile counts too (PINGs, INFO).
+	ServerCPU time.Duration
+
 	// Overlaps counts critical sections that began while another client
 	// was inside one on the same key. Anything but 0 is a broken lock.
 	Overlaps int64
@@ -149,6 +154,15 @@ func (r Result) CommandsPerSection() float64 {
 		return -1
 	}
 	return float64(r.Commands) / float64(r.Sections)
+}
+
+// ServerCPUPerSection is the Redis server's CPU time per critical section,
+// or -1 if not measured.
+func (r Result) ServerCPUPerSection() time.Duration {
+	if r.ServerCPU < 0 || r.Sections == 0 {
+		return -1
+	}
+	return r.ServerCPU / time.Duration(r.Sections)
 }
 
 // RoundTripsPerSection is client round trips per critical section, or -1
@@ -230,14 +244,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
-	res := Result{Clients: cfg.Clients, Keys: len(cfg.Keys), Hold: cfg.Hold, Commands: -1, RoundTrips: -1}
+	res := Result{Clients: cfg.Clients, Keys: len(cfg.Keys), Hold: cfg.Hold, Commands: -1, RoundTrips: -1, ServerCPU: -1}
 	if cfg.Redis != nil {
 		res.PingIdle = pingSamples(ctx, cfg.Redis, 50, 0)
 	}
 	var before map[string]int64
+	cpuBefore := time.Duration(-1)
 	if cfg.Redis != nil {
 		if m, err := CommandCalls(ctx, cfg.Redis); err == nil {
 			before = m
+		}
+		if d, err := ServerCPU(ctx, cfg.Redis); err == nil {
+			cpuBefore = d
 		}
 	}
 	var tripsBefore int64
@@ -399,6 +417,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 
+	if cpuBefore >= 0 {
+		if d, err := ServerCPU(ctx, cfg.Redis); err == nil {
+			res.ServerCPU = d - cpuBefore
+		}
+	}
 	if before != nil {
 		if after, err := CommandCalls(ctx, cfg.Redis); err == nil {
 			res.ByCommand = map[string]int64{}

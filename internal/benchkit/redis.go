@@ -51,6 +51,57 @@ func CommandCalls(ctx context.Context, rdb redis.UniversalClient) (map[string]in
 	return total, nil
 }
 
+// ServerCPU returns used_cpu_sys + used_cpu_user of INFO cpu: the CPU time
+// the Redis server process used since it started, summed over every master
+// of a Cluster or every shard of a Ring.
+func ServerCPU(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
+	var mu sync.Mutex
+	var total float64
+	one := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
+		v := parseCPU(info)
+		mu.Lock()
+		total += v
+		mu.Unlock()
+		return nil
+	}
+	var err error
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		err = r.ForEachMaster(ctx, one)
+	case *redis.Ring:
+		err = r.ForEachShard(ctx, one)
+	case *redis.Client:
+		err = one(ctx, r)
+	default:
+		var info string
+		if info, err = rdb.Info(ctx, "cpu").Result(); err == nil {
+			total = parseCPU(info)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// parseCPU sums used_cpu_sys and used_cpu_user (seconds) of INFO cpu.
+func parseCPU(info string) float64 {
+	var sum float64
+	for line := range strings.Lines(info) {
+		name, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			if f, err := strconv.ParseFloat(val, 64); err == nil {
+				sum += f
+			}
+		}
+	}
+	return sum
+}
+
 // ParseCommandStats parses the text of INFO commandstats:
 //
 //	cmdstat_get:calls=21,usec=175,usec_per_call=8.33,rejected_calls=0,failed_calls=0
