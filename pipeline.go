@@ -49,8 +49,11 @@ type pended struct {
 const maxBatch = 512
 
 // pipelineWriters is how many calls or batches one Redis client has in
-// flight at most before calls are batched.
-func pipelineWriters() int { return max(2, runtime.GOMAXPROCS(0)) }
+// flight at most before calls are batched. Few writers make large batches
+// (one write and one read for many calls, on the client and on Redis);
+// more than one lets a batch form while another is in flight, and a slow
+// reply (a paused server, a busy machine) does not stall every caller.
+func pipelineWriters() int { return max(4, runtime.GOMAXPROCS(0)) }
 
 var (
 	pipesMu sync.Mutex

@@ -42,7 +42,7 @@ func (p *pipelineCounter) got() []int {
 // by inj until an ECHO of release completes; it returns when all are held.
 // wait waits for them and returns their first error. A cleanup releases
 // them if the test ends first.
-func blockWriters(t *testing.T, c *dlock.Client, rdb *redis.Client, inj *faultcmd.Injector, prefix, release string) (wait func() error) {
+func blockWriters(t *testing.T, c *dlock.Client, rdb redis.UniversalClient, inj *faultcmd.Injector, prefix, release string) (wait func() error) {
 	t.Helper()
 	t.Cleanup(func() { _ = rdb.Echo(context.Background(), release).Err() })
 	n := dlock.PipelineWriters(c)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -121,6 +122,7 @@ func topoSuite(t *testing.T, tp *topo) {
 	t.Run("admin", func(t *testing.T) { topoAdmin(t, tp) })
 	t.Run("election", func(t *testing.T) { topoElection(t, tp) })
 	t.Run("noscript", func(t *testing.T) { topoNoScript(t, tp) })
+	t.Run("pipeline", func(t *testing.T) { topoPipeline(t, tp) })
 	t.Run("failover", func(t *testing.T) { topoFailover(t, tp) })
 }
 
@@ -469,6 +471,73 @@ func topoNoScript(t *testing.T, tp *topo) {
 		flush()
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock after SCRIPT FLUSH: %v", err)
+		}
+	}
+}
+
+// topoPipeline: acquires and releases of keys on every master, batched
+// into go-redis pipelines (every writer of the Client's pipeline is held
+// busy meanwhile) right after SCRIPT FLUSH, so each call of the batch meets
+// NOSCRIPT and falls back to EVAL on its own; each key, on the master that
+// serves it, holds its lock's token.
+func topoPipeline(t *testing.T, tp *topo) {
+	ctx := t.Context()
+	rdb := tp.newRDB()
+	inj := faultcmd.New()
+	rdb.AddHook(inj)
+	c, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = rdb.Close()
+	})
+	flush := func() {
+		for _, n := range tp.nodes {
+			n.Client(t).ScriptFlush(ctx)
+		}
+	}
+	batch := func(release string, call func(i int) error) {
+		writers := blockWriters(t, c, rdb, inj, "topo:pipeline:"+release, release)
+		flush()
+		errs := make([]error, len(topoKeys))
+		var wg sync.WaitGroup
+		for i := range topoKeys {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = call(i)
+			}()
+		}
+		waitPending(t, c, len(topoKeys))
+		if err := rdb.Echo(ctx, release).Err(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if err := writers(); err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("%s: %s: %v", release, topoKeys[i], err)
+			}
+		}
+	}
+	locks := make([]*dlock.Lock, len(topoKeys))
+	batch("acquire", func(i int) (err error) {
+		locks[i], err = c.TryLock(ctx, topoKeys[i], dlock.WithTTL(5*time.Second))
+		return err
+	})
+	for _, lk := range locks {
+		if v, _ := tp.direct(t, lk.Key()).Get(ctx, lk.Key()).Result(); v != lk.Token() {
+			t.Fatalf("%s holds %q on its master, want the lock's token", lk.Key(), v)
+		}
+	}
+	batch("release", func(i int) error { return locks[i].Unlock(ctx) })
+	for _, lk := range locks {
+		if n, _ := tp.direct(t, lk.Key()).Exists(ctx, lk.Key()).Result(); n != 0 {
+			t.Fatalf("%s still exists on its master after Unlock", lk.Key())
 		}
 	}
 }
