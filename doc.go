@@ -36,7 +36,11 @@
 // token drawn from a counter. Release and Extend compare the token first
 // (compare-and-delete, compare-and-expire), so nobody deletes or extends a
 // lock it does not own. Scripts run by EVALSHA with an EVAL fallback, so a
-// NOSCRIPT after a restart or failover just works.
+// NOSCRIPT after a restart or failover just works. The script calls of
+// concurrent goroutines share the Redis client by caller pipelining: a call
+// goes out at once while one of a few writers is free, and the calls that
+// arrive while all are busy leave together as one go-redis pipeline (split
+// per node on a Cluster); each caller's context still bounds its own wait.
 //
 // The token is 128 random bits from crypto/rand. While a lock is held, one
 // watchdog goroutine per Client renews all its locks every TTL/3 in
