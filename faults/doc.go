@@ -91,6 +91,16 @@
 //     token set by a script that no grant ever returned (an acquire whose
 //     reply was lost, a hand-off nobody confirmed), at most L4Bound.
 //
+// Leader elections (TestElectionHistories, under the random command-fault
+// schedule, with and without proxy resets, DEBUG SLEEP and latency) have
+// their own invariants: E1, at most one leader acts per term and the terms'
+// acting spans (each act timed before its leadership check) neither overlap
+// nor go back; E2, every term a Campaign returned is in the election's
+// history, whose terms strictly increase; E3, every observer's sequence is
+// a subsequence of the history with strictly increasing (term, revision),
+// and, once the faults stop, holds every leader since its first (no silent
+// gap).
+//
 // # Canaries
 //
 // Scenarios whose violation is a documented limit (a paused holder and an
