@@ -12,10 +12,18 @@ import (
 // Lock is a held lock: exclusive, or (by the option it was taken with) a
 // read lock, a reentrant owner's handle, semaphore permits, or several
 // keys (LockMulti). Its methods are safe for concurrent use by multiple
-// goroutines.
+// goroutines, and on a nil *Lock (or a zero Lock), which is a lock not
+// held: Err, Extend and Unlock return ErrNotHeld, Done is closed, and the
+// rest return zero values.
 type Lock struct {
 	l *lease
 }
+
+// closed is the Done channel of a nil Lock.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// held reports whether k is a real handle (not nil, not a zero Lock).
+func (k *Lock) held() bool { return k != nil && k.l != nil }
 
 // Lock acquires key, waiting until it is free or ctx ends. A free key is
 // taken in one round trip. A blocked call is woken by the holder's release
@@ -249,11 +257,19 @@ func (c *Client) withdrawRetry(ctx context.Context, p Protocol, keys Keys, v str
 }
 
 // Key returns the locked key.
-func (k *Lock) Key() string { return k.l.keys.Lock }
+func (k *Lock) Key() string {
+	if !k.held() {
+		return ""
+	}
+	return k.l.keys.Lock
+}
 
 // Keys returns every key the lock holds: the one key of Lock and TryLock,
 // or the keys of LockMulti in the order they are taken.
 func (k *Lock) Keys() []string {
+	if !k.held() {
+		return nil
+	}
 	if k.l.multi != nil {
 		return append([]string(nil), k.l.multi.keys...)
 	}
@@ -265,11 +281,19 @@ func (k *Lock) Keys() []string {
 // last renewal). For a shared, reentrant or semaphore lock it is this
 // handle's member in the hold set (the key itself holds SharedValue or the
 // owner id).
-func (k *Lock) Token() string { return k.l.token() }
+func (k *Lock) Token() string {
+	if !k.held() {
+		return ""
+	}
+	return k.l.token()
+}
 
 // FenceOf returns the fencing token of key, one of the lock's Keys (0 for
 // another key). For a single-key lock it is Fence.
 func (k *Lock) FenceOf(key string) uint64 {
+	if !k.held() {
+		return 0
+	}
 	if k.l.multi == nil {
 		if key == k.l.keys.Lock {
 			return k.l.fence
@@ -293,29 +317,52 @@ func (k *Lock) FenceOf(key string) uint64 {
 // max(counter+1, the server's clock in µs), so it keeps increasing after a
 // restart without persistence or a failover that lost the counter's last
 // writes, unless the new server's clock is behind the old one's.
-func (k *Lock) Fence() uint64 { return k.l.fence }
+func (k *Lock) Fence() uint64 {
+	if !k.held() {
+		return 0
+	}
+	return k.l.fence
+}
 
 // Deadline returns the moment until which the lock is certainly held: the
 // time the last successful acquire or renewal was sent, plus its TTL, minus
 // the drift allowance. After it the holder must assume the lock is gone.
-func (k *Lock) Deadline() time.Time { return k.l.Deadline() }
+func (k *Lock) Deadline() time.Time {
+	if !k.held() {
+		return time.Time{}
+	}
+	return k.l.Deadline()
+}
 
 // Done returns a channel closed when the lock is released or lost. A loss
 // by expiry closes it from a timer at the Deadline, which a CPU-starved
 // process may run late; Err and Deadline are exact.
-func (k *Lock) Done() <-chan struct{} { return k.l.doneChan() }
+func (k *Lock) Done() <-chan struct{} {
+	if !k.held() {
+		return closed
+	}
+	return k.l.doneChan()
+}
 
 // Err returns nil while the lock is held; after Unlock, ErrReleased; after a
 // loss, an error matching ErrLost and its cause (ErrExpired, ErrTaken or
 // ErrUnreachable). Past the Deadline it reports the loss at once, even if
 // the deadline timer has not run yet.
-func (k *Lock) Err() error { return k.l.Err() }
+func (k *Lock) Err() error {
+	if !k.held() {
+		return ErrNotHeld
+	}
+	return k.l.Err()
+}
 
 // Extend resets the lock's TTL to ttl now (token-checked, by the lock's
 // protocol) and moves the Deadline. The watchdog keeps renewing with the new TTL.
 // It returns a loss error if the lock is gone, or ErrUnavailable (the lock
 // stays held until its deadline; the watchdog keeps trying).
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if !k.held() {
+		return ErrNotHeld
+	}
 	return k.l.extend(ctx, ttl)
 }
 
@@ -326,7 +373,12 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // or handed to a waiter): a release is never reported as a loss. If the
 // lock was lost, it returns the loss error (matching ErrLost) and deletes
 // nothing that is not its own.
-func (k *Lock) Unlock(ctx context.Context) error { return k.l.release(ctx) }
+func (k *Lock) Unlock(ctx context.Context) error {
+	if !k.held() {
+		return ErrNotHeld
+	}
+	return k.l.release(ctx)
+}
 
 // Do runs fn while holding key. fn's context is cancelled when the lock is
 // lost, with context.Cause set to the loss error, so fn can stop in time.

@@ -75,6 +75,9 @@ func TestMain(m *testing.M) {
 			_ = os.WriteFile(path, []byte(table), 0o644)
 		}
 	}
+	if code == 0 {
+		code = redistest.CheckLeaks("fault suite", 0)
+	}
 	os.Exit(code)
 }
 

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	for _, s := range shared {
 		_ = s.Close()
 	}
+	if code == 0 {
+		code = redistest.CheckLeaks("redlock", 6*time.Second) // a clean-up retries a node for up to 5s
+	}
 	os.Exit(code)
 }
 

@@ -57,9 +57,13 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "the dlock command tests need redis-server:", err)
 		return 1
 	}
-	defer s.Close()
 	srv = s
-	return m.Run()
+	code := m.Run()
+	_ = s.Close()
+	if code == 0 {
+		code = redistest.CheckLeaks("dlock command", 0)
+	}
+	return code
 }
 
 // baseEnv is the environment of every dlock the tests run: the test's own,
