@@ -187,11 +187,14 @@ func TestReentrantLostSignal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := key(t)
-			a, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(300*time.Millisecond))
-			b, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(300*time.Millisecond))
+			// A TTL long enough that the first renewal's reply comes back
+			// before the deadline on a busy machine: the cause is then
+			// what the renewal found, not "no reply in time".
+			a, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(time.Second))
+			b, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(time.Second))
 			tc.steal(k)
 			for _, lk := range []*dlock.Lock{a, b} {
-				if err := waitDone(t, lk, time.Second); !errors.Is(err, dlock.ErrLost) || !errors.Is(err, tc.cause) {
+				if err := waitDone(t, lk, 3*time.Second); !errors.Is(err, dlock.ErrLost) || !errors.Is(err, tc.cause) {
 					t.Fatalf("Err = %v, want ErrLost and %v", err, tc.cause)
 				}
 			}
