@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/probe"
 )
 
 // The checker is tested on hand-made histories first: every invariant must
@@ -218,6 +220,30 @@ func TestAnalyzeMonitor(t *testing.T) {
 		line(420*ms, true, "DEL", "k"))
 	st = AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, Never)
 	if st.Foreign != 1 || st.Gaps != 1 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+// A bulk renewal (extend_many) extends many locks in one script call, each
+// for its own token: not a foreign write; one for the wrong token is.
+func TestAnalyzeMonitorBulk(t *testing.T) {
+	probe.NameScript("extend_many", "bulk-test-sha")
+	line := func(t int64, lua bool, args ...string) MonLine { return MonLine{T: t, Lua: lua, Args: args} }
+	keys := map[string]bool{"k": true, "k2": true}
+	lines := []MonLine{
+		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
+		line(0, true, "SET", "k", "A", "PX", "100"),
+		line(0, false, "evalsha", "s", "3", "k2", "f2", "q2", "B", "100"),
+		line(0, true, "SET", "k2", "B", "PX", "100"),
+		line(10*ms, false, "evalsha", "bulk-test-sha", "4", "k", "f", "k2", "f2", "A", "100", "0", "B", "100", "0"),
+		line(10*ms, true, "PEXPIRE", "k", "100"),
+		line(10*ms, true, "PEXPIRE", "k2", "100"),
+		line(20*ms, false, "evalsha", "bulk-test-sha", "4", "k", "f", "k2", "f2", "A", "100", "0", "X", "100", "0"),
+		line(20*ms, true, "PEXPIRE", "k", "100"),
+		line(20*ms, true, "PEXPIRE", "k2", "100"), // X extends B's lock: R1
+	}
+	st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true}, 0, Never)
+	if st.Foreign != 1 {
 		t.Fatalf("%+v", st)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/probe"
 )
 
 // Monitor records every command a Redis server executes, through the
@@ -314,10 +316,11 @@ func (k *keyState) uncertain(t int64) bool {
 // every token a grant returned. Commands are counted between from and to.
 //
 // R1: a script run for token T (its ARGV[1], the convention of every dlock
-// script) that writes a lock key (SET, DEL, PEXPIRE, ...) while the key
-// holds another token whose TTL has not run out is a foreign write:
-// release or extend touching another owner, or an acquire overwriting a
-// live lock. ForceRelease ('force') is exempt.
+// script; a bulk script, extend_many or release_many, carries lock i's key
+// in KEYS[2i-1] and its token in ARGV[3i-2]) that writes a lock key (SET,
+// DEL, PEXPIRE, ...) while the key holds another token whose TTL has not
+// run out is a foreign write: release or extend touching another owner, or
+// an acquire overwriting a live lock. ForceRelease ('force') is exempt.
 func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64) MonStats {
 	var st MonStats
 	states := map[string]*keyState{}
@@ -348,6 +351,7 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		active bool
 		t      int64
 		token  string
+		tokens map[string]string // a bulk script's token of each lock key
 		force  bool
 	}
 	last := int64(0)
@@ -376,9 +380,16 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 					continue
 				}
 				argv := l.Args[3+n:]
-				script.active, script.t, script.token, script.force = true, l.T, "", false
+				script.active, script.t, script.token, script.tokens, script.force = true, l.T, "", nil, false
 				if len(argv) > 0 {
 					script.token = argv[0]
+				}
+				if bulkScript(cmd, l.Args[1]) {
+					ks := l.Args[3 : 3+n]
+					script.tokens = map[string]string{}
+					for i := 0; 2*i < len(ks) && 3*i < len(argv); i++ {
+						script.tokens[ks[2*i]] = argv[3*i]
+					}
 				}
 				if len(argv) > 3 && argv[3] == "force" {
 					script.force = true
@@ -404,11 +415,15 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		if !isWrite(cmd) {
 			continue
 		}
+		token := script.token
+		if tk, ok := script.tokens[k]; ok {
+			token = tk
+		}
 		// A SET NX on a live key writes nothing: not a foreign write.
-		if l.Lua && !script.force && s.live(t) && s.value != script.token && !setNX(cmd, l.Args) {
+		if l.Lua && !script.force && s.live(t) && s.value != token && !setNX(cmd, l.Args) {
 			st.Foreign++
 			detail("R1: %s %s by a script of token %s while it held %s (expiring in %s)",
-				cmd, k, short(script.token), short(s.value), Dur(s.exp-t))
+				cmd, k, short(token), short(s.value), Dur(s.exp-t))
 		}
 		applyWrite(k, s, cmd, l.Args, t, l.Lua, endTenure)
 	}
@@ -430,6 +445,16 @@ func setNX(cmd string, args []string) bool {
 		}
 	}
 	return false
+}
+
+// bulkScript reports whether an EVAL (source) or EVALSHA (sha) call runs
+// one of dlock's bulk scripts, which carry many locks (see AnalyzeMonitor).
+func bulkScript(cmd, script string) bool {
+	name := probe.ScriptName(script)
+	if cmd == "EVAL" || cmd == "EVAL_RO" {
+		name = probe.ScriptNameOfSource(script)
+	}
+	return strings.HasSuffix(name, "_many")
 }
 
 func isWrite(cmd string) bool {
