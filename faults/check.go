@@ -738,8 +738,8 @@ func (r *Result) worst(w *Worst, by int64, op Op, from, to int64, what string) {
 		outcome += ": " + op.Err
 	}
 	w.By = by
-	w.What = fmt.Sprintf("%s %s of %s %s (%s); late part %s", Dur(by), what, kind, op.Key, outcome,
-		lateParts(r.spans, op.Key, from, to))
+	w.What = fmt.Sprintf("%s %s of %s %s (%s); the process was not scheduled for %s of it; late part %s",
+		Dur(by), what, kind, op.Key, outcome, Dur(r.stalled(from, to)), lateParts(r.spans, op.Key, from, to))
 }
 
 // lateParts lists the faults and pauses overlapping [from, to] that concern

@@ -265,7 +265,8 @@ func TestWorstAccounts(t *testing.T) {
 	nem.KeySpan("other", "pause after-grant", 500*ms, 690*ms)
 	r := h.check(t, DefaultParams())
 	if r.R2Worst.By != 80*ms || !strings.Contains(r.R2Worst.What, "loss signal of exclusive k") ||
-		!strings.Contains(r.R2Worst.What, "process not scheduled (60.0ms)") {
+		!strings.Contains(r.R2Worst.What, "process not scheduled (60.0ms)") ||
+		!strings.Contains(r.R2Worst.What, "not scheduled for 60.0ms of it") {
 		t.Errorf("R2Worst = %+v", r.R2Worst)
 	}
 	if r.L1Worst.By != 200*ms || !strings.Contains(r.L1Worst.What, "pause before-confirm (190.0ms)") ||
