@@ -248,6 +248,22 @@ func TestAnalyzeMonitorBulk(t *testing.T) {
 	}
 }
 
+// An Unlock that reports the lock lost between the holder's deadline and
+// the key's earliest expiry on the server is legal (S3): the library
+// reports a loss at the deadline, which the drift allowance puts before
+// the server's expiry. The Unlock carries the holder's drift.
+func TestUnlockLostAfterDeadline(t *testing.T) {
+	var h hb
+	h.grant(0, "k", "a", 1, 0, 10*ms, 400*ms) // drift 6ms: deadline 394ms
+	h.op(Event{Proc: 0, Kind: KUnlock, Key: "k", Owner: "a", Drift: 6 * ms}, 200*ms, 395*ms, Fail)
+	expectOnly(t, h.check(t, DefaultParams()))
+	// Before the deadline it cannot have lapsed.
+	var h2 hb
+	h2.grant(0, "k", "a", 1, 0, 10*ms, 400*ms)
+	h2.op(Event{Proc: 0, Kind: KUnlock, Key: "k", Owner: "a", Drift: 6 * ms}, 200*ms, 380*ms, Fail)
+	expectOnly(t, h2.check(t, DefaultParams()), S3)
+}
+
 // The report's account of the latest loss signal and the latest Lock names
 // the operation and the faults overlapping its late part (those of the key
 // and of the whole process, not another key's).

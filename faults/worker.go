@@ -419,14 +419,16 @@ func (w *Worker) writeKey(ctx context.Context, key string, fence uint64, owner s
 func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 	h := w.Node.holdingOf(lk)
 	keys, owner := []string{lk.Key()}, lk.Token()
+	var drift int64 // the holder's: a loss it reports comes at its deadline, minExp less it
 	if h != nil {
-		keys, owner = h.keys, h.owner
+		keys, owner, drift = h.keys, h.owner, int64(w.Node.drift(h.ttl))
 	}
 	ids := make([]uint64, len(keys))
 	t, dl := w.now(), w.Node.Clock.At(lk.Deadline())
 	for i, k := range keys {
 		ids[i] = w.id()
-		w.rec(Event{Type: Invoke, ID: ids[i], T: t, Kind: KUnlock, Key: k, Fence: lk.FenceOf(k), Owner: owner, Deadline: dl})
+		w.rec(Event{Type: Invoke, ID: ids[i], T: t, Kind: KUnlock, Key: k, Fence: lk.FenceOf(k), Owner: owner,
+			Deadline: dl, Drift: drift})
 	}
 	err := lk.Unlock(ctx)
 	// A careful caller retries an Unlock whose outcome is unknown (a lost
