@@ -122,7 +122,8 @@ type LeaderInfo struct {
 
 // Campaign blocks until this candidate is elected or ctx ends, and returns
 // its leadership, with value published as the leader's value. Candidates
-// are elected in the order they began to campaign (FIFO). An elected
+// are elected in the order they began to campaign (the lock's FIFO queue;
+// with Options.Barging they race instead). An elected
 // candidate leads until it resigns or loses its lease (see Leadership).
 //
 // Errors: ErrContextDone (joined with ctx.Err()), ErrUnavailable,
