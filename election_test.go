@@ -427,3 +427,43 @@ func topoElection(t *testing.T, tp *topo) {
 }
 
 var _ = redis.Nil
+
+// Without pub/sub (a Ring has no shared subscription), observers still see
+// every leader, in order, by the polling fallback alone.
+func TestElectionObservePollingOnly(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": redisAddr}})
+	c, err := dlock.New(ring, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = ring.Close() })
+	name := key(t)
+	e := newElection(t, c, name, dlock.ElectionOptions{PollInterval: 30 * time.Millisecond})
+	obs := e.Observe(ctx)
+	time.Sleep(100 * time.Millisecond) // the feed's first read: no leader yet
+	other, _ := newClient(t, dlock.Options{})
+	eo := newElection(t, other, name, dlock.ElectionOptions{})
+	var truth []dlock.LeaderInfo
+	for i := range 5 {
+		l, err := eo.Campaign(ctx, fmt.Sprint("p", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		truth = append(truth, dlock.LeaderInfo{Value: fmt.Sprint("p", i), Term: l.Term(), Rev: 1})
+		if err := l.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []dlock.LeaderInfo
+	for len(seen) < len(truth) {
+		select {
+		case li := <-obs:
+			seen = append(seen, li)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %d of %d leaders: %+v", len(seen), len(truth), seen)
+		}
+	}
+	checkObserved(t, "ring observer", seen, truth)
+}
