@@ -115,8 +115,8 @@ type LeaderInfo struct {
 	// Proclaim.
 	Rev uint64
 	// Missed is set on an observed leader when the history no longer
-	// reached back to the last one delivered: at least one leader came and
-	// went unseen before it (see Observe).
+	// reached back to the last one delivered: leaders may have come and
+	// gone unseen before it (see Observe).
 	Missed bool
 }
 
