@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,10 +70,11 @@ func (c *Client) runCalls(ctx context.Context, calls []Call) []reply {
 	}
 	var (
 		sent   []Call
-		owners [][]int // owners[j]: the calls sent[j] answers for
-		bulk   []bool  // sent[j] is a bulk call
-		groups map[groupKey][]int
+		owners [][]int            // owners[j]: the calls sent[j] answers for
+		bulk   []bool             // sent[j] is a bulk call
+		groups map[groupKey][]int // by Cluster slot or Ring shard
 		order  []groupKey
+		plain  [][]int // plain[n]: order[n]'s calls, if on one server
 	)
 	for i, call := range calls {
 		s := bulkOf(call)
@@ -81,16 +83,27 @@ func (c *Client) runCalls(ctx context.Context, calls []Call) []reply {
 			continue
 		}
 		k := groupKey{s, c.groupOf(call.Keys[0])}
+		if k.at == "" { // one server: one group per script, no map
+			if j := slices.Index(order, k); j >= 0 {
+				plain[j] = append(plain[j], i)
+			} else {
+				order, plain = append(order, k), append(plain, []int{i})
+			}
+			continue
+		}
 		if groups == nil {
 			groups = make(map[groupKey][]int)
 		}
 		if _, ok := groups[k]; !ok {
-			order = append(order, k)
+			order, plain = append(order, k), append(plain, nil)
 		}
 		groups[k] = append(groups[k], i)
 	}
-	for _, k := range order {
-		ids := groups[k]
+	for n, k := range order {
+		ids := plain[n]
+		if k.at != "" {
+			ids = groups[k]
+		}
 		if len(ids) == 1 {
 			sent, owners, bulk = append(sent, calls[ids[0]]), append(owners, ids), append(bulk, false)
 			continue
@@ -145,9 +158,7 @@ func (l *lease) leanFence(c *Call, sent time.Time, ttl time.Duration) bool {
 		return false
 	}
 	if l.c.wd.at(sent.Add(ttl+fenceMargin)) < l.fenceUntil {
-		args := append([]any(nil), c.Args...)
-		args[2] = int64(0)
-		c.Args = args
+		c.Args[2] = int64(0) // Renew made c.Args for this call alone
 		return false
 	}
 	return true

@@ -62,6 +62,8 @@ func TestManyHeldLocks(t *testing.T) {
 	var firstLoss atomic.Int64
 	begin := time.Now()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rt := &roundTrips{}
+	rdb.AddHook(rt)
 	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{
 		Lost: func(i dlock.LostInfo) {
 			firstLoss.CompareAndSwap(0, int64(time.Since(begin)))
@@ -140,7 +142,7 @@ func TestManyHeldLocks(t *testing.T) {
 	goroutinesPerLock := float64(runtime.NumGoroutine()-g0) / float64(n)
 
 	// Hold them, measuring renewals and CPU.
-	s0, cpu0, rcpu0 := c.Stats(), selfCPU(), procCPU(srv.PID())
+	s0, cpu0, rcpu0, rt0 := c.Stats(), selfCPU(), redisCPU(t, rdb), rt.n.Load()
 	t0 := time.Now()
 	time.Sleep(hold / 2)
 	// Acquire throughput with all of them held, once renewals are steady
@@ -148,7 +150,8 @@ func TestManyHeldLocks(t *testing.T) {
 	full := rate("full")
 	time.Sleep(time.Until(t0.Add(hold)))
 	el := time.Since(t0)
-	s1, cpu1, rcpu1 := c.Stats(), selfCPU(), procCPU(srv.PID())
+	rt1 := rt.n.Load() // the sample's own round trips included: 2,000 of them
+	s1, cpu1, rcpu1 := c.Stats(), selfCPU(), redisCPU(t, rdb)
 	renewals := float64(s1.Renewals-s0.Renewals) / el.Seconds()
 	lost := 0
 	for _, lk := range locks {
@@ -175,7 +178,9 @@ func TestManyHeldLocks(t *testing.T) {
 		n, acquireAll.Round(time.Millisecond), empty, full, n, 100*full/empty)
 	t.Logf("renewals: %.0f/s (schedule needs %.0f/s); capacity of one burst: %.0f/s (%.1fx the schedule)",
 		renewals, float64(n)/(ttl/3).Seconds(), capacity, capacity/(float64(n)/(ttl/3).Seconds()))
-	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores",
+	t.Logf("round trips per renewal interval: %.1f (each a pipeline of bulk calls, or a command)",
+		float64(rt1-rt0-2*sample)/(el.Seconds()/(ttl/3).Seconds()))
+	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores (INFO used_cpu_sys+user)",
 		(cpu1-cpu0).Seconds()/el.Seconds(), (rcpu1-rcpu0).Seconds()/el.Seconds())
 	t.Logf("lost: %d (expired %d, unreachable %d, other %d; first %s after the start); renewal failures: %d; behind warnings: %d",
 		lost, lostExpired.Load(), lostUnreachable.Load(), lostOther.Load(), time.Duration(firstLoss.Load()).Round(time.Millisecond), s1.RenewalFailures, s1.Behind)
@@ -227,23 +232,21 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// procCPU is process pid's user+system CPU time, from /proc (0 if unknown).
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// redisCPU is the server's used_cpu_sys + used_cpu_user (INFO cpu).
+func redisCPU(t *testing.T, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
 	if err != nil {
-		return 0
+		t.Fatal(err)
 	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+2:]
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
 	}
-	f := strings.Fields(s)
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return time.Duration(total * float64(time.Second))
 }
 
 // TestManyWaiters measures queued waiters: heap and goroutines per Lock

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -218,7 +219,9 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 	}
 	l.setDeadlineLocked(sent, ttl)
 	l.c.stats.renewals.Add(1)
-	l.c.opts.Logger.Debug("dlock: renewed", "key", l.keys.Lock, "fence", l.fence, "ttl", ttl)
+	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) { // no arguments built per renewal otherwise
+		l.c.opts.Logger.Debug("dlock: renewed", "key", l.keys.Lock, "fence", l.fence, "ttl", ttl)
+	}
 	return nil
 }
 
@@ -364,7 +367,9 @@ func (l *lease) release(ctx context.Context) error {
 		err = l.lose(causeOf(code))
 		return err // reported by Lost
 	}
-	l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
+	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
+	}
 	if h := l.c.opts.Hooks.Release; h != nil {
 		h(ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Err: err})
 	}

@@ -406,10 +406,10 @@ func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
 // Extend or an Unlock is not waited for (the rest of the batch would wait
 // with it): it is looked at again shortly. A lease whose renewal an Extend
 // moved later goes back to wait for it.
-func (wd *watchdog) claim(l *lease) (ttl time.Duration, deadline time.Time, ok bool) {
+func (wd *watchdog) claim(l *lease, now time.Time) (ttl time.Duration, deadline time.Time, ok bool) {
 	if !l.opMu.TryLock() {
 		l.mu.Lock()
-		if now := time.Now(); !l.nextRenew.After(now) {
+		if !l.nextRenew.After(now) {
 			l.nextRenew = now.Add(min(max(wd.c.opts.renewEvery(l.ttl)/8, time.Millisecond), 50*time.Millisecond))
 		}
 		l.mu.Unlock()
@@ -418,8 +418,8 @@ func (wd *watchdog) claim(l *lease) (ttl time.Duration, deadline time.Time, ok b
 	}
 	l.mu.Lock()
 	ttl, deadline = l.ttl, l.deadline
-	early := l.renewErr == nil && l.nextRenew.After(time.Now().Add(wd.c.opts.renewEvery(l.ttl)/4)) ||
-		l.renewErr != nil && l.nextRenew.After(time.Now())
+	early := l.renewErr == nil && l.nextRenew.After(now.Add(wd.c.opts.renewEvery(l.ttl)/4)) ||
+		l.renewErr != nil && l.nextRenew.After(now)
 	held := l.state == stateHeld
 	l.mu.Unlock()
 	if !held || early {
@@ -443,17 +443,17 @@ func (wd *watchdog) renew(leases []*lease) {
 	taken := leases[:0:0]
 	var latest time.Time
 	probe.Point(probe.WatchdogBeforeBatch, "")
+	// Each renewal counts from a moment taken before its call is built:
+	// a protocol may stamp the stored value with the time it builds the
+	// call (legacy), and the TTL of the others starts when Redis runs it,
+	// later still. One moment for the batch, taken before the first.
+	sent := time.Now()
 	for _, l := range leases {
-		ttl, deadline, ok := wd.claim(l) // opMu released below, once the reply is applied
+		ttl, deadline, ok := wd.claim(l, sent) // opMu released below, once the reply is applied
 		if !ok {
 			continue
 		}
 		latest = later(latest, deadline)
-		// Each renewal counts from a moment taken before its call is
-		// built: a protocol may stamp the stored value with the time it
-		// builds the call (legacy), and the TTL of the others starts when
-		// Redis runs it, later still.
-		sent := time.Now()
 		c, next := l.renewCall(ttl)
 		fences = append(fences, l.leanFence(&c, sent, ttl))
 		sents = append(sents, sent)
@@ -497,7 +497,7 @@ func (wd *watchdog) renew(leases []*lease) {
 func (wd *watchdog) renewDirect(leases []*lease) {
 	var wg sync.WaitGroup
 	for _, l := range leases {
-		ttl, deadline, ok := wd.claim(l)
+		ttl, deadline, ok := wd.claim(l, time.Now())
 		if !ok {
 			continue
 		}
