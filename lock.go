@@ -136,7 +136,9 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		token = newToken()
 		c.notify.retoken(old, token)
 	}
-	l := c.newLease(proto, keys, cfg)
+	// The lease is made at the grant: a waiter holds none while it waits.
+	leaseProto := proto
+	var l *lease
 	attempts := 0
 	attempt := func(ctx context.Context) (bool, time.Duration, error) {
 		if err := ctx.Err(); err != nil {
@@ -163,6 +165,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 			}
 			return false, time.Millisecond, nil
 		case err == nil && g.Acquired:
+			l = c.newLease(leaseProto, keys, cfg)
 			l.start(sent, g)
 			return true, 0, nil
 		case err == nil && !wait:
@@ -220,7 +223,11 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		cancel()
 		err = ErrClosed
 	}
-	c.acquired(keys.Lock, start, attempts, waited, l.fence, err)
+	var fence uint64
+	if err == nil {
+		fence = l.fence
+	}
+	c.acquired(keys.Lock, start, attempts, waited, fence, err)
 	if err != nil {
 		return nil, err
 	}
