@@ -1,0 +1,81 @@
+package dlock_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlock-go/dlock"
+)
+
+// A waiter's queue lease is deleted when it is granted the lock, not left
+// to expire: a queued waiter that holds the lock has no lease key, and
+// after contended keys have been taken and released by queued waiters of
+// several kinds, every waiter key left is a release tombstone ("~").
+func TestGrantedWaitersLeaveNoLease(t *testing.T) {
+	a, _ := newClient(t, dlock.Options{})
+	b, _ := newClient(t, dlock.Options{})
+	prefix := key(t)
+	kinds := [][]dlock.LockOption{nil, {dlock.Shared()}, {dlock.Semaphore(1)}}
+	const keys, perKey = 6, 6
+	var wg sync.WaitGroup
+	var holders []*dlock.Lock
+	r := srv.Client(t)
+	for k := range keys {
+		name := fmt.Sprintf("%s:%d", prefix, k)
+		opts := kinds[k%len(kinds)]
+		if k%len(kinds) == 1 {
+			opts = nil // the shared kind's waiters here are writers
+		}
+		holder, err := a.Lock(t.Context(), name, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range perKey {
+			c := a
+			if i%2 == 1 {
+				c = b
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lk, err := c.Lock(t.Context(), name, opts...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				// Held: the waiter's lease is gone already.
+				if v, err := r.Get(t.Context(), c.KeysFor(name).Queue+":"+lk.Token()).Result(); err == nil {
+					t.Errorf("%s: a granted waiter's lease is still there (%q)", name, v)
+				}
+				if err := lk.Unlock(t.Context()); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		holders = append(holders, holder)
+	}
+	waitFor(t, "the waiters to queue", func() bool {
+		return a.Stats().Waiting+b.Stats().Waiting == keys*perKey
+	})
+	for _, holder := range holders {
+		if err := holder.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	var leases []string
+	iter := r.Scan(t.Context(), 0, "dlock:{"+prefix+"*:q:*", 0).Iterator()
+	n := 0
+	for iter.Next(t.Context()) {
+		n++
+		if v := r.Get(t.Context(), iter.Val()).Val(); v != "~" {
+			leases = append(leases, iter.Val()+" = "+v)
+		}
+	}
+	if len(leases) > 0 {
+		t.Fatalf("%d waiter leases outlive their grants: %s", len(leases), strings.Join(leases, "; "))
+	}
+	t.Logf("%d waiter keys left, all release tombstones", n)
+}
