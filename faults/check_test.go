@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // The checker is tested on hand-made histories first: every invariant must
@@ -264,6 +266,70 @@ func TestUnlockLostAfterDeadline(t *testing.T) {
 	expectOnly(t, h2.check(t, DefaultParams()), S3)
 }
 
+// A script's clock snapshot is taken after its EVALSHA's MONITOR line and
+// before its first command's: a server stalled in between runs the script
+// later than its line says, and a key that expired meanwhile is free to it
+// (no foreign write). A foreign write in a script that ran at once is
+// still one, and its detail quotes the key's latest commands with their
+// own times.
+func TestAnalyzeMonitorScriptClock(t *testing.T) {
+	line := func(t int64, lua bool, args ...string) MonLine { return MonLine{T: t, Lua: lua, Args: args} }
+	keys := map[string]bool{"k": true}
+	lines := []MonLine{
+		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
+		line(0, true, "GET", "k"),
+		line(0, true, "SET", "k", "A", "PX", "100"),
+		// B's EVALSHA line at 50ms; the server ran nothing more until
+		// 200ms, so the script's snapshot is past A's expiry.
+		line(50*ms, false, "evalsha", "s", "3", "k", "f", "q", "B", "100"),
+		line(200*ms, true, "GET", "k"),
+		line(200*ms, true, "SET", "k", "B", "PX", "100"),
+		// C's script runs at once, while B's lock is live: R1.
+		line(210*ms, false, "evalsha", "s", "3", "k", "f", "q", "C", "100"),
+		line(210*ms+50_000, true, "GET", "k"),
+		line(210*ms+60_000, true, "SET", "k", "C", "PX", "100"),
+	}
+	st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true}, 0, Never)
+	if st.Foreign != 1 || len(st.Details) != 1 {
+		t.Fatalf("%+v", st)
+	}
+	d := st.Details[0]
+	for _, want := range []string{"token C ", "held B", "latest commands on it", "50.0ms", "200.0ms   lua SET k B PX 100",
+		"210.1ms   lua SET k C PX 100 (script of 210.0ms)"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("detail lacks %q:\n%s", want, d)
+		}
+	}
+
+	// A SET run late in its script expires up to that late: a PEXPIRE in
+	// between cannot tell whether the key was still there.
+	lines = []MonLine{
+		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
+		line(150*ms, true, "SET", "k", "A", "PX", "100"), // expires in [100ms, 250ms]
+		line(200*ms, false, "evalsha", "s", "2", "k", "f", "A", "100"),
+		line(200*ms, true, "PEXPIRE", "k", "100"),
+		line(220*ms, false, "evalsha", "s", "2", "k", "q", "D", "w", "1000", "0"),
+		line(220*ms, true, "DEL", "k"), // unknown, not judged
+	}
+	if st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true}, 0, Never); st.Foreign != 0 {
+		t.Fatalf("%+v", st)
+	}
+
+	// After a gap a key seen for the first time is unknown too: a SET NX
+	// may or may not have written it.
+	keys["k2"] = true
+	lines = []MonLine{
+		{T: 0, Gap: true, Args: []string{"ping"}},
+		line(10*ms, false, "evalsha", "s", "3", "k2", "f", "q", "Y", "100"),
+		line(10*ms, true, "SET", "k2", "Y", "PX", "100", "NX"),
+		line(20*ms, false, "evalsha", "s", "3", "k2", "f", "q", "Z", "100"),
+		line(20*ms, true, "SET", "k2", "Z", "PX", "100"),
+	}
+	if st := AnalyzeMonitor(lines, keys, map[string]bool{}, 0, Never); st.Foreign != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
 // The report's account of the latest loss signal and the latest Lock names
 // the operation and the faults overlapping its late part (those of the key
 // and of the whole process, not another key's).
@@ -294,3 +360,45 @@ func TestWorstAccounts(t *testing.T) {
 type recorderFunc func(Event)
 
 func (f recorderFunc) Record(e Event) { f(e) }
+
+// On a real server: MONITOR stamps an EVALSHA before the script runs, and
+// the script's clock is read after that. Formatting a large argument for
+// MONITOR stalls the server in between, as a descheduled server does: a
+// key whose TTL runs out meanwhile is free to the script, which takes it.
+// The replay must not count that as a foreign write (however long the
+// stall turns out to be, no R1 may be reported).
+func TestMonitorScriptClockOnServer(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{})
+	mon, err := StartMonitor(srv.Addr(), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	ctx := t.Context()
+	set := redis.NewScript(`redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1`)
+	take := redis.NewScript(`local v = redis.call('GET', KEYS[1])
+if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+return v`)
+	for _, s := range []*redis.Script{set, take} {
+		if err := s.Load(ctx, rdb).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := strings.Repeat("x", 4<<20) // MONITOR formats it byte by byte
+	if err := set.Run(ctx, rdb, []string{"k"}, "A", 50).Err(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := take.Run(ctx, rdb, []string{"k"}, "B", 1000, big).Result()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	lines := mon.Stop()
+	st := AnalyzeMonitor(lines, map[string]bool{"k": true}, map[string]bool{"A": true, "B": true}, 0, Never)
+	if st.Foreign != 0 {
+		t.Fatalf("foreign writes: %v", st.Details)
+	}
+	if v != nil {
+		t.Logf("the script ran before A's lock expired (%v): the stall was too short to show anything", v)
+	}
+}

@@ -77,7 +77,10 @@
 //     permits against the limit.
 //   - R1, release and renewal never touch another owner's lock. From the
 //     MONITOR log: a script run for token T (its ARGV[1]) that writes the
-//     lock key while it holds another token whose TTL has not run out.
+//     lock key while it holds another token whose TTL has not run out by
+//     the script's clock (read after its EVALSHA's line, before its first
+//     command's: a stalled server runs a script later than its line
+//     says). Each R1 detail quotes the key's latest commands.
 //   - R2, the holder is told of a loss by its deadline: the lost signal
 //     comes at most R2Slack after the deadline (or after the grant's
 //     return, if that was later), unless the holder's own process was

@@ -33,7 +33,10 @@ type Monitor struct {
 
 // MonLine is one command as MONITOR reports it.
 type MonLine struct {
-	T    int64    // the server's timestamp, on the suite's base
+	// T is the server's timestamp, on the suite's base. An EVAL or EVALSHA
+	// is stamped before its script runs, any other command (a script's
+	// too) once it ran.
+	T    int64
 	Lua  bool     // run by a script (the script is the last non-Lua line)
 	Addr string   // the client's address ("lua" for script commands)
 	Args []string // the command and its arguments
@@ -296,21 +299,33 @@ type Orphan struct {
 // of a key's expiry, whether the key was live is not decided.
 const liveSlack = int64(2 * time.Millisecond)
 
+// keyState is what the replay knows of a lock key. Its expiry is known
+// within [exp, expHi]: Redis bases a PX or PEXPIRE on its clock when the
+// command runs, which in a script is after the script's MONITOR line (the
+// replay's time for it) and before the command's own line (fed once the
+// command ran); a server stalled inside a script widens the interval.
 type keyState struct {
 	known  bool
 	value  string // "" absent
-	exp    int64  // 0: no expiry
+	exp    int64  // 0: no expiry; else the earliest it expires
+	expHi  int64  // the latest it expires
 	since  int64
 	script bool // set by a script
 }
 
+// live reports whether the key surely holds its value at t.
 func (k *keyState) live(t int64) bool {
 	return k.known && k.value != "" && (k.exp == 0 || t < k.exp-liveSlack)
 }
 
-func (k *keyState) uncertain(t int64) bool {
-	return !k.known || (k.value != "" && k.exp != 0 && t >= k.exp-liveSlack && t <= k.exp+liveSlack)
+// expired reports whether the key's value surely expired before t.
+func (k *keyState) expired(t int64) bool {
+	return k.known && k.value != "" && k.exp != 0 && t > k.expHi+liveSlack
 }
+
+// recentLines is how many of the latest commands on a lock key an R1
+// detail quotes.
+const recentLines = 12
 
 // AnalyzeMonitor replays the lines for the lock keys in keys. owned holds
 // every token a grant returned. Commands are counted between from and to.
@@ -321,16 +336,52 @@ func (k *keyState) uncertain(t int64) bool {
 // DEL, PEXPIRE, ...) while the key holds another token whose TTL has not
 // run out is a foreign write: release or extend touching another owner, or
 // an acquire overwriting a live lock. ForceRelease ('force') is exempt.
+//
+// A script's clock: Redis feeds MONITOR an EVALSHA before the script runs
+// and each command of the script after it ran, and the script judges
+// expiry by a snapshot of the clock taken in between (before its first
+// command). A key is foreign-written only if it was surely live at that
+// snapshot: live at the time of the script's first command's line. (A
+// server descheduled between the EVALSHA's line and the script's start
+// runs the script later than the line says: a key that expired meanwhile
+// is free to it.) Each R1 detail quotes the latest commands on its key,
+// with their own times.
 func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64) MonStats {
 	var st MonStats
 	states := map[string]*keyState{}
+	gapped := false // commands may be missing: a key first seen now is unknown
 	state := func(k string) *keyState {
 		s := states[k]
 		if s == nil {
-			s = &keyState{known: true} // keys are fresh per history
+			s = &keyState{known: !gapped} // keys are fresh per history
 			states[k] = s
 		}
 		return s
+	}
+	// recent holds, per lock key, the latest lines on it (indexes into
+	// lines) and the line of the script each ran in (-1: none).
+	type seen struct{ line, script int }
+	recent := map[string][]seen{}
+	note := func(k string, i, scr int) {
+		r := append(recent[k], seen{i, scr})
+		if len(r) > 2*recentLines {
+			r = append(r[:0], r[len(r)-recentLines:]...)
+		}
+		recent[k] = r
+	}
+	quote := func(k string) string {
+		r := recent[k]
+		r = r[max(0, len(r)-recentLines):]
+		var b strings.Builder
+		b.WriteString("; the latest commands on it:")
+		for _, e := range r {
+			b.WriteString("\n      ")
+			b.WriteString(describeLine(lines[e.line]))
+			if e.script >= 0 && lines[e.line].Lua {
+				fmt.Fprintf(&b, " (script of %s)", Dur(lines[e.script].T))
+			}
+		}
+		return b.String()
 	}
 	endTenure := func(k string, s *keyState, t int64) {
 		if !s.known || s.value == "" || !s.script || owned[s.value] {
@@ -349,22 +400,26 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 	}
 	var script struct {
 		active bool
-		t      int64
+		line   int   // its EVALSHA's index in lines
+		t      int64 // its EVALSHA's line: before it ran
+		first  int64 // its first command's line: after its clock snapshot
+		prev   int64 // its latest line before the current one
 		token  string
 		tokens map[string]string // a bulk script's token of each lock key
 		force  bool
 	}
 	last := int64(0)
-	for _, l := range lines {
+	for i, l := range lines {
 		last = l.T
 		if l.Gap {
 			st.Gaps++
+			gapped = true
 			for _, s := range states {
 				s.known = false
 			}
 		}
 		cmd := strings.ToUpper(l.Args[0])
-		t := l.T
+		t, base := l.T, l.T
 		if !l.Lua {
 			script.active = false
 			if l.T >= from && l.T <= to && cmd != "ECHO" {
@@ -380,7 +435,8 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 					continue
 				}
 				argv := l.Args[3+n:]
-				script.active, script.t, script.token, script.tokens, script.force = true, l.T, "", nil, false
+				script.active, script.line, script.t, script.first, script.prev = true, i, l.T, 0, l.T
+				script.token, script.tokens, script.force = "", nil, false
 				if len(argv) > 0 {
 					script.token = argv[0]
 				}
@@ -394,6 +450,11 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 				if len(argv) > 3 && argv[3] == "force" {
 					script.force = true
 				}
+				for _, k := range l.Args[3 : 3+n] {
+					if keys[k] {
+						note(k, i, -1)
+					}
+				}
 				continue
 			case "FLUSHALL", "FLUSHDB":
 				for k, s := range states {
@@ -404,6 +465,10 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 			}
 		} else if script.active {
 			t = script.t // a script sees the time it started at
+			if script.first == 0 {
+				script.first = l.T
+			}
+			base, script.prev = script.prev, l.T
 		} else {
 			continue
 		}
@@ -412,6 +477,11 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		}
 		k := l.Args[1]
 		s := state(k)
+		scr := -1
+		if l.Lua {
+			scr = script.line
+		}
+		note(k, i, scr)
 		if !isWrite(cmd) {
 			continue
 		}
@@ -420,12 +490,16 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 			token = tk
 		}
 		// A SET NX on a live key writes nothing: not a foreign write.
-		if l.Lua && !script.force && s.live(t) && s.value != token && !setNX(cmd, l.Args) {
+		if l.Lua && !script.force && s.live(script.first) && s.value != token && !setNX(cmd, l.Args) {
 			st.Foreign++
-			detail("R1: %s %s by a script of token %s while it held %s (expiring in %s)",
-				cmd, k, short(token), short(s.value), Dur(s.exp-t))
+			detail("R1: %s %s by a script of token %s (sent %s, running by %s) while it held %s (expiring in %s)%s",
+				cmd, k, short(token), Dur(script.t), Dur(script.first), short(s.value), Dur(s.exp-script.first), quote(k))
 		}
-		applyWrite(k, s, cmd, l.Args, t, l.Lua, endTenure)
+		w := when{lo: t, hi: t, base: t, line: l.T}
+		if l.Lua {
+			w.hi, w.base = script.first, base
+		}
+		applyWrite(k, s, cmd, l.Args, w, l.Lua, endTenure)
 	}
 	for k, s := range states {
 		endTenure(k, s, last)
@@ -466,11 +540,32 @@ func isWrite(cmd string) bool {
 	return false
 }
 
-func applyWrite(k string, s *keyState, cmd string, args []string, t int64, script bool, endTenure func(string, *keyState, int64)) {
-	if s.known && s.exp != 0 && s.value != "" && t > s.exp+liveSlack {
+// when places a write in time: Redis judged the key's expiry at a moment
+// in [lo, hi] (a script's clock snapshot; for a top-level command lo = hi,
+// its line), and based a PX or PEXPIRE on its clock when the command ran:
+// in [base, line], after the line before it and before its own (MONITOR
+// feeds a command's line once it ran, an EVALSHA's before the script).
+type when struct{ lo, hi, base, line int64 }
+
+func applyWrite(k string, s *keyState, cmd string, args []string, w when, script bool, endTenure func(string, *keyState, int64)) {
+	if s.expired(w.lo) {
 		// It expired before this command.
-		endTenure(k, s, t)
-		s.value, s.exp = "", 0
+		endTenure(k, s, w.lo)
+		s.value, s.exp, s.expHi = "", 0, 0
+	}
+	// Whether the key held its value when the command ran is uncertain:
+	// it may have expired between lo and hi.
+	uncertain := !s.known || (s.value != "" && s.exp != 0 && !s.live(w.hi))
+	ttl := func(arg, unit string) (int64, int64, bool) {
+		n, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		u := int64(time.Millisecond)
+		if strings.EqualFold(unit, "EX") || strings.EqualFold(unit, "EXPIRE") {
+			u = int64(time.Second)
+		}
+		return w.base + n*u, w.line + n*u, n > 0
 	}
 	switch cmd {
 	case "SET":
@@ -478,18 +573,13 @@ func applyWrite(k string, s *keyState, cmd string, args []string, t int64, scrip
 			s.known = false
 			return
 		}
-		var exp int64
+		var exp, expHi int64
 		nx, xx, keep := false, false, false
 		for i := 3; i < len(args); i++ {
 			switch strings.ToUpper(args[i]) {
 			case "PX", "EX":
 				if i+1 < len(args) {
-					n, _ := strconv.ParseInt(args[i+1], 10, 64)
-					unit := int64(time.Millisecond)
-					if strings.EqualFold(args[i], "EX") {
-						unit = int64(time.Second)
-					}
-					exp = t + n*unit
+					exp, expHi, _ = ttl(args[i+1], args[i])
 					i++
 				}
 			case "NX":
@@ -505,43 +595,72 @@ func applyWrite(k string, s *keyState, cmd string, args []string, t int64, scrip
 				}
 			}
 		}
-		if nx || xx {
-			if s.uncertain(t) {
+		if nx || xx || keep {
+			if uncertain {
 				s.known = false
 				return
 			}
-			if (nx && s.live(t)) || (xx && !s.live(t)) {
+			held := s.value != ""
+			if (nx && held) || (xx && !held) {
 				return
 			}
+			if keep && held {
+				exp, expHi = s.exp, s.expHi
+			}
 		}
-		if keep && s.live(t) {
-			exp = s.exp
-		}
-		endTenure(k, s, t)
-		*s = keyState{known: true, value: args[2], exp: exp, since: t, script: script}
+		endTenure(k, s, w.lo)
+		*s = keyState{known: true, value: args[2], exp: exp, expHi: expHi, since: w.lo, script: script}
 	case "DEL", "UNLINK", "GETDEL":
-		endTenure(k, s, t)
+		endTenure(k, s, w.lo)
 		*s = keyState{known: true}
 	case "PEXPIRE", "EXPIRE":
-		if len(args) < 3 || s.uncertain(t) {
+		if len(args) < 3 || uncertain {
 			s.known = false
 			return
 		}
-		if !s.live(t) {
+		if s.value == "" {
 			return
 		}
-		n, _ := strconv.ParseInt(args[2], 10, 64)
-		unit := int64(time.Millisecond)
-		if cmd == "EXPIRE" {
-			unit = int64(time.Second)
-		}
-		if n <= 0 {
-			endTenure(k, s, t)
+		exp, expHi, ok := ttl(args[2], cmd)
+		if !ok {
+			endTenure(k, s, w.lo)
 			*s = keyState{known: true}
 			return
 		}
-		s.exp = t + n*unit
+		s.exp, s.expHi = exp, expHi
 	default:
 		s.known = false
 	}
+}
+
+// describeLine formats a MONITOR line for a report: its time, its client
+// ("lua" for a script's command), the command with the script's name for
+// an EVAL or EVALSHA, and its arguments, long ones cut to their end.
+func describeLine(l MonLine) string {
+	var b strings.Builder
+	b.WriteString(Dur(l.T))
+	if l.Lua {
+		b.WriteString("   lua")
+	} else {
+		b.WriteString(" " + l.Addr)
+	}
+	for i, a := range l.Args {
+		if i == 1 {
+			switch strings.ToUpper(l.Args[0]) {
+			case "EVALSHA", "EVALSHA_RO":
+				if n := probe.ScriptName(a); n != "" {
+					a = n
+				}
+			case "EVAL", "EVAL_RO":
+				if n := probe.ScriptNameOfSource(a); n != "" {
+					a = n
+				}
+			}
+		}
+		if len(a) > 40 {
+			a = "…" + a[len(a)-28:]
+		}
+		b.WriteString(" " + a)
+	}
+	return b.String()
 }
