@@ -1,10 +1,13 @@
 package faults
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -400,5 +403,81 @@ return v`)
 	}
 	if v != nil {
 		t.Logf("the script ran before A's lock expired (%v): the stall was too short to show anything", v)
+	}
+}
+
+// Multi-key locks under a lost grant reply and a late acquire (sent after
+// its caller gave up and withdrew the token) never write a key another
+// token holds, by the server's own log, and leave nothing held: the
+// withdrawal frees the lost grant's keys, and the late acquire finds the
+// token's tombstone.
+func TestMultiKeyFaultsNoForeignWrite(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{})
+	mon, err := StartMonitor(srv.Addr(), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	client := func(inj *faultcmd.Injector) *dlock.Client {
+		r := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { _ = r.Close() })
+		if inj != nil {
+			r.AddHook(inj)
+		}
+		c, err := dlock.New(r, dlock.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	injA := faultcmd.New()
+	a, b := client(injA), client(nil)
+	m1, m2, m3 := "mk:1", "mk:2", "mk:3"
+	owned := map[string]bool{}
+	take := func(keys ...string) {
+		t.Helper()
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		lk, err := b.LockMulti(lctx, keys)
+		if err != nil {
+			t.Fatalf("LockMulti%v after the faults: %v", keys, err)
+		}
+		owned[lk.Token()] = true
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The grant runs, its reply is lost: A withdraws it, B gets the keys.
+	injA.Add(faultcmd.Rule{Name: "lost grant", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "multi_acquire"}})
+	if _, err := a.TryLockMulti(ctx, []string{m1, m2}); err == nil {
+		t.Fatal("TryLockMulti succeeded through a lost reply")
+	}
+	take(m2, m1)
+
+	// The acquire is sent after A gave up and withdrew the token.
+	injA.Add(faultcmd.Rule{Name: "late acquire", Action: faultcmd.Late, Match: faultcmd.Match{Script: "multi_acquire"},
+		Until: faultcmd.Match{Script: "multi_release"}})
+	if _, err := a.TryLockMulti(ctx, []string{m2, m3}); err == nil {
+		t.Fatal("TryLockMulti succeeded through a late acquire")
+	}
+	for sent := false; !sent; {
+		for _, e := range injA.Log() {
+			sent = sent || (e.Rule == "late acquire" && strings.HasPrefix(e.Outcome, "sent"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n, err := rdb.Exists(ctx, m1, m2, m3).Result(); err != nil || n != 0 {
+		t.Fatalf("%d keys held after the late acquire (%v)", n, err)
+	}
+	take(m3, m2, m1)
+
+	lines := mon.Stop()
+	st := AnalyzeMonitor(lines, map[string]bool{m1: true, m2: true, m3: true}, owned, 0, Never)
+	if st.Foreign != 0 {
+		t.Fatalf("foreign writes: %v", st.Details)
 	}
 }
