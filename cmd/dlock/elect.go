@@ -142,7 +142,7 @@ func (a *app) cmdElect(args []string) int {
 	case len(argv) == 0:
 		return a.usageErr("elect", "elect: missing COMMAND after NAME (or use -c STRING)")
 	}
-	path, code := a.lookCommand(argv[0])
+	path, code := a.lookCommand("elect", argv[0])
 	if code != exitOK {
 		return code
 	}

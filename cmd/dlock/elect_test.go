@@ -27,7 +27,7 @@ func TestElectUsage(t *testing.T) {
 		{"-c and command", []string{"elect", "-c", "true", "N", "true"}, 2, "either -c"},
 		{"kill-after", []string{"elect", "--ttl", "1s", "--kill-after", "1s", "N", "true"}, 2, "at most TTL/2"},
 		{"reserved name", []string{"elect", "dlock:{x}:fence", "true"}, 4, "fence key of lock"},
-		{"not found", []string{"elect", "N", "no-such-command-dlock-test"}, 127, "command not found"},
+		{"not found", []string{"elect", "N", "no-such-command-dlock-test"}, 127, "elect: no-such-command-dlock-test: command not found"},
 		{"leader without name", []string{"leader"}, 2, "exactly one NAME"},
 		{"observe without name", []string{"observe"}, 2, "exactly one NAME"},
 		{"observe bad poll", []string{"observe", "--poll", "0", "N"}, 2, "--poll"},

@@ -231,7 +231,7 @@ func (a *app) cmdRun(args []string) int {
 
 	// Find the command before taking the lock: a typo should not cost a
 	// lock round trip, nor hold the lock for nothing.
-	path, code := a.lookCommand(argv[0])
+	path, code := a.lookCommand("run", argv[0])
 	if code != exitOK {
 		return code
 	}
@@ -368,7 +368,7 @@ func (a *app) interruptible(what string, sigs <-chan os.Signal, f func(a *app) i
 
 // lookCommand resolves argv0 like a shell would: 127 if it is not found,
 // 126 if it is not executable.
-func (a *app) lookCommand(argv0 string) (string, int) {
+func (a *app) lookCommand(verb, argv0 string) (string, int) {
 	path, err := exec.LookPath(argv0)
 	if err == nil {
 		return path, exitOK
@@ -378,13 +378,13 @@ func (a *app) lookCommand(argv0 string) (string, int) {
 	}
 	switch {
 	case errors.Is(err, fs.ErrPermission):
-		a.errorf("run: %s: permission denied (not executable)", argv0)
+		a.errorf("%s: %s: permission denied (not executable)", verb, argv0)
 		return "", exitNoExec
 	case strings.Contains(argv0, "/") && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, exec.ErrNotFound):
-		a.errorf("run: %s: %v", argv0, unwrapExec(err))
+		a.errorf("%s: %s: %v", verb, argv0, unwrapExec(err))
 		return "", exitNoExec
 	}
-	a.errorf("run: %s: command not found", argv0)
+	a.errorf("%s: %s: command not found", verb, argv0)
 	return "", exitNotFound
 }
 
