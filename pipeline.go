@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"reflect"
 	"runtime"
 	"sync"
 
@@ -63,6 +64,10 @@ var (
 // pipelineFor returns rdb's pipeline, creating it for its first Client;
 // dropPipeline undoes it when that Client closes.
 func pipelineFor(rdb redis.UniversalClient) *pipeline {
+	if !pointerKey(rdb) {
+		// Not a usable map key: this Client's calls run by themselves.
+		return &pipeline{rdb: rdb, writers: pipelineWriters(), users: 1}
+	}
 	pipesMu.Lock()
 	defer pipesMu.Unlock()
 	if v, ok := pipes.Load(rdb); ok {
@@ -76,6 +81,9 @@ func pipelineFor(rdb redis.UniversalClient) *pipeline {
 }
 
 func dropPipeline(p *pipeline) {
+	if !pointerKey(p.rdb) {
+		return
+	}
 	pipesMu.Lock()
 	defer pipesMu.Unlock()
 	if p.users--; p.users == 0 {
@@ -86,7 +94,7 @@ func dropPipeline(p *pipeline) {
 // pipelineOf returns the pipeline of rdb, nil if no open Client uses rdb.
 func pipelineOf(rdb redis.Scripter) *pipeline {
 	u, ok := rdb.(redis.UniversalClient)
-	if !ok {
+	if !ok || !pointerKey(u) {
 		return nil
 	}
 	v, ok := pipes.Load(u)
@@ -94,6 +102,18 @@ func pipelineOf(rdb redis.Scripter) *pipeline {
 		return nil
 	}
 	return v.(*pipeline)
+}
+
+// pointerKey reports whether rdb is a pointer, so it can key the pipeline
+// registry (another type implementing UniversalClient may not be
+// comparable, and hashing it would panic).
+func pointerKey(rdb any) bool {
+	switch rdb.(type) {
+	case *redis.Client, *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	t := reflect.TypeOf(rdb)
+	return t != nil && t.Kind() == reflect.Pointer
 }
 
 // run sends c and returns its reply, or ctx's error if ctx ends first.

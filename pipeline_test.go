@@ -262,3 +262,30 @@ func TestPipelineLateGrantIsWithdrawn(t *testing.T) {
 		t.Fatalf("the late grant is left: the key holds %q (%v)", v, err)
 	}
 }
+
+// valueClient is a UniversalClient that is not a pointer and not
+// comparable: the pipeline registry cannot key it, and must not panic.
+type valueClient struct {
+	*redis.Client
+	tags []string
+}
+
+func TestPipelineNonPointerClient(t *testing.T) {
+	rdb := srv.NewClient()
+	vc := valueClient{Client: rdb, tags: []string{"x"}}
+	c, err := dlock.New(vc, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lk, err := c.TryLock(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
