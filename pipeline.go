@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -125,11 +126,12 @@ func (p *pipeline) run(ctx context.Context, c Call) *redis.Cmd {
 	if p.active < p.writers && len(p.pending) == 0 {
 		p.active++
 		p.mu.Unlock()
-		cmd := c.runDirect(ctx, p.rdb)
-		p.mu.Lock()
-		p.doneLocked()
-		p.mu.Unlock()
-		return cmd
+		defer func() {
+			p.mu.Lock()
+			p.doneLocked()
+			p.mu.Unlock()
+		}()
+		return c.runDirect(ctx, p.rdb)
 	}
 	pc := &pended{ctx: ctx, call: c, done: make(chan struct{})}
 	p.pending = append(p.pending, pc)
@@ -145,11 +147,8 @@ func (p *pipeline) run(ctx context.Context, c Call) *redis.Cmd {
 	}
 	p.mu.Lock()
 	if !pc.taken {
-		for i, x := range p.pending {
-			if x == pc {
-				p.pending = append(p.pending[:i], p.pending[i+1:]...)
-				break
-			}
+		if i := slices.Index(p.pending, pc); i >= 0 {
+			p.pending = slices.Delete(p.pending, i, i+1) // zeroes the freed slot
 		}
 	}
 	p.mu.Unlock()
@@ -183,7 +182,7 @@ func (p *pipeline) flush() {
 		}
 		batch := make([]*pended, n)
 		copy(batch, p.pending)
-		p.pending = append(p.pending[:0], p.pending[n:]...)
+		p.pending = slices.Delete(p.pending, 0, n) // keeps no reference to a sent call
 		for _, pc := range batch {
 			pc.taken = true
 		}
