@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -353,7 +354,7 @@ func (wd *watchdog) requeue(l *lease) {
 	}
 }
 
-// requeueHeld is requeue for a batch's leases, taking wd.mu once for all
+// requeueHeld is requeue for a batch's leases, taking wd.mu once per 64
 // of them. Callers hold every lease's opMu: nothing moves their deadline
 // or renewal time between the read and the push.
 func (wd *watchdog) requeueHeld(ls []*lease) {
@@ -364,11 +365,13 @@ func (wd *watchdog) requeueHeld(ls []*lease) {
 		l.mu.Unlock()
 	}
 	top := false
-	wd.mu.Lock()
-	for i, l := range ls {
-		top = wd.requeueLocked(l, sts[i]) || top
+	for i := 0; i < len(ls); i += 64 { // Lock and Unlock get wd.mu between chunks
+		wd.mu.Lock()
+		for j := i; j < min(i+64, len(ls)); j++ {
+			top = wd.requeueLocked(ls[j], sts[j]) || top
+		}
+		wd.mu.Unlock()
 	}
-	wd.mu.Unlock()
 	if top {
 		wd.kick()
 	}
@@ -448,7 +451,10 @@ func (wd *watchdog) renew(leases []*lease) {
 	// call (legacy), and the TTL of the others starts when Redis runs it,
 	// later still. One moment for the batch, taken before the first.
 	sent := time.Now()
-	for _, l := range leases {
+	for i, l := range leases {
+		if i%64 == 63 {
+			runtime.Gosched()
+		}
 		ttl, deadline, ok := wd.claim(l, sent) // opMu released below, once the reply is applied
 		if !ok {
 			continue
@@ -477,6 +483,11 @@ func (wd *watchdog) renew(leases []*lease) {
 	replies := wd.c.runCalls(ctx, calls)
 	probe.Point(probe.WatchdogAfterBatch, "")
 	for i, l := range taken {
+		if i%64 == 63 {
+			// A batch is long work on a busy machine: let the goroutines
+			// of callers waiting for a reply run in between.
+			runtime.Gosched()
+		}
 		r := replies[i]
 		if fences[i] && r.err == nil && r.code == codeOK {
 			l.fencePushed(sents[i], ttls[i])
