@@ -35,7 +35,14 @@ import (
 //	unlock ok (t): legal only if t holds; it is dropped.
 //	renew/unlock found the lock gone (fail): legal if t does not hold, or
 //	  its lease may have lapsed (the library also reports a loss locally
-//	  at its deadline, minExp less the drift); it is dropped.
+//	  at its deadline, minExp less the drift); it is dropped. A reentrant
+//	  handle reported lost at its deadline may also still be live on the
+//	  server (a renewal in flight landed late; the release the Unlock
+//	  tried did not run), holding its owner's hold up: either it is
+//	  dropped, or it stays as an orphan that no later operation names,
+//	  so the owner's next handle may join the hold with its fence.
+//	  Another group's grant drops an orphan once it may have lapsed, as
+//	  any holder; a new hold of its own group (a fresh fence) drops it.
 //	unlock unknown: t holds as before, or is dropped.
 //	setlimit ok: the stored limit is set (0 removes it); unknown: either.
 //	grant fail or unknown, renew unknown: no effect (a lost acquire is
@@ -98,6 +105,12 @@ func newer(s mState, f uint64, o string) bool {
 	return f > s.RFence || (f == s.RFence && o == s.ROwner && o != "")
 }
 
+// orphanOf names the orphan a lost reentrant handle leaves (see
+// stepModel); tokens have no '~'.
+func orphanOf(owner string) string { return "~" + owner }
+
+func isOrphan(h holder) bool { return strings.HasPrefix(h.Owner, "~") }
+
 func (s mState) find(owner string) int {
 	return slices.IndexFunc(s.Holders, func(h holder) bool { return h.Owner == owner })
 }
@@ -155,6 +168,8 @@ func stepGrant(s mState, i mInput, o mOutput) []any {
 		switch {
 		case h.Owner == i.Owner:
 			// The same token granted again: its old lease is replaced.
+		case isOrphan(h) && h.Group == i.Group && o.Fence > s.Fence:
+			// A new hold of the orphan's owner: the old hold has ended.
 		case conflicts(i, h):
 			if i.Ret < h.MinExp {
 				return nil // a conflicting holder's lease cannot have lapsed yet
@@ -225,10 +240,18 @@ func stepModel(st, in, out any) []any {
 			if at < 0 {
 				return []any{s}
 			}
-			if i.Ret < s.Holders[at].MinExp-i.Drift-expirySlack {
+			h := s.Holders[at]
+			if i.Ret < h.MinExp-i.Drift-expirySlack {
 				return nil // reported gone while the lease cannot have lapsed
 			}
-			return []any{s.without(i.Owner)}
+			if h.Group == "" {
+				return []any{s.without(i.Owner)}
+			}
+			// A reentrant handle may live on as an orphan of its hold (its
+			// release, if any, did not run).
+			hs := slices.Clone(s.Holders)
+			hs[at].Owner = orphanOf(h.Owner)
+			return []any{s.without(i.Owner), s.with(hs)}
 		default:
 			if i.Kind == KUnlock && at >= 0 {
 				return []any{s, s.without(i.Owner)}

@@ -104,3 +104,47 @@ func TestModelReentrant(t *testing.T) {
 		expectOnly(t, h.check(t, DefaultParams()))
 	})
 }
+
+// A reentrant handle the library declared lost at its deadline (Redis
+// unreachable while its renewal was in flight) may still be live on the
+// server: the renewal lands late, the release its Unlock tried is not
+// sent. Its owner's next Lock then joins that hold, with its fence (S3
+// must accept it). Another owner is still excluded until the lost
+// handle's lease may have lapsed, and a later handle of the owner never
+// gets the fence back once a new hold began.
+func TestModelReentrantLostHandleHoldsUp(t *testing.T) {
+	ttl := 400 * ms // drift 6ms: H1's deadline 394ms, its lease ends no sooner than 398ms
+	lost := func(h *hb) {
+		h.grantAs(0, "k", "H1", 7, 0, 10*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
+		h.op(Event{Proc: 0, Kind: KUnlock, Key: "k", Owner: "H1", Drift: 6 * ms}, 200*ms, 396*ms, Fail)
+	}
+	t.Run("the owner joins the hold its lost handle held up", func(t *testing.T) {
+		var h hb
+		lost(&h)
+		h.grantAs(0, "k", "H2", 7, 397*ms, 420*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
+		h.unlock(0, "k", "H2", 430*ms, 435*ms, OK)
+		h.grant(1, "k", "W", 8, 400*ms, 900*ms, ttl) // after H1's lease (renewed late) ended
+		expectOnly(t, h.check(t, DefaultParams()))
+	})
+	t.Run("or the release ran: another owner at once", func(t *testing.T) {
+		var h hb
+		lost(&h)
+		h.grant(1, "k", "W", 8, 300*ms, 310*ms, ttl)
+		expectOnly(t, h.check(t, DefaultParams()))
+	})
+	t.Run("not both", func(t *testing.T) {
+		var h hb
+		lost(&h)
+		h.grant(1, "k", "W", 8, 300*ms, 310*ms, ttl)
+		h.grantAs(0, "k", "H2", 7, 397*ms, 420*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
+		expectOnly(t, h.check(t, DefaultParams()), S1, S2, S3)
+	})
+	t.Run("a new hold ends the old one's fence", func(t *testing.T) {
+		var h hb
+		lost(&h)
+		h.grantAs(0, "k", "H2", 9, 500*ms, 510*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
+		h.unlock(0, "k", "H2", 520*ms, 525*ms, OK)
+		h.grantAs(0, "k", "H3", 7, 530*ms, 540*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
+		expectOnly(t, h.check(t, DefaultParams()), S3)
+	})
+}
