@@ -239,7 +239,10 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	for wd.deadQ.len() > 0 && wd.deadQ.top().wd.dAt <= now {
 		expired = append(expired, wd.deadQ.pop())
 	}
-	free := renewPipelines - wd.inflight
+	// One batch per call: the loop comes back for the next at once, and
+	// Lock and Unlock get wd.mu in between (popping thousands of leases
+	// at once held it for milliseconds).
+	free := min(renewPipelines-wd.inflight, 1)
 	budget := free * batchSize
 	var lag int64
 	if wd.renewQ.len() > 0 && free <= 0 {
