@@ -277,3 +277,35 @@ func TestRoundTripCounter(t *testing.T) {
 		t.Errorf("counted %d round trips, want 4", got)
 	}
 }
+
+// TestServerCounters: CommandCalls counts what the server ran, and
+// ServerCPU reads a CPU time that only grows.
+func TestServerCounters(t *testing.T) {
+	_, rdb := server(t)
+	ctx := t.Context()
+	cpu0, err := benchkit.ServerCPU(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := benchkit.CommandCalls(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		rdb.Incr(ctx, "n")
+	}
+	after, err := benchkit.CommandCalls(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after["incr"] - before["incr"]; got != 100 {
+		t.Fatalf("incr calls counted %d, want 100", got)
+	}
+	cpu1, err := benchkit.ServerCPU(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu1 <= 0 || cpu1 < cpu0 {
+		t.Fatalf("server CPU %v then %v", cpu0, cpu1)
+	}
+}

@@ -16,35 +16,12 @@ import (
 // summed over every master of a Cluster or every shard of a Ring. Commands
 // run inside scripts are counted by Redis under their own names.
 func CommandCalls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
-	var mu sync.Mutex
 	total := map[string]int64{}
-	one := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		m := ParseCommandStats(info)
-		mu.Lock()
-		defer mu.Unlock()
-		for k, v := range m {
+	err := eachInfo(ctx, rdb, "commandstats", func(info string) {
+		for k, v := range ParseCommandStats(info) {
 			total[k] += v
 		}
-		return nil
-	}
-	var err error
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		err = r.ForEachMaster(ctx, one)
-	case *redis.Ring:
-		err = r.ForEachShard(ctx, one)
-	case *redis.Client:
-		err = one(ctx, r)
-	default:
-		var info string
-		if info, err = rdb.Info(ctx, "commandstats").Result(); err == nil {
-			total = ParseCommandStats(info)
-		}
-	}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -55,37 +32,42 @@ func CommandCalls(ctx context.Context, rdb redis.UniversalClient) (map[string]in
 // the Redis server process used since it started, summed over every master
 // of a Cluster or every shard of a Ring.
 func ServerCPU(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
-	var mu sync.Mutex
 	var total float64
-	one := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "cpu").Result()
-		if err != nil {
-			return err
-		}
-		v := parseCPU(info)
-		mu.Lock()
-		total += v
-		mu.Unlock()
-		return nil
-	}
-	var err error
-	switch r := rdb.(type) {
-	case *redis.ClusterClient:
-		err = r.ForEachMaster(ctx, one)
-	case *redis.Ring:
-		err = r.ForEachShard(ctx, one)
-	case *redis.Client:
-		err = one(ctx, r)
-	default:
-		var info string
-		if info, err = rdb.Info(ctx, "cpu").Result(); err == nil {
-			total = parseCPU(info)
-		}
-	}
-	if err != nil {
+	if err := eachInfo(ctx, rdb, "cpu", func(info string) { total += parseCPU(info) }); err != nil {
 		return 0, err
 	}
 	return time.Duration(total * float64(time.Second)), nil
+}
+
+// eachInfo reads INFO section from every master of a Cluster, every shard
+// of a Ring, or the one server of any other client, and hands each reply
+// to add (one call at a time).
+func eachInfo(ctx context.Context, rdb redis.UniversalClient, section string, add func(info string)) error {
+	var mu sync.Mutex
+	one := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, section).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		add(info)
+		return nil
+	}
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		return r.ForEachMaster(ctx, one)
+	case *redis.Ring:
+		return r.ForEachShard(ctx, one)
+	case *redis.Client:
+		return one(ctx, r)
+	default:
+		info, err := rdb.Info(ctx, section).Result()
+		if err == nil {
+			add(info)
+		}
+		return err
+	}
 }
 
 // parseCPU sums used_cpu_sys and used_cpu_user (seconds) of INFO cpu.
