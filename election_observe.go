@@ -177,6 +177,7 @@ func (f *feed) run() {
 	defer c.notify.unsubscribe(w)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	failing := false // the last read failed: warned once for this outage
 	for {
 		select {
 		case <-w.wake:
@@ -188,11 +189,19 @@ func (f *feed) run() {
 		recs, live, err := f.e.read(rctx, historyLen)
 		rcancel()
 		if err == nil {
+			if failing {
+				failing = false
+				c.opts.Logger.Info("dlock: reading an election's leaders works again", "election", f.e.name)
+			}
 			f.mu.Lock()
 			old := f.snap.changed
 			f.snap = feedSnap{read: true, recs: recs, live: live, changed: make(chan struct{})}
 			f.mu.Unlock()
 			close(old)
+		} else if !failing {
+			failing = true
+			c.opts.Logger.Warn("dlock: reading an election's leaders failed: observers get no news until it works again; retrying",
+				"election", f.e.name, "err", err)
 		} else {
 			c.opts.Logger.Debug("dlock: reading an election's leaders failed; retrying", "election", f.e.name, "err", err)
 		}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -466,4 +469,48 @@ func TestElectionObservePollingOnly(t *testing.T) {
 		}
 	}
 	checkObserved(t, "ring observer", seen, truth)
+}
+
+// countingHandler counts the log records at or above WARN whose message
+// contains match.
+type countingHandler struct {
+	match string
+	n     atomic.Int64
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && strings.Contains(r.Message, h.match) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestObserveWarnsOnceWhenReadsFail: observers that cannot read the
+// leaders are not silent: the Client warns once per outage, not at every
+// poll.
+func TestObserveWarnsOnceWhenReadsFail(t *testing.T) {
+	s := redistest.Start(t, redistest.Config{})
+	h := &countingHandler{match: "reading an election's leaders failed"}
+	rdb := s.NewClient()
+	c, _ := newClientOn(t, rdb, dlock.Options{Logger: slog.New(h)})
+	e := newElection(t, c, key(t), dlock.ElectionOptions{TTL: time.Second, PollInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	_ = e.Observe(ctx)
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); h.n.Load() == 0; {
+		if time.Now().After(end) {
+			t.Fatal("no warning while the leaders cannot be read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // many more failed polls
+	if n := h.n.Load(); n != 1 {
+		t.Fatalf("%d warnings for one outage, want 1", n)
+	}
 }

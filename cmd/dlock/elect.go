@@ -78,7 +78,8 @@ new value a leader publishes), in order, with strictly increasing terms,
 until interrupted (INT or TERM: exit 0). The first line is the current
 leader, if any. A change whose notification was lost is printed at most
 --poll later (default 1s); a leader that came and went meanwhile is still
-printed. With --json, one JSON object per line.
+printed. With --json, one JSON object per line. While Redis cannot be read,
+one warning goes to stderr; observing resumes when it can.
 
 Flags:
   --poll DURATION   how often to read when no notification comes. Default: 1s

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -444,7 +445,16 @@ func (a *app) adminClient(ctx context.Context) (*dlock.Client, *endpoint, func()
 	if code != exitOK {
 		return nil, nil, nil, code
 	}
-	opts := dlock.Options{}
+	// Warnings (an observer that cannot read, for one) go to stderr.
+	opts := dlock.Options{Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(_ []string, at slog.Attr) slog.Attr {
+			if at.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return at
+		},
+	}))}
 	if a.prefix != "" {
 		opts.Prefix = a.prefix
 	}
