@@ -135,13 +135,9 @@ func (a *app) cmdElect(args []string) int {
 	if !f.killAfter.set {
 		f.killAfter.d = defaultKillAfter(f.ttl.d)
 	}
-	switch {
-	case f.shellCmd != "" && len(argv) > 0:
-		return a.usageErr("elect", "elect: give either -c STRING or COMMAND, not both")
-	case f.shellCmd != "":
-		argv = []string{"/bin/sh", "-c", f.shellCmd}
-	case len(argv) == 0:
-		return a.usageErr("elect", "elect: missing COMMAND after NAME (or use -c STRING)")
+	argv, code := a.commandArgv("elect", "NAME", f.shellCmd, argv)
+	if code != exitOK {
+		return code
 	}
 	path, code := a.lookCommand("elect", argv[0])
 	if code != exitOK {

@@ -199,13 +199,9 @@ func (a *app) cmdRun(args []string) int {
 	if !f.killAfter.set {
 		f.killAfter.d = defaultKillAfter(f.ttl.d)
 	}
-	switch {
-	case f.shellCmd != "" && len(argv) > 0:
-		return a.usageErr("run", "run: give either -c STRING or COMMAND, not both")
-	case f.shellCmd != "":
-		argv = []string{"/bin/sh", "-c", f.shellCmd}
-	case len(argv) == 0:
-		return a.usageErr("run", "run: missing COMMAND after KEY (or use -c STRING)")
+	argv, code := a.commandArgv("run", "KEY", f.shellCmd, argv)
+	if code != exitOK {
+		return code
 	}
 	lockOpts := []dlock.LockOption{dlock.WithTTL(f.ttl.d)}
 	switch {
@@ -741,4 +737,18 @@ func signum(s os.Signal) int {
 		return int(n)
 	}
 	return 1
+}
+
+// commandArgv is the command cmd runs: argv as given after after (KEY or
+// NAME), or -c STRING through /bin/sh; exactly one of the two.
+func (a *app) commandArgv(cmd, after, shellCmd string, argv []string) ([]string, int) {
+	switch {
+	case shellCmd != "" && len(argv) > 0:
+		return nil, a.usageErr(cmd, "%s: give either -c STRING or COMMAND, not both", cmd)
+	case shellCmd != "":
+		return []string{"/bin/sh", "-c", shellCmd}, exitOK
+	case len(argv) == 0:
+		return nil, a.usageErr(cmd, "%s: missing COMMAND after %s (or use -c STRING)", cmd, after)
+	}
+	return argv, exitOK
 }
