@@ -33,7 +33,11 @@ func maxConcurrent(t *testing.T, log string) int {
 func runMany(t *testing.T, n int, args ...string) int {
 	t.Helper()
 	log := filepath.Join(t.TempDir(), "log")
-	script := "echo + >> " + log + "; sleep 0.3; echo - >> " + log
+	// Each run holds for 1s: long enough that the runs started one after
+	// the other (race-enabled binaries, a busy machine) are all waiting
+	// or holding at once, so the limit, not the start-up, sets how many
+	// overlap.
+	script := "echo + >> " + log + "; sleep 1; echo - >> " + log
 	var ps []*proc
 	for range n {
 		all := append([]string{"run", "-c", script}, args...) // KEY last: flags go before it
