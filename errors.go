@@ -40,8 +40,11 @@ var (
 	// server error reply). errors.As reaches the driver's own error.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
 
-	// ErrWrongType: the key exists but is not a string, so it is not a lock
-	// this package (or any SET NX PX client) could have written.
+	// ErrWrongType: the key (or one of its auxiliary keys, a guard record or
+	// an election's history) exists with a type or value this package could
+	// not have written there: not a lock of the kind asked for. A
+	// semaphore and a plain lock on one key also meet it. Nothing is
+	// written when it is returned.
 	ErrWrongType = errors.New("dlock: key holds a non-string value (not a lock)")
 
 	// ErrReplicaAck: fewer replicas than Options.MinReplicas acknowledged a
@@ -63,12 +66,19 @@ var (
 	ErrReleased = fmt.Errorf("%w: released", ErrNotHeld)
 
 	// ErrInvalidArgument is matched by every bad-input error below. Bad input
-	// is rejected before any Redis call.
+	// is rejected before any Redis call (except a permit count above a
+	// semaphore limit lowered by SetLimit, which only the acquire can see),
+	// and no input makes the package panic. The messages name the value
+	// given and the limit it broke.
 	ErrInvalidArgument = errors.New("dlock: invalid argument")
 
-	ErrNilClient  = argError("nil redis client")
+	// ErrNilClient: New or a helper was given a nil Redis client.
+	ErrNilClient = argError("nil redis client")
+	// ErrNilContext: a call was given a nil context.
 	ErrNilContext = argError("nil context")
-	ErrEmptyKey   = argError("empty key")
+	// ErrEmptyKey: a lock, election, counter or resource key is "".
+	ErrEmptyKey = argError("empty key")
+	// ErrKeyTooLong: a key longer than MaxKeyLength bytes.
 	ErrKeyTooLong = argError(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
 	// ErrInvalidTTL: a TTL below what the drift allowance (TTL*DriftFactor
 	// + MinDrift) and, for a renewed lock, the renewal interval leave room
@@ -78,7 +88,8 @@ var (
 	// ErrInvalidOpts: an Options field or a combination of LockOptions that
 	// cannot work; returned wrapped, naming the field and its value.
 	ErrInvalidOpts = argError("invalid options")
-	ErrEmptyToken  = argError("empty token")
+	// ErrEmptyToken: ReleaseToken was given an empty token.
+	ErrEmptyToken = argError("empty token")
 
 	// ErrInvalidOwner: Reentrant without an owner (none given, none bound
 	// to the context), or with the reserved SharedValue.
@@ -92,7 +103,7 @@ var (
 	ErrInvalidCount = argError("count must be at least 1")
 	// ErrReservedKey: a lock (or fenced resource) key that is one of the
 	// auxiliary names dlock derives from another lock key under the
-	// Client's prefix (see Client.AuxKeyOf and the package doc's key
+	// Client's prefix (see Client.AuxKeyOf, and docs/keys.md for the
 	// layout). The error names the key, the lock it belongs to and its
 	// kind.
 	ErrReservedKey = argError("key is reserved: it names auxiliary state of another lock")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -235,4 +236,46 @@ func ExampleSlot() {
 	fmt.Println(dlock.Slot("user:{42}:lock") == dlock.Slot("42"), dlock.Slot("foo"))
 	// Output:
 	// true 12182
+}
+
+// Example_readme is the library example of README.md: TestReadmeExample
+// fails if the two differ (between the README markers, whitespace aside).
+func Example_readme() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+
+	// README begin
+	locks, err := dlock.New(rdb, dlock.Options{}) // rdb: your go-redis v9 client
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locks.Close() // stops the watchdog, releases what is still held
+
+	// Run a function under the lock. Its ctx is cancelled, with the cause, if the lock is lost.
+	err = locks.Do(ctx, "nightly-report", func(ctx context.Context) error {
+		fmt.Println("building the report")
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Or hold it by hand. Lock waits in FIFO order; TryLock makes one attempt.
+	lock, err := locks.Lock(ctx, "nightly-report")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Unlock(ctx) // idempotent; reports ErrLost if the lock was lost
+	select {
+	case <-lock.Done(): // lost: lock.Err() says why
+		log.Fatal(lock.Err())
+	default:
+	}
+	fmt.Println("fence for the resource:", lock.Fence() > 0) // refuse writes with older fences
+	// README end
+
+	// Output:
+	// building the report
+	// fence for the resource: true
 }

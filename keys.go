@@ -27,7 +27,7 @@ const (
 )
 
 // AuxKind names one kind of auxiliary key or channel dlock derives from a
-// lock key (see the package doc's key layout).
+// lock key (docs/keys.md lists them).
 type AuxKind string
 
 // The kinds of auxiliary names, one per suffix, plus AuxWaiter.
@@ -223,7 +223,7 @@ func (c *Client) keysFor(key string) Keys {
 }
 
 // KeysFor returns the names of every Redis key and channel a lock on key
-// uses with this Client's prefix (see the package doc's key layout), for
+// uses with this Client's prefix (docs/keys.md lists them), for
 // tools and for protocols that span several servers.
 func (c *Client) KeysFor(key string) Keys {
 	base := auxBase(c.opts.Prefix, key)

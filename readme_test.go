@@ -1,0 +1,148 @@
+package dlock_test
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeExample keeps README.md's library example runnable: its Go
+// block must be the part of Example_readme (example_test.go) between the
+// "// README begin" and "// README end" lines, whitespace aside.
+func TestReadmeExample(t *testing.T) {
+	readme := readFile(t, "README.md")
+	block, ok := fencedBlock(readme, "go")
+	if !ok {
+		t.Fatal("README.md has no ```go block")
+	}
+
+	src := readFile(t, "example_test.go")
+	start := strings.Index(src, "\nfunc Example_readme() {\n")
+	if start < 0 {
+		t.Fatal("example_test.go has no func Example_readme")
+	}
+	body := src[start:]
+	if end := strings.Index(body, "\n}\n"); end >= 0 {
+		body = body[:end]
+	}
+	_, rest, ok1 := strings.Cut(body, "// README begin\n")
+	region, _, ok2 := strings.Cut(rest, "// README end\n")
+	if !ok1 || !ok2 {
+		t.Fatal(`Example_readme lacks its "// README begin" / "// README end" lines`)
+	}
+
+	if got, want := normalize(block), normalize(region); got != want {
+		t.Errorf("README.md's Go block and Example_readme differ (whitespace-normalised):\nREADME:  %s\nExample: %s\nfirst difference at byte %d",
+			got, want, firstDiff(got, want))
+	}
+}
+
+// fencedBlock returns the body of the first fenced code block of lang.
+func fencedBlock(md, lang string) (string, bool) {
+	var b strings.Builder
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(md))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !in && strings.TrimSpace(line) == "```"+lang:
+			in = true
+		case in && strings.TrimSpace(line) == "```":
+			return b.String(), true
+		case in:
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+	}
+	return "", false
+}
+
+func normalize(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func firstDiff(a, b string) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// mdLink matches an inline Markdown link or image: [text](target).
+var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// TestMarkdownLinks checks that every relative link in the repository's
+// Markdown files names a file or directory that exists (anchors are not
+// checked; links inside code blocks and spans are ignored).
+func TestMarkdownLinks(t *testing.T) {
+	var files []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no Markdown files found")
+	}
+	checked := 0
+	for _, f := range files {
+		for _, target := range markdownLinks(readFile(t, f)) {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
+				continue
+			}
+			path, _, _ := strings.Cut(target, "#")
+			checked++
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), filepath.FromSlash(path))); err != nil {
+				t.Errorf("%s: link to %q: no such file or directory", f, target)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no relative links found: the link pattern is broken")
+	}
+}
+
+// markdownLinks returns the link targets of md outside code blocks and
+// code spans.
+func markdownLinks(md string) []string {
+	var out []string
+	fence := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fence = !fence
+			continue
+		}
+		if fence {
+			continue
+		}
+		// Drop code spans, so `a[i](x)` in code is not a link.
+		parts := strings.Split(line, "`")
+		for i := 0; i < len(parts); i += 2 {
+			for _, m := range mdLink.FindAllStringSubmatch(parts[i], -1) {
+				out = append(out, m[1])
+			}
+		}
+	}
+	return out
+}
