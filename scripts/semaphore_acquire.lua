@@ -64,7 +64,7 @@ if mode == 'q' then
 end
 local free = limit - used
 if mode ~= 'barge' then
-  free = sem_pump(S, P, Q, free, limit, now, ARGV[9], token)
+  free = sem_pump(S, P, Q, free, limit, now, ARGV[9], token, n)
   if redis.call('ZSCORE', S, token) then
     return grant() -- we were at the head of the queue, and it fit
   end

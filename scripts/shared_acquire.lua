@@ -20,11 +20,10 @@
 -- Writers are not starved: a reader does not start or join a read phase
 -- while a live writer is queued before it (anywhere in the queue, for a
 -- newcomer). Whenever a reader gets in, the live readers at the head of
--- the queue (up to the first writer) are let in with it: each is added to
--- the hold set with a pickup lease, its queue lease is marked handed and
--- it is told on its channel (q_notify) (lib/queue.lua's pickup state: one
--- that confirms too late is back at the head of the queue). Every reader
--- grant draws its own fencing token.
+-- the queue (up to the first writer) are let in with it (q_serve): each
+-- is added to the hold set with a pickup lease (lib/queue.lua's pickup
+-- state: one that confirms too late is back at the head of the queue).
+-- Every reader grant draws its own fencing token.
 --
 -- Returns {1, fence}  acquired
 --         {0, pttl}   not acquired: pttl = the lock key's remaining TTL
@@ -77,23 +76,13 @@ local function grant(start)
     q_granted(Q, token)
   end
   -- Let in the live readers at the head of the queue, up to a writer.
-  while true do
-    local m = redis.call('LINDEX', Q, 0)
-    if not m then
-      break
+  q_serve(Q, nil, true, function(m, req)
+    if req ~= 'r' then
+      return 'wait'
     end
-    local p = redis.call('GET', Q .. ':' .. m)
-    if p then
-      local ch, req = q_parse(p)
-      if req ~= 'r' then
-        break
-      end
-      redis.call('ZADD', H, now + tonumber(ARGV[7]), m)
-      q_handed(Q, m)
-      q_notify(ch, m)
-    end
-    redis.call('LPOP', Q)
-  end
+    redis.call('ZADD', H, now + tonumber(ARGV[7]), m)
+    return 'hand'
+  end)
   h_settle(K, H)
   return {1, fence_draw(F, c, ARGV[3])}
 end

@@ -13,9 +13,11 @@
 -- The pickup state. A hand-off takes the waiter out of Q, gives it what it
 -- waited for for the pickup time only (the lock key holding its token, or
 -- its permits or read handle scored with the pickup's end), tells it on
--- its channel (q_notify: SHA1 of its token, never the token), and marks its lease key handed: '!' in front of
--- the payload, TTL unchanged. The waiter's next acquire confirms (its grant
--- deletes the lease key: a granted waiter keeps no lease). If that acquire
+-- its channel (q_notify: SHA1 of its token, never the token), and marks
+-- its lease key handed: '!' in front of the payload, TTL unchanged (q_serve
+-- does all of it but the hold, for every hand-off). The waiter's next
+-- acquire confirms (its grant deletes the lease key: a granted waiter keeps
+-- no lease). If that acquire
 -- comes after the pickup lapsed (a GC pause, a stalled CPU), it finds the
 -- mark and puts the waiter back at the head of Q (q_join): it is the next
 -- one served. A waiter that died leaves only the marked lease, which
@@ -66,28 +68,87 @@ local function q_ok(q)
   return not is_err(redis.pcall('LLEN', q))
 end
 
+-- q_serve walks q from its head and serves its waiters in order, as many
+-- as fit. A dead waiter (no lease, or a tombstone) is dropped. For each
+-- live one, serve(m, req) decides, req being what m asks for (q_parse);
+-- for self, the caller's own token, serve(self, nil) is asked without
+-- reading its lease (the caller knows what it asks for):
+--   'wait'  m does not fit: it stays at the head, and the walk ends
+--   'hand'  serve gave m its hold for the pickup time: m leaves q, its
+--           lease is marked handed (the pickup state) and it is told on
+--           its channel (q_notify)
+--   'deny'  m can never be served: it leaves q, its lease goes, and it is
+--           told (its next acquire fails)
+--   'pop'   m leaves q, nothing else (self, served by the caller)
+-- A second result true ends the walk after m. peek: serve may answer
+-- 'wait', so each head is read (LINDEX) before it is popped; without,
+-- every live waiter is served, and heads are popped at once (LPOP).
+-- Returns nil, having written nothing, if q is not a list; false if q ran
+-- out; else the answer that ended the walk.
+local function q_serve(q, self, peek, serve)
+  local m
+  if peek then
+    m = redis.pcall('LINDEX', q, 0)
+  else
+    m = redis.pcall('LPOP', q)
+  end
+  if is_err(m) then
+    return nil
+  end
+  while m do
+    local l, p, ch, req = q .. ':' .. m
+    local act, stop = 'pop', false
+    if m == self then
+      act, stop = serve(m, nil)
+    else
+      p = redis.call('GET', l)
+      if p and p ~= Q_DEAD then
+        ch, req = q_parse(p)
+        act, stop = serve(m, req)
+      end
+    end
+    if act == 'wait' then
+      return act
+    end
+    if peek then
+      redis.call('LPOP', q)
+    end
+    if act == 'hand' then
+      if string.byte(p, 1) ~= 33 then -- not marked yet
+        redis.call('SET', l, '!' .. p, 'KEEPTTL')
+      end
+      q_notify(ch, m)
+    elseif act == 'deny' then
+      redis.call('DEL', l)
+      q_notify(ch, m)
+    end
+    if stop then
+      return act
+    end
+    if peek then
+      m = redis.call('LINDEX', q, 0)
+    else
+      m = redis.call('LPOP', q)
+    end
+  end
+  return false
+end
+
 -- q_ahead reports whether a live waiter other than token is first in q.
 -- Dead waiters at the head are dropped; token itself, if first, is popped
 -- (the caller is about to take what it waited for). Returns nil, having
 -- written nothing, if q is not a list.
 local function q_ahead(q, token)
-  local head = redis.pcall('LINDEX', q, 0)
-  if is_err(head) then
+  local r = q_serve(q, token, true, function(m)
+    if m == token then
+      return 'pop', true
+    end
+    return 'wait'
+  end)
+  if r == nil then
     return nil
   end
-  while head do
-    if head == token then
-      redis.call('LPOP', q)
-      return false
-    end
-    local p = redis.call('GET', q .. ':' .. head)
-    if p and p ~= Q_DEAD then
-      return true
-    end
-    redis.call('LPOP', q)
-    head = redis.call('LINDEX', q, 0)
-  end
-  return false
+  return r == 'wait'
 end
 
 -- q_empty reports whether nobody is queued in q (dead waiters count: see
@@ -151,20 +212,6 @@ local function q_granted(q, token)
   redis.call('DEL', q .. ':' .. token)
 end
 
--- q_handed marks waiter token's lease handed (see the pickup state) and
--- returns its payload; nil if the waiter is dead (no lease).
-local function q_handed(q, token)
-  local l = q .. ':' .. token
-  local p = redis.call('GET', l)
-  if p == Q_DEAD then
-    return nil
-  end
-  if p and string.byte(p, 1) ~= 33 then
-    redis.call('SET', l, '!' .. p, 'KEEPTTL')
-  end
-  return p
-end
-
 -- q_drop takes token out of q and deletes its lease (no tombstone: the
 -- caller may use token again). Returns false, having written nothing, if
 -- q is not a list.
@@ -196,28 +243,23 @@ local function q_released(q, token)
 end
 
 -- q_handoff passes the exclusive key k, which the caller just gave up, to
--- the first live waiter of q: k holds that waiter's token for pickup ms
--- (the waiter's next acquire confirms it), the waiter's lease is marked
--- handed, and the waiter is told on its channel (q_notify). Dead waiters
--- are skipped. With no live waiter, k is deleted and 'released' is
--- published on wake. Returns false, having written nothing, if q is not a
--- list.
+-- the first live waiter of q (q_serve): k holds that waiter's token for
+-- pickup ms (the waiter's next acquire confirms it), the waiter's lease is
+-- marked handed, and the waiter is told on its channel. Dead waiters are
+-- skipped. With no live waiter, k is deleted and 'released' is published
+-- on wake. Returns false, having written nothing, if q is not a list.
 local function q_handoff(k, q, pickup, wake)
-  local nxt = redis.pcall('LPOP', q)
-  if is_err(nxt) then
+  local r = q_serve(q, nil, false, function(m)
+    redis.call('SET', k, m, 'PX', pickup)
+    return 'hand', true
+  end)
+  if r == nil then
     return false
   end
-  while nxt do
-    local p = q_handed(q, nxt)
-    if p then
-      redis.call('SET', k, nxt, 'PX', pickup)
-      q_notify((q_parse(p)), nxt)
-      return true
-    end
-    nxt = redis.call('LPOP', q)
+  if not r then
+    redis.call('DEL', k)
+    redis.call('PUBLISH', wake, 'released')
   end
-  redis.call('DEL', k)
-  redis.call('PUBLISH', wake, 'released')
   return true
 end
 

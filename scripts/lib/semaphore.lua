@@ -33,41 +33,30 @@ local function sem_take(S, P, m, n, untl)
 end
 
 -- sem_pump hands free permits to the live waiters at the head of Q, in
--- order, while the first one's request fits: each becomes a holder with a
--- pickup lease, its queue lease is marked handed and its token is
--- published on its channel (except self, the caller, which confirms in the
--- same script); see lib/queue.lua's pickup state. A request above the
--- limit can never fit: it is taken out of the queue and woken, so it fails
--- instead of stalling everyone behind it. Returns the permits left free.
-local function sem_pump(S, P, Q, free, limit, now, pickup, self)
-  while true do
-    local m = redis.call('LINDEX', Q, 0)
-    if not m then
-      break
+-- order, while the first one's request fits (q_serve): each becomes a
+-- holder with a pickup lease and is told (lib/queue.lua's pickup state),
+-- except self, the caller (asking for own permits), which confirms in the
+-- same script. A request above the limit can never fit: it is taken
+-- out of the queue and woken, so it fails instead of stalling everyone
+-- behind it. Returns the permits left free.
+local function sem_pump(S, P, Q, free, limit, now, pickup, self, own)
+  q_serve(Q, self, true, function(m, req)
+    local n = own
+    if m ~= self then
+      n = tonumber(req) or 1
     end
-    local p = redis.call('GET', Q .. ':' .. m)
-    if p then
-      local ch, req = q_parse(p)
-      local n = tonumber(req) or 1
-      if n > limit then
-        redis.call('LPOP', Q)
-        q_granted(Q, m) -- not a grant: it is told to give up
-        q_notify(ch, m)
-      elseif n > free then
-        break
-      else
-        redis.call('LPOP', Q)
-        sem_take(S, P, m, n, now + tonumber(pickup))
-        free = free - n
-        if m ~= self then
-          q_handed(Q, m)
-          q_notify(ch, m)
-        end
-      end
-    else
-      redis.call('LPOP', Q)
+    if n > limit then
+      return 'deny'
+    elseif n > free then
+      return 'wait'
     end
-  end
+    sem_take(S, P, m, n, now + tonumber(pickup))
+    free = free - n
+    if m == self then
+      return 'pop'
+    end
+    return 'hand'
+  end)
   return free
 end
 
