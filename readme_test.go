@@ -2,11 +2,13 @@ package dlock_test
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // TestReadmeExample keeps README.md's library example runnable: its Go
@@ -83,8 +85,9 @@ func readFile(t *testing.T, name string) string {
 var mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
 // TestMarkdownLinks checks that every relative link in the repository's
-// Markdown files names a file or directory that exists (anchors are not
-// checked; links inside code blocks and spans are ignored).
+// Markdown files names a file or directory that exists and, for a link
+// into a Markdown file, a heading's anchor that exists (links inside code
+// blocks and spans are ignored).
 func TestMarkdownLinks(t *testing.T) {
 	var files []string
 	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
@@ -108,19 +111,62 @@ func TestMarkdownLinks(t *testing.T) {
 	checked := 0
 	for _, f := range files {
 		for _, target := range markdownLinks(readFile(t, f)) {
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			path, _, _ := strings.Cut(target, "#")
+			path, anchor, _ := strings.Cut(target, "#")
+			file := f
+			if path != "" {
+				file = filepath.Join(filepath.Dir(f), filepath.FromSlash(path))
+			}
 			checked++
-			if _, err := os.Stat(filepath.Join(filepath.Dir(f), filepath.FromSlash(path))); err != nil {
+			if _, err := os.Stat(file); err != nil {
 				t.Errorf("%s: link to %q: no such file or directory", f, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(file, ".md") && !headingAnchors(readFile(t, file))[anchor] {
+				t.Errorf("%s: link to %q: %s has no heading with that anchor", f, target, file)
 			}
 		}
 	}
 	if checked == 0 {
 		t.Error("no relative links found: the link pattern is broken")
 	}
+}
+
+// headingAnchors returns the anchors GitHub gives md's headings: lower
+// case, punctuation dropped, spaces as hyphens, "-1", "-2"... for repeats.
+func headingAnchors(md string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	fence := false
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fence = !fence
+			continue
+		}
+		if fence || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", a, n)] = true
+		} else {
+			anchors[a] = true
+		}
+		seen[a]++
+	}
+	return anchors
 }
 
 // markdownLinks returns the link targets of md outside code blocks and
