@@ -1,5 +1,5 @@
 -- release.lua: delete a legacy lock we own (compare-and-delete) and wake the
--- dlock waiters. This is the seeds' "check before DEL, or you delete someone
+-- dlock waiters. This is the old recipe's "check before DEL, or you delete someone
 -- else's lock", made atomic: instead of comparing clocks, compare the value.
 --
 -- KEYS[1]  the lock key

@@ -1,4 +1,4 @@
--- restore.lua: undo a lost GETSET (the seeds' "small inaccuracy").
+-- restore.lua: undo a lost GETSET (what the old recipe calls a "small inaccuracy").
 --
 -- A contender that found the lock expired ran GETSET key <ours> and got back
 -- a timestamp that is not expired: another contender won just before it,
