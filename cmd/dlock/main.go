@@ -22,7 +22,7 @@ import (
 )
 
 // Exit codes. `dlock run` passes the command's own status through; these
-// are the codes dlock itself uses (see usageMain).
+// are the codes dlock itself uses (see usageTail).
 const (
 	exitOK          = 0
 	exitNotAcquired = 1   // default of -E; also "check failed" for demo and bench
@@ -35,23 +35,17 @@ const (
 	exitNotFound    = 127 // the command was not found
 )
 
-const usageMain = `dlock: distributed locks on Redis.
+// usageHead and usageTail frame the command list of `dlock help`, which is
+// made from the command table.
+const usageHead = `dlock: distributed locks on Redis.
 
 Usage:
   dlock [global flags] COMMAND [flags] [ARGS]
 
 Commands:
-  run      run a command while holding a lock:  dlock run KEY [--] COMMAND [ARG...]
-  elect    run a command while leader:           dlock elect NAME [--id ID] [--again] [--] COMMAND [ARG...]
-  leader   show an election's leader:            dlock leader NAME [--json]
-  observe  print every change of leader:         dlock observe NAME [--json]
-  status   show who holds a lock:                dlock status KEY [--json]
-  list     list locks:                           dlock list [PATTERN] [--json]
-  release  release a lock:                       dlock release KEY (--token T | --force)
-  demo     show what locks are for (flash sale, ids, rate limit, election), against a real Redis
-  bench    contention benchmark of dlock against the configured Redis
-  help     help on a command:                    dlock help run
+`
 
+const usageTail = `
 Global flags (also accepted after the command name):
   --redis URL     Redis to use. Default: $DLOCK_REDIS_URL, else $REDIS_URL,
                   else redis://127.0.0.1:6379/0. Forms:
@@ -131,80 +125,46 @@ func (a *app) main(args []string) int {
 	a.globalFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if isHelp(err) {
-			fmt.Fprint(a.stdout, usageMain)
+			fmt.Fprint(a.stdout, usageMain())
 			return exitOK
 		}
 		return a.usageErr("", "%v", err)
 	}
 	args = fs.Args()
 	if len(args) == 0 {
-		fmt.Fprint(a.stderr, usageMain)
+		fmt.Fprint(a.stderr, usageMain())
 		return exitUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run":
-		return a.cmdRun(rest)
-	case "elect":
-		return a.cmdElect(rest)
-	case "leader":
-		return a.cmdLeader(rest)
-	case "observe":
-		return a.cmdObserve(rest)
-	case "status":
-		return a.cmdStatus(rest)
-	case "list", "ls":
-		return a.cmdList(rest)
-	case "release":
-		return a.cmdRelease(rest)
-	case "demo":
-		return a.cmdDemo(rest)
-	case "bench":
-		return a.cmdBench(rest)
-	case workerCommand:
-		return a.cmdWorker(rest)
-	case electionWorkerCommand:
-		return a.cmdElectionWorker(rest)
-	case guardCommand:
-		return a.cmdGuard(rest)
-	case "help":
-		return a.cmdHelp(rest)
-	case "version":
-		fmt.Fprintln(a.stdout, "dlock", version())
-		return exitOK
+	name, rest := args[0], args[1:]
+	if c := lookup(name); c != nil {
+		return c.run(a, rest)
 	}
-	return a.usageErr("", "unknown command %q", cmd)
-}
-
-var helpTexts = map[string]string{
-	"run":     usageRun,
-	"elect":   usageElect,
-	"leader":  usageLeader,
-	"observe": usageObserve,
-	"status":  usageStatus,
-	"list":    usageList,
-	"ls":      usageList,
-	"release": usageRelease,
-	"demo":    usageDemo,
-	"bench":   usageBench,
+	return a.usageErr("", "unknown command %q", name)
 }
 
 func (a *app) cmdHelp(args []string) int {
 	if len(args) == 0 {
-		fmt.Fprint(a.stdout, usageMain)
+		fmt.Fprint(a.stdout, usageMain())
 		return exitOK
 	}
-	text, ok := helpTexts[args[0]]
-	if !ok {
+	c := lookup(args[0])
+	if c == nil || c.usage == "" {
 		return a.usageErr("", "no help for %q", args[0])
 	}
-	fmt.Fprint(a.stdout, text)
+	fmt.Fprint(a.stdout, c.usage)
 	return exitOK
 }
 
 // helpFor prints a command's help on stdout (for -h) and returns exitOK.
-func (a *app) helpFor(cmd string) int {
-	fmt.Fprint(a.stdout, helpTexts[cmd])
+func (a *app) helpFor(name string) int {
+	if c := lookup(name); c != nil {
+		fmt.Fprint(a.stdout, c.usage)
+	}
+	return exitOK
+}
+
+func (a *app) cmdVersion([]string) int {
+	fmt.Fprintln(a.stdout, "dlock", version())
 	return exitOK
 }
 
