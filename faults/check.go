@@ -10,32 +10,32 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// StallProc is the process of the KPause spans in which the test process
+// stallProc is the process of the kindPause spans in which the test process
 // itself was measurably not scheduled (a ticker's ticks came late): the
 // machine's load stopped every worker in it then. R2 and L1 do not count
 // that time against the library (S1-S3 do not care).
-const StallProc = -3
+const stallProc = -3
 
-// Inv names an invariant (S1–S3 safety, R1–R2 loss reporting, L1–L4 liveness).
-type Inv string
+// invariant names an invariant (S1–S3 safety, R1–R2 loss reporting, L1–L4 liveness).
+type invariant string
 
 const (
-	S1 Inv = "S1" // no two believed-held intervals of one key overlap
-	S2 Inv = "S2" // the resource never accepts a stale fence; fences unique and increasing
-	S3 Inv = "S3" // the history is linearizable (lease-aware fenced mutex + fenced register)
-	R1 Inv = "R1" // release and renewal never touch another owner's lock
-	R2 Inv = "R2" // the holder is told of a loss by its deadline
-	L1 Inv = "L1" // Lock returns by its context's deadline
-	L2 Inv = "L2" // after a holder crash, a waiter gets the lock within TTL + ε
-	L3 Inv = "L3" // O(1) server commands per hand-off
-	L4 Inv = "L4" // no orphaned lock after an ambiguous acquire
+	invS1 invariant = "S1" // no two believed-held intervals of one key overlap
+	invS2 invariant = "S2" // the resource never accepts a stale fence; fences unique and increasing
+	invS3 invariant = "S3" // the history is linearizable (lease-aware fenced mutex + fenced register)
+	invR1 invariant = "R1" // release and renewal never touch another owner's lock
+	invR2 invariant = "R2" // the holder is told of a loss by its deadline
+	invL1 invariant = "L1" // Lock returns by its context's deadline
+	invL2 invariant = "L2" // after a holder crash, a waiter gets the lock within TTL + ε
+	invL3 invariant = "L3" // O(1) server commands per hand-off
+	invL4 invariant = "L4" // no orphaned lock after an ambiguous acquire
 )
 
-// Invariants lists them in report order.
-var Invariants = []Inv{S1, S2, S3, R1, R2, L1, L2, L3, L4}
+// invariants lists them in report order.
+var invariants = []invariant{invS1, invS2, invS3, invR1, invR2, invL1, invL2, invL3, invL4}
 
-// Params are the bounds a history is checked against.
-type Params struct {
+// params are the bounds a history is checked against.
+type params struct {
 	FencedResource bool          // the resource is written with dlock.FencedSet
 	L1Slack        time.Duration // how far past its context deadline a Lock may return
 	R2Slack        time.Duration // how far past the deadline the loss signal may come
@@ -48,9 +48,9 @@ type Params struct {
 	CommandsFrom, CommandsTo int64
 }
 
-// DefaultParams are the bounds used unless a scenario sets its own.
-func DefaultParams() Params {
-	return Params{
+// defaultParams are the bounds used unless a scenario sets its own.
+func defaultParams() params {
+	return params{
 		FencedResource: true,
 		L1Slack:        250 * time.Millisecond,
 		R2Slack:        100 * time.Millisecond,
@@ -59,11 +59,11 @@ func DefaultParams() Params {
 	}
 }
 
-// Result is the verdict on one or more histories.
-type Result struct {
+// result is the verdict on one or more histories.
+type result struct {
 	Histories          int
 	OK, Fail, Unknown  int // operations (grants, renewals, releases, writes, reads) by outcome
-	Violations         map[Inv]int
+	Violations         map[invariant]int
 	S1MaxOverlap       int64
 	StaleAccepted      int // S2
 	StaleRefused       int // writes the fenced resource refused
@@ -73,33 +73,33 @@ type Result struct {
 	S3Illegal, S3Unk   int
 	R2MaxLag           int64
 	R2Exempt           int // losses signalled late because the holder itself was stopped
-	R2Stalled          int // ... or because the test process was not scheduled (StallProc)
+	R2Stalled          int // ... or because the test process was not scheduled (stallProc)
 	L1Stalled          int // Lock calls late because the test process was not scheduled
 	L1MaxOver          int64
-	R2Worst, L1Worst   Worst   // the latest loss signal, the Lock furthest past its deadline
-	Handovers          []int64 // unlock (or crash) → next grant, ns
+	R2Worst, L1Worst   worstCase // the latest loss signal, the Lock furthest past its deadline
+	Handovers          []int64   // unlock (or crash) → next grant, ns
 	CrashHandovers     []int64
 	Commands, Handoffs int // L3
 	Monitored          int // histories with a server-side view (R1, L3, L4 checked)
 	Orphans            []int64
-	Counter            []CounterRun   // Counter stock checks
+	Counter            []counterRun   // Counter stock checks
 	Refused            int            // acquires (or Clients) refused as invalid arguments
 	CmdFaults          map[string]int // command-level faults injected, by action
 	Pauses             int            // scheduler pauses injected at the engine's pause points
 	Details            []string
 	stalled            func(from, to int64) int64
-	spans              []Op // the history's faults and pauses (for Worst)
+	spans              []operation // the history's faults and pauses (for worstCase)
 	// Illegal is porcupine's account of the first history S3 rejected,
-	// for porcupine.Visualize with Model().
+	// for porcupine.Visualize with model().
 	Illegal *porcupine.LinearizationInfo
 }
 
-func (r *Result) add(inv Inv, n int, f string, a ...any) {
+func (r *result) add(inv invariant, n int, f string, a ...any) {
 	if n == 0 {
 		return
 	}
 	if r.Violations == nil {
-		r.Violations = map[Inv]int{}
+		r.Violations = map[invariant]int{}
 	}
 	r.Violations[inv] += n
 	if len(r.Details) < 20 {
@@ -108,14 +108,14 @@ func (r *Result) add(inv Inv, n int, f string, a ...any) {
 }
 
 // Merge adds o to r.
-func (r *Result) Merge(o Result) {
+func (r *result) Merge(o result) {
 	r.Histories += o.Histories
 	r.OK += o.OK
 	r.Fail += o.Fail
 	r.Unknown += o.Unknown
 	for k, v := range o.Violations {
 		if r.Violations == nil {
-			r.Violations = map[Inv]int{}
+			r.Violations = map[invariant]int{}
 		}
 		r.Violations[k] += v
 	}
@@ -159,15 +159,15 @@ func (r *Result) Merge(o Result) {
 	}
 }
 
-// CounterRun is one history's Counter: its stock, the units sold (orders
+// counterRun is one history's Counter: its stock, the units sold (orders
 // committed), what was left, and the Take calls that failed.
-type CounterRun struct {
+type counterRun struct {
 	Stock, Sold, Left, Errors int64
 }
 
 // grant is one successful acquire and what followed it.
 type grant struct {
-	lock     Op
+	lock     operation
 	key      string
 	owner    string
 	mode     string
@@ -178,25 +178,25 @@ type grant struct {
 	start    int64 // the acquire returned: the holder believes it holds from here
 	end      int64 // min(unlock called, loss signalled, crash, last deadline)
 	deadline int64 // the last validity deadline the holder learnt
-	unlock   *Op
+	unlock   *operation
 	crashed  bool
 	crashAt  int64
 }
 
-// Check checks one history: its events and, if not nil, the server-side
+// check checks one history: its events and, if not nil, the server-side
 // view of the lock server (MONITOR lines).
-func Check(events []Event, lines []MonLine, p Params) Result {
-	r := Result{Histories: 1}
-	ops := Ops(events)
+func check(events []event, lines []monLine, p params) result {
+	r := result{Histories: 1}
+	ops := pairOps(events)
 	for _, op := range ops {
 		switch op.Kind {
-		case KLock, KTry, KRenew, KExtend, KUnlock, KWrite, KRead:
+		case kindLock, kindTry, kindRenew, kindExtend, kindUnlock, kindWrite, kindRead:
 			switch op.Status {
-			case OK:
+			case evOK:
 				r.OK++
-			case Fail:
+			case evFail:
 				r.Fail++
-				if (op.Kind == KLock || op.Kind == KTry) && strings.Contains(op.Err, "invalid argument") {
+				if (op.Kind == kindLock || op.Kind == kindTry) && strings.Contains(op.Err, "invalid argument") {
 					r.Refused++
 				}
 			default:
@@ -209,13 +209,13 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 	crashes := map[int]int64{}
 	for _, op := range ops {
 		switch op.Kind {
-		case KPause:
-			if op.Proc == StallProc {
+		case kindPause:
+			if op.Proc == stallProc {
 				stalls = append(stalls, [2]int64{op.Call, op.End})
 				continue
 			}
 			pauses[op.Proc] = append(pauses[op.Proc], [2]int64{op.Call, op.End})
-		case KCrash:
+		case kindCrash:
 			if _, ok := crashes[op.Proc]; !ok {
 				crashes[op.Proc] = op.Call
 			}
@@ -230,7 +230,7 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		return false
 	}
 	// stalled is how long, between from and to, the test process itself
-	// was measurably not scheduled (see StallProc): time the checked
+	// was measurably not scheduled (see stallProc): time the checked
 	// process could not act in, as if stopped.
 	stalled := func(from, to int64) int64 {
 		var d int64
@@ -241,15 +241,15 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 	}
 	r.stalled = stalled
 	for _, op := range ops {
-		if op.Kind == KFault || op.Kind == KPause {
+		if op.Kind == kindFault || op.Kind == kindPause {
 			r.spans = append(r.spans, op)
 		}
 	}
 
 	grants := buildGrants(ops, crashes)
-	limits := map[string][]Op{}
+	limits := map[string][]operation{}
 	for _, op := range ops {
-		if op.Kind == KSetLimit {
+		if op.Kind == kindSetLimit {
 			limits[op.Key] = append(limits[op.Key], op)
 		}
 	}
@@ -269,11 +269,11 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		// refused (a reserved auxiliary name) is dlock's own state.
 		keys, owned, holds := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, op := range ops {
-			if op.Kind == KLock || op.Kind == KTry {
-				if op.Status == OK {
+			if op.Kind == kindLock || op.Kind == kindTry {
+				if op.Status == evOK {
 					keys[op.Key] = true
 				}
-				if op.Mode != ModeExclusive || op.Group != "" {
+				if op.Mode != modeExclusive || op.Group != "" {
 					holds[op.Key] = true
 				}
 			}
@@ -286,10 +286,10 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		}
 		from, to := p.CommandsFrom, p.CommandsTo
 		if from == 0 && to == 0 {
-			to = Never
+			to = never
 		}
-		ms := AnalyzeMonitor(lines, keys, owned, from, to)
-		r.add(R1, ms.Foreign, "%d foreign writes", ms.Foreign)
+		ms := analyzeMonitor(lines, keys, owned, from, to)
+		r.add(invR1, ms.Foreign, "%d foreign writes", ms.Foreign)
 		for _, d := range ms.Details {
 			if len(r.Details) < 20 {
 				r.Details = append(r.Details, d)
@@ -298,14 +298,14 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 		for _, o := range ms.Orphans {
 			r.Orphans = append(r.Orphans, o.Dur)
 			if o.Dur > int64(p.L4Bound) {
-				r.add(L4, 1, "key %s held token %s nobody received for %s (bound %v)", o.Key, o.Token, Dur(o.Dur), p.L4Bound)
+				r.add(invL4, 1, "key %s held token %s nobody received for %s (bound %v)", o.Key, o.Token, dur(o.Dur), p.L4Bound)
 			}
 		}
 		if p.L3Bound > 0 {
 			r.Commands = ms.Commands
 			if r.Handoffs > 0 {
 				if per := float64(ms.Commands) / float64(r.Handoffs); per > p.L3Bound {
-					r.add(L3, 1, "%.1f commands per hand-off (bound %.1f)", per, p.L3Bound)
+					r.add(invL3, 1, "%.1f commands per hand-off (bound %.1f)", per, p.L3Bound)
 				}
 			}
 		}
@@ -313,14 +313,14 @@ func Check(events []Event, lines []MonLine, p Params) Result {
 	return r
 }
 
-func buildGrants(ops []Op, crashes map[int]int64) []*grant {
+func buildGrants(ops []operation, crashes map[int]int64) []*grant {
 	// A multi-key grant has one token on several keys: a grant is one
 	// (owner, key).
 	id := func(owner, key string) string { return owner + "\x00" + key }
 	byOwner := map[string]*grant{}
 	var grants []*grant
 	for _, op := range ops {
-		if (op.Kind == KLock || op.Kind == KTry) && op.Status == OK {
+		if (op.Kind == kindLock || op.Kind == kindTry) && op.Status == evOK {
 			g := &grant{lock: op, key: op.Key, owner: op.Owner, mode: op.Mode, group: op.Group,
 				permits: max(op.Permits, 1), limit: op.Limit, proc: op.Proc, start: op.End, deadline: op.Deadline}
 			byOwner[id(op.Owner, op.Key)] = g
@@ -330,15 +330,15 @@ func buildGrants(ops []Op, crashes map[int]int64) []*grant {
 	for i := range ops {
 		op := &ops[i]
 		g := byOwner[id(op.Owner, op.Key)]
-		if g == nil || op.Kind == KLock || op.Kind == KTry {
+		if g == nil || op.Kind == kindLock || op.Kind == kindTry {
 			continue
 		}
 		switch op.Kind {
-		case KRenew, KExtend:
-			if op.Status == OK {
+		case kindRenew, kindExtend:
+			if op.Status == evOK {
 				g.deadline = max(g.deadline, op.Deadline)
 			}
-		case KUnlock:
+		case kindUnlock:
 			if g.unlock == nil {
 				g.unlock = op
 			}
@@ -350,7 +350,7 @@ func buildGrants(ops []Op, crashes map[int]int64) []*grant {
 			g.end = min(g.end, g.unlock.Call)
 		}
 		for _, op := range ops {
-			if op.Kind == KLost && op.Owner == g.owner && op.Key == g.key {
+			if op.Kind == kindLost && op.Owner == g.owner && op.Key == g.key {
 				g.end = min(g.end, op.Call)
 			}
 		}
@@ -373,9 +373,9 @@ func compatible(a, b *grant) bool {
 		return true
 	case a.group != "" && a.group == b.group:
 		return true
-	case a.mode == ModeShared && b.mode == ModeShared:
+	case a.mode == modeShared && b.mode == modeShared:
 		return true
-	case a.mode == ModeSemaphore && b.mode == ModeSemaphore:
+	case a.mode == modeSemaphore && b.mode == modeSemaphore:
 		return true
 	}
 	return false
@@ -383,7 +383,7 @@ func compatible(a, b *grant) bool {
 
 // S1: believed-held intervals of incompatible grants of one key overlap;
 // for a semaphore, more permits believed held at once than its limit.
-func checkS1(r *Result, grants []*grant, limits map[string][]Op) {
+func checkS1(r *result, grants []*grant, limits map[string][]operation) {
 	byKey := map[string][]*grant{}
 	for _, g := range grants {
 		byKey[g.key] = append(byKey[g.key], g)
@@ -400,9 +400,9 @@ func checkS1(r *Result, grants []*grant, limits map[string][]Op) {
 					continue
 				}
 				r.S1MaxOverlap = max(r.S1MaxOverlap, ov)
-				r.add(S1, 1, "key %s: %s fence %d (proc %d) believed held until %s, %s fence %d (proc %d) from %s: overlap %s",
-					key, modeName(gs[i]), gs[i].lock.Fence, gs[i].proc, Dur(gs[i].end), modeName(gs[j]), gs[j].lock.Fence, gs[j].proc,
-					Dur(gs[j].start), Dur(ov))
+				r.add(invS1, 1, "key %s: %s fence %d (proc %d) believed held until %s, %s fence %d (proc %d) from %s: overlap %s",
+					key, modeName(gs[i]), gs[i].lock.Fence, gs[i].proc, dur(gs[i].end), modeName(gs[j]), gs[j].lock.Fence, gs[j].proc,
+					dur(gs[j].start), dur(ov))
 			}
 		}
 		checkSemaphore(r, key, gs, limits[key])
@@ -411,9 +411,9 @@ func checkS1(r *Result, grants []*grant, limits map[string][]Op) {
 
 func modeName(g *grant) string {
 	switch {
-	case g.mode == ModeShared:
+	case g.mode == modeShared:
 		return "reader"
-	case g.mode == ModeSemaphore:
+	case g.mode == modeSemaphore:
 		return fmt.Sprintf("%d permit(s)", g.permits)
 	case g.group != "":
 		return "reentrant " + short(strings.TrimPrefix(g.group, "reentrant:"))
@@ -425,7 +425,7 @@ func modeName(g *grant) string {
 // grants: the permits held at once must not exceed the limit in force.
 // The limit is the largest that may be in force: the grants' own, raised
 // by any SetLimit called before (a cut is not trusted to have applied).
-func checkSemaphore(r *Result, key string, gs []*grant, sets []Op) {
+func checkSemaphore(r *result, key string, gs []*grant, sets []operation) {
 	type ev struct {
 		t int64
 		d int
@@ -433,7 +433,7 @@ func checkSemaphore(r *Result, key string, gs []*grant, sets []Op) {
 	}
 	var evs []ev
 	for _, g := range gs {
-		if g.mode == ModeSemaphore && g.end > g.start {
+		if g.mode == modeSemaphore && g.end > g.start {
 			evs = append(evs, ev{g.start, g.permits, g}, ev{g.end, -g.permits, g})
 		}
 	}
@@ -461,14 +461,14 @@ func checkSemaphore(r *Result, key string, gs []*grant, sets []Op) {
 		}
 		if limit > 0 && held > limit && reported < 3 {
 			reported++
-			r.add(S1, 1, "semaphore %s: %d permits believed held at %s, limit %d (grant fence %d, proc %d)",
-				key, held, Dur(e.t), limit, e.g.lock.Fence, e.g.proc)
+			r.add(invS1, 1, "semaphore %s: %d permits believed held at %s, limit %d (grant fence %d, proc %d)",
+				key, held, dur(e.t), limit, e.g.lock.Fence, e.g.proc)
 		}
 	}
 }
 
 // S2: the resource's view and the fences themselves.
-func checkS2(r *Result, ops []Op, grants []*grant) {
+func checkS2(r *result, ops []operation, grants []*grant) {
 	byOwner := map[string]*grant{}
 	for _, g := range grants {
 		byOwner[g.owner] = g
@@ -476,45 +476,45 @@ func checkS2(r *Result, ops []Op, grants []*grant) {
 			byOwner[g.group] = g // a hold's handles write as their group
 		}
 	}
-	writes := map[string][]Op{}
-	reads := map[string][]Op{}
+	writes := map[string][]operation{}
+	reads := map[string][]operation{}
 	for _, op := range ops {
 		switch op.Kind {
-		case KWrite:
+		case kindWrite:
 			writes[op.Key] = append(writes[op.Key], op)
-			if op.Status == Fail {
+			if op.Status == evFail {
 				r.StaleRefused++
 			}
 			if g := byOwner[op.Owner]; g != nil && op.Call > g.end {
 				r.StaleAttempted++
 			}
-		case KRead:
-			if op.Status == OK {
+		case kindRead:
+			if op.Status == evOK {
 				reads[op.Key] = append(reads[op.Key], op)
 			}
 		}
 	}
-	newerThan := func(a Op, f uint64, o string) bool { // a's fence supersedes (f, o)
+	newerThan := func(a operation, f uint64, o string) bool { // a's fence supersedes (f, o)
 		return a.Fence > f || (a.Fence == f && a.Owner != o)
 	}
 	for key, ws := range writes {
 		for _, w := range ws {
-			if w.Status != OK {
+			if w.Status != evOK {
 				continue
 			}
 			for _, prev := range ws {
-				if prev.Status == OK && prev.Return < w.Call && newerThan(prev, w.Fence, w.Owner) {
+				if prev.Status == evOK && prev.Return < w.Call && newerThan(prev, w.Fence, w.Owner) {
 					r.StaleAccepted++
-					r.add(S2, 1, "%s: write with fence %d accepted after fence %d had been", key, w.Fence, prev.Fence)
+					r.add(invS2, 1, "%s: write with fence %d accepted after fence %d had been", key, w.Fence, prev.Fence)
 					break
 				}
 			}
 		}
 		for _, rd := range reads[key] {
 			for _, prev := range ws {
-				if prev.Status == OK && prev.Return < rd.Call && newerThan(prev, rd.Fence, rd.Owner) {
+				if prev.Status == evOK && prev.Return < rd.Call && newerThan(prev, rd.Fence, rd.Owner) {
 					r.StaleAccepted++
-					r.add(S2, 1, "%s: read fence %d after a write with fence %d had been accepted: a stale write overwrote it",
+					r.add(invS2, 1, "%s: read fence %d after a write with fence %d had been accepted: a stale write overwrote it",
 						key, rd.Fence, prev.Fence)
 					break
 				}
@@ -541,7 +541,7 @@ func checkS2(r *Result, ops []Op, grants []*grant) {
 			}
 			if o, ok := seen[g.lock.Fence]; ok && o != holdOf(g) {
 				r.DupFences++
-				r.add(S2, 1, "%s: fence %d granted twice", key, g.lock.Fence)
+				r.add(invS2, 1, "%s: fence %d granted twice", key, g.lock.Fence)
 			}
 			seen[g.lock.Fence] = holdOf(g)
 		}
@@ -552,7 +552,7 @@ func checkS2(r *Result, ops []Op, grants []*grant) {
 				}
 				if a.lock.End < b.lock.Call && b.lock.Fence < a.lock.Fence {
 					r.Regressions++
-					r.add(S2, 1, "%s: fence %d granted after fence %d", key, b.lock.Fence, a.lock.Fence)
+					r.add(invS2, 1, "%s: fence %d granted after fence %d", key, b.lock.Fence, a.lock.Fence)
 				}
 			}
 		}
@@ -560,8 +560,8 @@ func checkS2(r *Result, ops []Op, grants []*grant) {
 }
 
 // S3: porcupine.
-func checkS3(r *Result, ops []Op, p Params) {
-	h := ModelOps(ops, p.FencedResource)
+func checkS3(r *result, ops []operation, p params) {
+	h := modelOps(ops, p.FencedResource)
 	if len(h) == 0 {
 		return
 	}
@@ -569,11 +569,11 @@ func checkS3(r *Result, ops []Op, p Params) {
 	if timeout == 0 {
 		timeout = 20 * time.Second
 	}
-	res, info := porcupine.CheckOperationsVerbose(Model(), h, timeout)
+	res, info := porcupine.CheckOperationsVerbose(model(), h, timeout)
 	switch res {
 	case porcupine.Illegal:
 		r.S3Illegal++
-		r.add(S3, 1, "history not linearizable (%d operations)", len(h))
+		r.add(invS3, 1, "history not linearizable (%d operations)", len(h))
 		if r.Illegal == nil {
 			r.Illegal = &info
 		}
@@ -585,13 +585,13 @@ func checkS3(r *Result, ops []Op, p Params) {
 // R2: the loss signal came by the deadline (+ slack), unless the holder's
 // own process was stopped then. A grant whose reply arrived after its
 // deadline can only be signalled lost when it arrives.
-func checkR2(r *Result, ops []Op, grants []*grant, p Params, paused func(int, int64, int64) bool) {
+func checkR2(r *result, ops []operation, grants []*grant, p params, paused func(int, int64, int64) bool) {
 	granted := map[string]int64{}
 	for _, g := range grants {
 		granted[g.owner] = g.start
 	}
 	for _, op := range ops {
-		if op.Kind != KLost {
+		if op.Kind != kindLost {
 			continue
 		}
 		from := max(op.Deadline, granted[op.Owner])
@@ -609,15 +609,15 @@ func checkR2(r *Result, ops []Op, grants []*grant, p Params, paused func(int, in
 		r.R2MaxLag = max(r.R2MaxLag, lag)
 		r.worst(&r.R2Worst, lag, op, from, op.Call, "loss signal")
 		if lag > int64(p.R2Slack) {
-			r.add(R2, 1, "%s fence %d: loss signalled %s after the deadline", op.Key, op.Fence, Dur(lag))
+			r.add(invR2, 1, "%s fence %d: loss signalled %s after the deadline", op.Key, op.Fence, dur(lag))
 		}
 	}
 }
 
 // L1: Lock returned by its context's deadline (+ slack).
-func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool) {
+func checkL1(r *result, ops []operation, p params, paused func(int, int64, int64) bool) {
 	for _, op := range ops {
-		if (op.Kind != KLock && op.Kind != KTry) || op.CtxDeadline == 0 || op.End == 0 {
+		if (op.Kind != kindLock && op.Kind != kindTry) || op.CtxDeadline == 0 || op.End == 0 {
 			continue
 		}
 		over := op.End - op.CtxDeadline
@@ -635,13 +635,13 @@ func checkL1(r *Result, ops []Op, p Params, paused func(int, int64, int64) bool)
 		}
 		r.L1MaxOver = max(r.L1MaxOver, over)
 		r.worst(&r.L1Worst, over, op, op.CtxDeadline, op.End, string(op.Kind))
-		r.add(L1, 1, "%s: Lock returned %s after its context's deadline", op.Key, Dur(over))
+		r.add(invL1, 1, "%s: Lock returned %s after its context's deadline", op.Key, dur(over))
 	}
 }
 
 // Hand-overs: release → the next grant of a waiter that was already
 // waiting; crash → the next grant (L2).
-func checkHandovers(r *Result, grants []*grant, ops []Op, p Params, crashes map[int]int64) {
+func checkHandovers(r *result, grants []*grant, ops []operation, p params, crashes map[int]int64) {
 	byKey := map[string][]*grant{}
 	for _, g := range grants {
 		byKey[g.key] = append(byKey[g.key], g)
@@ -660,16 +660,16 @@ func checkHandovers(r *Result, grants []*grant, ops []Op, p Params, crashes map[
 			case g.crashed:
 				if next == nil {
 					if waiting(ops, key, g.crashAt, crashes, p.L2Bound) {
-						r.add(L2, 1, "%s: nobody got the lock after its holder crashed", key)
+						r.add(invL2, 1, "%s: nobody got the lock after its holder crashed", key)
 					}
 					continue
 				}
 				d := next.start - g.crashAt
 				r.CrashHandovers = append(r.CrashHandovers, d)
 				if p.L2Bound > 0 && d > int64(p.L2Bound) {
-					r.add(L2, 1, "%s: hand-over %s after the holder crashed (bound %v)", key, Dur(d), p.L2Bound)
+					r.add(invL2, 1, "%s: hand-over %s after the holder crashed (bound %v)", key, dur(d), p.L2Bound)
 				}
-			case g.unlock != nil && g.unlock.Status == OK && next != nil && next.lock.Call < g.unlock.Call &&
+			case g.unlock != nil && g.unlock.Status == evOK && next != nil && next.lock.Call < g.unlock.Call &&
 				next.start >= g.unlock.Call:
 				r.Handovers = append(r.Handovers, next.start-g.unlock.Call)
 				r.Handoffs++
@@ -680,21 +680,21 @@ func checkHandovers(r *Result, grants []*grant, ops []Op, p Params, crashes map[
 
 // waiting reports whether a Lock call on key was in progress at t, by a
 // process that was not itself killed within bound of t.
-func waiting(ops []Op, key string, t int64, crashes map[int]int64, bound time.Duration) bool {
+func waiting(ops []operation, key string, t int64, crashes map[int]int64, bound time.Duration) bool {
 	window := int64(max(bound, time.Second))
 	for _, op := range ops {
 		if c, ok := crashes[op.Proc]; ok && c <= t+window {
 			continue
 		}
-		if op.Kind == KLock && op.Key == key && op.Call <= t && (op.End == 0 || op.End >= t) {
+		if op.Kind == kindLock && op.Key == key && op.Call <= t && (op.End == 0 || op.End >= t) {
 			return true
 		}
 	}
 	return false
 }
 
-// Percentile returns the q-quantile (0..1) of xs (0 if empty).
-func Percentile(xs []int64, q float64) int64 {
+// percentile returns the q-quantile (0..1) of xs (0 if empty).
+func percentile(xs []int64, q float64) int64 {
 	if len(xs) == 0 {
 		return 0
 	}
@@ -704,15 +704,15 @@ func Percentile(xs []int64, q float64) int64 {
 	return s[min(i, len(s)-1)]
 }
 
-// Worst is the worst case of a bound (R2's lag, L1's overrun): by how
+// worstCase is the worst case of a bound (R2's lag, L1's overrun): by how
 // much, and an account of it: the operation (its kind of lock, key, outcome
 // or loss cause) and the faults and pauses that overlapped its late part.
-type Worst struct {
+type worstCase struct {
 	By   int64
 	What string
 }
 
-func (w *Worst) keep(o Worst) {
+func (w *worstCase) keep(o worstCase) {
 	if o.By > w.By {
 		*w = o
 	}
@@ -720,7 +720,7 @@ func (w *Worst) keep(o Worst) {
 
 // worst makes op, late by `by` between from and to, the worst case in w if
 // it is.
-func (r *Result) worst(w *Worst, by int64, op Op, from, to int64, what string) {
+func (r *result) worst(w *worstCase, by int64, op operation, from, to int64, what string) {
 	if by <= w.By || by <= 0 {
 		return
 	}
@@ -728,7 +728,7 @@ func (r *Result) worst(w *Worst, by int64, op Op, from, to int64, what string) {
 	switch {
 	case op.Group != "":
 		kind = "reentrant"
-	case kind == ModeSemaphore:
+	case kind == modeSemaphore:
 		kind = "semaphore"
 	case kind == "":
 		kind = "exclusive"
@@ -739,13 +739,13 @@ func (r *Result) worst(w *Worst, by int64, op Op, from, to int64, what string) {
 	}
 	w.By = by
 	w.What = fmt.Sprintf("%s %s of %s %s (%s); the process was not scheduled for %s of it; late part %s",
-		Dur(by), what, kind, op.Key, outcome, Dur(r.stalled(from, to)), lateParts(r.spans, op.Key, from, to))
+		dur(by), what, kind, op.Key, outcome, dur(r.stalled(from, to)), lateParts(r.spans, op.Key, from, to))
 }
 
 // lateParts lists the faults and pauses overlapping [from, to] that concern
 // key or the whole process (those of another key are left out), with
 // how much of the window each covers, the longest first.
-func lateParts(spans []Op, key string, from, to int64) string {
+func lateParts(spans []operation, key string, from, to int64) string {
 	type part struct {
 		note string
 		d    int64
@@ -759,7 +759,7 @@ func lateParts(spans []Op, key string, from, to int64) string {
 			continue
 		}
 		note := s.Note
-		if s.Proc == StallProc {
+		if s.Proc == stallProc {
 			note = "process not scheduled"
 		}
 		ps = append(ps, part{note, min(s.End, to) - max(s.Call, from)})
@@ -774,7 +774,7 @@ func lateParts(spans []Op, key string, from, to int64) string {
 			out = append(out, fmt.Sprintf("and %d more", len(ps)-i))
 			break
 		}
-		out = append(out, fmt.Sprintf("%s (%s)", p.note, Dur(p.d)))
+		out = append(out, fmt.Sprintf("%s (%s)", p.note, dur(p.d)))
 	}
 	return "overlapped by " + strings.Join(out, ", ")
 }

@@ -21,14 +21,14 @@ const ms = int64(time.Millisecond)
 
 // hb builds histories: each op is an invoke and a completion.
 type hb struct {
-	ev  []Event
+	ev  []event
 	ids uint64
 }
 
-func (h *hb) op(e Event, call, ret int64, typ EventType) {
+func (h *hb) op(e event, call, ret int64, typ eventType) {
 	h.ids++
 	in := e
-	in.Type, in.ID, in.T, in.Deadline = Invoke, h.ids, call, 0
+	in.Type, in.ID, in.T, in.Deadline = evInvoke, h.ids, call, 0
 	out := e
 	out.Type, out.ID, out.T = typ, h.ids, ret
 	h.ev = append(h.ev, in, out)
@@ -37,26 +37,26 @@ func (h *hb) op(e Event, call, ret int64, typ EventType) {
 // grant: proc acquires key with fence at [call, ret], TTL ttl, request sent at call.
 func (h *hb) grant(proc int, key, owner string, fence uint64, call, ret, ttl int64) {
 	drift := ttl/100 + 2*ms
-	h.op(Event{Proc: proc, Kind: KLock, Key: key, Fence: fence, Owner: owner, Sent: call, TTL: ttl, Drift: drift,
-		Deadline: call + ttl - drift}, call, ret, OK)
+	h.op(event{Proc: proc, Kind: kindLock, Key: key, Fence: fence, Owner: owner, Sent: call, TTL: ttl, Drift: drift,
+		Deadline: call + ttl - drift}, call, ret, evOK)
 }
 
-func (h *hb) unlock(proc int, key, owner string, call, ret int64, typ EventType) {
-	h.op(Event{Proc: proc, Kind: KUnlock, Key: key, Owner: owner}, call, ret, typ)
+func (h *hb) unlock(proc int, key, owner string, call, ret int64, typ eventType) {
+	h.op(event{Proc: proc, Kind: kindUnlock, Key: key, Owner: owner}, call, ret, typ)
 }
 
-func (h *hb) write(proc int, key, owner string, fence uint64, call, ret int64, typ EventType) {
-	h.op(Event{Proc: proc, Kind: KWrite, Key: key, Owner: owner, Fence: fence}, call, ret, typ)
+func (h *hb) write(proc int, key, owner string, fence uint64, call, ret int64, typ eventType) {
+	h.op(event{Proc: proc, Kind: kindWrite, Key: key, Owner: owner, Fence: fence}, call, ret, typ)
 }
 
-func (h *hb) check(t *testing.T, p Params) Result {
+func (h *hb) check(t *testing.T, p params) result {
 	t.Helper()
-	return Check(h.ev, nil, p)
+	return check(h.ev, nil, p)
 }
 
-func expectOnly(t *testing.T, r Result, want ...Inv) {
+func expectOnly(t *testing.T, r result, want ...invariant) {
 	t.Helper()
-	for _, inv := range Invariants {
+	for _, inv := range invariants {
 		got := r.Violations[inv] > 0
 		exp := false
 		for _, w := range want {
@@ -72,16 +72,16 @@ func TestCheckGoodHistory(t *testing.T) {
 	var h hb
 	ttl := 1000 * ms
 	h.grant(0, "k", "A", 5, 0, 10*ms, ttl)
-	h.write(0, "k", "A", 5, 20*ms, 25*ms, OK)
-	h.unlock(0, "k", "A", 100*ms, 105*ms, OK)
+	h.write(0, "k", "A", 5, 20*ms, 25*ms, evOK)
+	h.unlock(0, "k", "A", 100*ms, 105*ms, evOK)
 	h.grant(1, "k", "B", 6, 50*ms, 110*ms, ttl) // waited, got it after A's unlock
-	h.write(1, "k", "B", 6, 120*ms, 125*ms, OK)
-	h.write(0, "k", "A", 5, 130*ms, 135*ms, Fail) // stale, refused
-	h.unlock(1, "k", "B", 200*ms, 205*ms, OK)
+	h.write(1, "k", "B", 6, 120*ms, 125*ms, evOK)
+	h.write(0, "k", "A", 5, 130*ms, 135*ms, evFail) // stale, refused
+	h.unlock(1, "k", "B", 200*ms, 205*ms, evOK)
 	// A grant after B's lease could have lapsed, B never having unlocked, is fine too.
 	h.grant(2, "k2", "C", 1, 0, 5*ms, 100*ms)
 	h.grant(3, "k2", "D", 2, 90*ms, 120*ms, 100*ms)
-	r := h.check(t, DefaultParams())
+	r := h.check(t, defaultParams())
 	expectOnly(t, r)
 	if len(r.Handovers) != 1 || r.Handovers[0] != 10*ms {
 		t.Errorf("hand-overs %v, want [10ms]", r.Handovers)
@@ -95,19 +95,19 @@ func TestCheckOverlap(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "A", 5, 0, 10*ms, 1000*ms)
 	h.grant(1, "k", "B", 6, 20*ms, 30*ms, 1000*ms) // A never released, lease far from over
-	r := h.check(t, DefaultParams())
-	expectOnly(t, r, S1, S3)
+	r := h.check(t, defaultParams())
+	expectOnly(t, r, invS1, invS3)
 }
 
 func TestCheckFenceRules(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
-	h.unlock(0, "k", "A", 20*ms, 25*ms, OK)
+	h.unlock(0, "k", "A", 20*ms, 25*ms, evOK)
 	h.grant(1, "k", "B", 5, 30*ms, 40*ms, 100*ms) // the same fence again
-	h.unlock(1, "k", "B", 50*ms, 55*ms, OK)
+	h.unlock(1, "k", "B", 50*ms, 55*ms, evOK)
 	h.grant(2, "k", "C", 4, 60*ms, 70*ms, 100*ms) // and a smaller one
-	r := h.check(t, DefaultParams())
-	expectOnly(t, r, S2, S3)
+	r := h.check(t, defaultParams())
+	expectOnly(t, r, invS2, invS3)
 	if r.DupFences != 1 || r.Regressions != 2 {
 		t.Errorf("dup %d regressions %d", r.DupFences, r.Regressions)
 	}
@@ -117,14 +117,14 @@ func TestCheckStaleWriteAccepted(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
 	h.grant(1, "k", "B", 6, 90*ms, 120*ms, 100*ms)
-	h.write(1, "k", "B", 6, 130*ms, 135*ms, OK)
-	h.write(0, "k", "A", 5, 140*ms, 145*ms, OK) // the unfenced resource took it
-	p := DefaultParams()
+	h.write(1, "k", "B", 6, 130*ms, 135*ms, evOK)
+	h.write(0, "k", "A", 5, 140*ms, 145*ms, evOK) // the unfenced resource took it
+	p := defaultParams()
 	r := h.check(t, p)
-	expectOnly(t, r, S2, S3)
+	expectOnly(t, r, invS2, invS3)
 	p.FencedResource = false // a plain resource is not held to the register model
 	r = h.check(t, p)
-	expectOnly(t, r, S2)
+	expectOnly(t, r, invS2)
 	if r.StaleAccepted != 1 {
 		t.Errorf("stale accepted %d", r.StaleAccepted)
 	}
@@ -132,38 +132,38 @@ func TestCheckStaleWriteAccepted(t *testing.T) {
 	// A delayed write that lands later shows in a read.
 	var d hb
 	d.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
-	d.write(0, "k", "A", 5, 20*ms, 0, Info) // sent, reply never came
+	d.write(0, "k", "A", 5, 20*ms, 0, evInfo) // sent, reply never came
 	d.grant(1, "k", "B", 6, 90*ms, 120*ms, 100*ms)
-	d.write(1, "k", "B", 6, 130*ms, 135*ms, OK)
-	d.op(Event{Proc: 9, Kind: KRead, Key: "k", Fence: 5, Owner: "A"}, 300*ms, 301*ms, OK)
+	d.write(1, "k", "B", 6, 130*ms, 135*ms, evOK)
+	d.op(event{Proc: 9, Kind: kindRead, Key: "k", Fence: 5, Owner: "A"}, 300*ms, 301*ms, evOK)
 	r = d.check(t, p)
-	expectOnly(t, r, S2)
+	expectOnly(t, r, invS2)
 }
 
 func TestCheckReleaseOfAnotherOwner(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "A", 5, 0, 10*ms, 50*ms)
 	h.grant(1, "k", "B", 6, 60*ms, 70*ms, 1000*ms) // A's lease lapsed: fine
-	h.unlock(0, "k", "A", 80*ms, 85*ms, OK)        // but A's release "succeeded"
-	r := h.check(t, DefaultParams())
-	expectOnly(t, r, S3)
+	h.unlock(0, "k", "A", 80*ms, 85*ms, evOK)      // but A's release "succeeded"
+	r := h.check(t, defaultParams())
+	expectOnly(t, r, invS3)
 }
 
 func TestCheckR2AndL1(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
-	h.ev = append(h.ev, Event{Type: OK, ID: 100, Proc: 0, T: 400 * ms, Kind: KLost, Key: "k", Owner: "A", Deadline: 97 * ms})
+	h.ev = append(h.ev, event{Type: evOK, ID: 100, Proc: 0, T: 400 * ms, Kind: kindLost, Key: "k", Owner: "A", Deadline: 97 * ms})
 	h.ids++
 	h.ev = append(h.ev,
-		Event{Type: Invoke, ID: 101, Proc: 1, T: 0, Kind: KLock, Key: "k", Deadline: 100 * ms},
-		Event{Type: Fail, ID: 101, Proc: 1, T: 900 * ms, Kind: KLock, Key: "k"})
-	r := h.check(t, DefaultParams())
-	expectOnly(t, r, R2, L1)
+		event{Type: evInvoke, ID: 101, Proc: 1, T: 0, Kind: kindLock, Key: "k", Deadline: 100 * ms},
+		event{Type: evFail, ID: 101, Proc: 1, T: 900 * ms, Kind: kindLock, Key: "k"})
+	r := h.check(t, defaultParams())
+	expectOnly(t, r, invR2, invL1)
 
 	// A holder stopped by the nemesis is exempt from R2.
-	h.ev = append(h.ev, Event{Type: OK, ID: 102, Proc: 0, T: 350 * ms, Call: 50 * ms, Kind: KPause})
-	r = h.check(t, DefaultParams())
-	expectOnly(t, r, L1)
+	h.ev = append(h.ev, event{Type: evOK, ID: 102, Proc: 0, T: 350 * ms, Call: 50 * ms, Kind: kindPause})
+	r = h.check(t, defaultParams())
+	expectOnly(t, r, invL1)
 	if r.R2Exempt != 1 {
 		t.Errorf("exempt %d", r.R2Exempt)
 	}
@@ -172,9 +172,9 @@ func TestCheckR2AndL1(t *testing.T) {
 func TestCheckCrashHandover(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "A", 5, 0, 10*ms, 100*ms)
-	h.ev = append(h.ev, Event{Type: OK, ID: 100, Proc: 0, T: 50 * ms, Call: 50 * ms, Kind: KCrash})
+	h.ev = append(h.ev, event{Type: evOK, ID: 100, Proc: 0, T: 50 * ms, Call: 50 * ms, Kind: kindCrash})
 	h.grant(1, "k", "B", 6, 20*ms, 170*ms, 100*ms)
-	p := DefaultParams()
+	p := defaultParams()
 	p.L2Bound = 200 * time.Millisecond
 	r := h.check(t, p)
 	expectOnly(t, r)
@@ -182,11 +182,11 @@ func TestCheckCrashHandover(t *testing.T) {
 		t.Errorf("crash hand-overs %v", r.CrashHandovers)
 	}
 	p.L2Bound = 100 * time.Millisecond
-	expectOnly(t, h.check(t, p), L2)
+	expectOnly(t, h.check(t, p), invL2)
 }
 
 func TestMonitorParse(t *testing.T) {
-	c := &Clock{zero: 1_000_000_000}
+	c := &timeBase{zero: 1_000_000_000}
 	l, ok := parseMonitorLine(`+2.000500 [0 127.0.0.1:5] "evalsha" "abc" "1" "k\"x" "v 1\\n\x01\xc3\xa9"`, c)
 	if !ok || l.Lua || l.T != 1_000_500_000 || len(l.Args) != 5 || l.Args[3] != `k"x` || l.Args[4] != "v 1\\n\x01é" {
 		t.Fatalf("%+v %v", l, ok)
@@ -198,9 +198,9 @@ func TestMonitorParse(t *testing.T) {
 }
 
 func TestAnalyzeMonitor(t *testing.T) {
-	line := func(t int64, lua bool, args ...string) MonLine { return MonLine{T: t, Lua: lua, Args: args} }
+	line := func(t int64, lua bool, args ...string) monLine { return monLine{T: t, Lua: lua, Args: args} }
 	keys := map[string]bool{"k": true}
-	lines := []MonLine{
+	lines := []monLine{
 		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
 		line(0, true, "SET", "k", "A", "PX", "100"),
 		line(10*ms, false, "evalsha", "s", "2", "k", "f", "A", "100"),
@@ -212,7 +212,7 @@ func TestAnalyzeMonitor(t *testing.T) {
 		line(400*ms, false, "evalsha", "s", "3", "k", "f", "q", "D", "100"),
 		line(400*ms, true, "SET", "k", "D", "PX", "100"), // C expired long ago: fine
 	}
-	st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, Never)
+	st := analyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, never)
 	if st.Foreign != 1 || st.Commands != 5 {
 		t.Fatalf("%+v", st)
 	}
@@ -220,10 +220,10 @@ func TestAnalyzeMonitor(t *testing.T) {
 		t.Fatalf("orphans %+v", st.Orphans)
 	}
 	// After a gap (restart) nothing is known until the next SET.
-	lines = append(lines, MonLine{T: 410 * ms, Gap: true, Args: []string{"ping"}},
+	lines = append(lines, monLine{T: 410 * ms, Gap: true, Args: []string{"ping"}},
 		line(420*ms, false, "evalsha", "s", "2", "k", "q", "B", "w", "1000", "0"),
 		line(420*ms, true, "DEL", "k"))
-	st = AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, Never)
+	st = analyzeMonitor(lines, keys, map[string]bool{"A": true, "D": true}, 0, never)
 	if st.Foreign != 1 || st.Gaps != 1 {
 		t.Fatalf("%+v", st)
 	}
@@ -233,9 +233,9 @@ func TestAnalyzeMonitor(t *testing.T) {
 // for its own token: not a foreign write; one for the wrong token is.
 func TestAnalyzeMonitorBulk(t *testing.T) {
 	probe.NameScript("extend_many", "bulk-test-sha")
-	line := func(t int64, lua bool, args ...string) MonLine { return MonLine{T: t, Lua: lua, Args: args} }
+	line := func(t int64, lua bool, args ...string) monLine { return monLine{T: t, Lua: lua, Args: args} }
 	keys := map[string]bool{"k": true, "k2": true}
-	lines := []MonLine{
+	lines := []monLine{
 		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
 		line(0, true, "SET", "k", "A", "PX", "100"),
 		line(0, false, "evalsha", "s", "3", "k2", "f2", "q2", "B", "100"),
@@ -247,7 +247,7 @@ func TestAnalyzeMonitorBulk(t *testing.T) {
 		line(20*ms, true, "PEXPIRE", "k", "100"),
 		line(20*ms, true, "PEXPIRE", "k2", "100"), // X extends B's lock: R1
 	}
-	st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true}, 0, Never)
+	st := analyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true}, 0, never)
 	if st.Foreign != 1 {
 		t.Fatalf("%+v", st)
 	}
@@ -260,13 +260,13 @@ func TestAnalyzeMonitorBulk(t *testing.T) {
 func TestUnlockLostAfterDeadline(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "a", 1, 0, 10*ms, 400*ms) // drift 6ms: deadline 394ms
-	h.op(Event{Proc: 0, Kind: KUnlock, Key: "k", Owner: "a", Drift: 6 * ms}, 200*ms, 395*ms, Fail)
-	expectOnly(t, h.check(t, DefaultParams()))
+	h.op(event{Proc: 0, Kind: kindUnlock, Key: "k", Owner: "a", Drift: 6 * ms}, 200*ms, 395*ms, evFail)
+	expectOnly(t, h.check(t, defaultParams()))
 	// Before the deadline it cannot have lapsed.
 	var h2 hb
 	h2.grant(0, "k", "a", 1, 0, 10*ms, 400*ms)
-	h2.op(Event{Proc: 0, Kind: KUnlock, Key: "k", Owner: "a", Drift: 6 * ms}, 200*ms, 380*ms, Fail)
-	expectOnly(t, h2.check(t, DefaultParams()), S3)
+	h2.op(event{Proc: 0, Kind: kindUnlock, Key: "k", Owner: "a", Drift: 6 * ms}, 200*ms, 380*ms, evFail)
+	expectOnly(t, h2.check(t, defaultParams()), invS3)
 }
 
 // A script's clock snapshot is taken after its EVALSHA's MONITOR line and
@@ -276,9 +276,9 @@ func TestUnlockLostAfterDeadline(t *testing.T) {
 // still one, and its detail quotes the key's latest commands with their
 // own times.
 func TestAnalyzeMonitorScriptClock(t *testing.T) {
-	line := func(t int64, lua bool, args ...string) MonLine { return MonLine{T: t, Lua: lua, Args: args} }
+	line := func(t int64, lua bool, args ...string) monLine { return monLine{T: t, Lua: lua, Args: args} }
 	keys := map[string]bool{"k": true}
-	lines := []MonLine{
+	lines := []monLine{
 		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
 		line(0, true, "GET", "k"),
 		line(0, true, "SET", "k", "A", "PX", "100"),
@@ -292,7 +292,7 @@ func TestAnalyzeMonitorScriptClock(t *testing.T) {
 		line(210*ms+50_000, true, "GET", "k"),
 		line(210*ms+60_000, true, "SET", "k", "C", "PX", "100"),
 	}
-	st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true}, 0, Never)
+	st := analyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true}, 0, never)
 	if st.Foreign != 1 || len(st.Details) != 1 {
 		t.Fatalf("%+v", st)
 	}
@@ -306,7 +306,7 @@ func TestAnalyzeMonitorScriptClock(t *testing.T) {
 
 	// A SET run late in its script expires up to that late: a PEXPIRE in
 	// between cannot tell whether the key was still there.
-	lines = []MonLine{
+	lines = []monLine{
 		line(0, false, "evalsha", "s", "3", "k", "f", "q", "A", "100"),
 		line(150*ms, true, "SET", "k", "A", "PX", "100"), // expires in [100ms, 250ms]
 		line(200*ms, false, "evalsha", "s", "2", "k", "f", "A", "100"),
@@ -314,21 +314,21 @@ func TestAnalyzeMonitorScriptClock(t *testing.T) {
 		line(220*ms, false, "evalsha", "s", "2", "k", "q", "D", "w", "1000", "0"),
 		line(220*ms, true, "DEL", "k"), // unknown, not judged
 	}
-	if st := AnalyzeMonitor(lines, keys, map[string]bool{"A": true}, 0, Never); st.Foreign != 0 {
+	if st := analyzeMonitor(lines, keys, map[string]bool{"A": true}, 0, never); st.Foreign != 0 {
 		t.Fatalf("%+v", st)
 	}
 
 	// After a gap a key seen for the first time is unknown too: a SET NX
 	// may or may not have written it.
 	keys["k2"] = true
-	lines = []MonLine{
+	lines = []monLine{
 		{T: 0, Gap: true, Args: []string{"ping"}},
 		line(10*ms, false, "evalsha", "s", "3", "k2", "f", "q", "Y", "100"),
 		line(10*ms, true, "SET", "k2", "Y", "PX", "100", "NX"),
 		line(20*ms, false, "evalsha", "s", "3", "k2", "f", "q", "Z", "100"),
 		line(20*ms, true, "SET", "k2", "Z", "PX", "100"),
 	}
-	if st := AnalyzeMonitor(lines, keys, map[string]bool{}, 0, Never); st.Foreign != 0 {
+	if st := analyzeMonitor(lines, keys, map[string]bool{}, 0, never); st.Foreign != 0 {
 		t.Fatalf("%+v", st)
 	}
 }
@@ -340,15 +340,15 @@ func TestWorstAccounts(t *testing.T) {
 	var h hb
 	h.grant(0, "k", "a", 1, 0, 10*ms, 400*ms)
 	dl := 400*ms - 6*ms
-	h.ev = append(h.ev, Event{Type: OK, ID: 100, Proc: 0, T: dl + 80*ms, Kind: KLost, Key: "k", Owner: "a", Deadline: dl,
+	h.ev = append(h.ev, event{Type: evOK, ID: 100, Proc: 0, T: dl + 80*ms, Kind: kindLost, Key: "k", Owner: "a", Deadline: dl,
 		Err: "lost: expired"})
-	h.ev = append(h.ev, Event{Type: Invoke, ID: 101, Proc: 1, T: 100 * ms, Kind: KLock, Key: "k", Deadline: 500 * ms},
-		Event{Type: Info, ID: 101, Proc: 1, T: 700 * ms, Kind: KLock, Key: "k", Err: "context done"})
-	nem := &Nemesis{Rec: recorderFunc(func(e Event) { h.ev = append(h.ev, e) })}
-	nem.Span(KPause, StallProc, "test process not scheduled", dl+10*ms, dl+70*ms)
+	h.ev = append(h.ev, event{Type: evInvoke, ID: 101, Proc: 1, T: 100 * ms, Kind: kindLock, Key: "k", Deadline: 500 * ms},
+		event{Type: evInfo, ID: 101, Proc: 1, T: 700 * ms, Kind: kindLock, Key: "k", Err: "context done"})
+	nem := &nemesis{Rec: recorderFunc(func(e event) { h.ev = append(h.ev, e) })}
+	nem.Span(kindPause, stallProc, "test process not scheduled", dl+10*ms, dl+70*ms)
 	nem.KeySpan("k", "pause before-confirm", 450*ms, 690*ms)
 	nem.KeySpan("other", "pause after-grant", 500*ms, 690*ms)
-	r := h.check(t, DefaultParams())
+	r := h.check(t, defaultParams())
 	if r.R2Worst.By != 80*ms || !strings.Contains(r.R2Worst.What, "loss signal of exclusive k") ||
 		!strings.Contains(r.R2Worst.What, "process not scheduled (60.0ms)") ||
 		!strings.Contains(r.R2Worst.What, "not scheduled for 60.0ms of it") {
@@ -360,9 +360,9 @@ func TestWorstAccounts(t *testing.T) {
 	}
 }
 
-type recorderFunc func(Event)
+type recorderFunc func(event)
 
-func (f recorderFunc) Record(e Event) { f(e) }
+func (f recorderFunc) Record(e event) { f(e) }
 
 // On a real server: MONITOR stamps an EVALSHA before the script runs, and
 // the script's clock is read after that. Formatting a large argument for
@@ -372,7 +372,7 @@ func (f recorderFunc) Record(e Event) { f(e) }
 // stall turns out to be, no R1 may be reported).
 func TestMonitorScriptClockOnServer(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	mon, err := StartMonitor(srv.Addr(), clock)
+	mon, err := startMonitor(srv.Addr(), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ return v`)
 		t.Fatal(err)
 	}
 	lines := mon.Stop()
-	st := AnalyzeMonitor(lines, map[string]bool{"k": true}, map[string]bool{"A": true, "B": true}, 0, Never)
+	st := analyzeMonitor(lines, map[string]bool{"k": true}, map[string]bool{"A": true, "B": true}, 0, never)
 	if st.Foreign != 0 {
 		t.Fatalf("foreign writes: %v", st.Details)
 	}
@@ -413,7 +413,7 @@ return v`)
 // token's tombstone.
 func TestMultiKeyFaultsNoForeignWrite(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	mon, err := StartMonitor(srv.Addr(), clock)
+	mon, err := startMonitor(srv.Addr(), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func TestMultiKeyFaultsNoForeignWrite(t *testing.T) {
 	take(m3, m2, m1)
 
 	lines := mon.Stop()
-	st := AnalyzeMonitor(lines, map[string]bool{m1: true, m2: true, m3: true}, owned, 0, Never)
+	st := analyzeMonitor(lines, map[string]bool{m1: true, m2: true, m3: true}, owned, 0, never)
 	if st.Foreign != 0 {
 		t.Fatalf("foreign writes: %v", st.Details)
 	}

@@ -20,7 +20,7 @@ import (
 
 // A child is a worker in its own process (the test binary re-executed with
 // childEnv set), for the faults that need one: SIGSTOP of a holder, SIGKILL
-// of a holder. It records its events on the parent's time base (see Clock)
+// of a holder. It records its events on the parent's time base (see timeBase)
 // and streams them on stdout; its stdin releases it from a pause point.
 
 const childEnv = "DLOCK_FAULTS_CHILD"
@@ -42,23 +42,23 @@ type childConfig struct {
 	Lease    time.Duration // dlock.Options.WaiterLease (0: default)
 	Pickup   time.Duration // dlock.Options.PickupTimeout (0: default)
 	Duty     float64       // Role "hog": spin this fraction of the time (see Load)
-	// Mode, Owner, Limit: the kind of lock (ModeShared, ModeSemaphore of
+	// Mode, Owner, Limit: the kind of lock (modeShared, modeSemaphore of
 	// Limit, a reentrant Owner; default a plain lock).
 	Mode  string
 	Owner string
 	Limit int
 }
 
-func (c childConfig) spec() Spec {
+func (c childConfig) spec() grantSpec {
 	switch {
-	case c.Mode == ModeShared:
-		return SharedSpec()
-	case c.Mode == ModeSemaphore:
-		return SemSpec(max(c.Limit, 1), 1)
+	case c.Mode == modeShared:
+		return sharedSpec()
+	case c.Mode == modeSemaphore:
+		return semSpec(max(c.Limit, 1), 1)
 	case c.Owner != "":
-		return ReentrantSpec(c.Owner)
+		return reentrantSpec(c.Owner)
 	}
-	return Spec{}
+	return grantSpec{}
 }
 
 // childMain is the child's whole life.
@@ -71,26 +71,26 @@ func childMain(js string) int {
 	if cfg.Role == "hog" {
 		return hogMain(cfg.Duty)
 	}
-	clock, err := ClockFromEnv()
+	clock, err := timeBaseFromEnv()
 	if err != nil || clock == nil {
 		fmt.Println("child: no time base:", err)
 		return 2
 	}
 	redis.SetLogger(quiet{})
-	rec := NewStreamRecorder(os.Stdout)
+	rec := newStreamRecorder(os.Stdout)
 	var marks atomic.Uint64
 	mark := func(note string) {
-		rec.Record(Event{Type: OK, ID: uint64(cfg.Proc+1)<<40 | 1<<39 | marks.Add(1),
-			Proc: cfg.Proc, T: clock.Now(), Kind: KMark, Note: note})
+		rec.Record(event{Type: evOK, ID: uint64(cfg.Proc+1)<<40 | 1<<39 | marks.Add(1),
+			Proc: cfg.Proc, T: clock.Now(), Kind: kindMark, Note: note})
 	}
 	mark("hello")
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.LockAddr, ContextTimeoutEnabled: true, DialTimeout: 500 * time.Millisecond})
-	node, err := NewNode(rdb, dlock.Options{WaiterLease: cfg.Lease, PickupTimeout: cfg.Pickup}, clock, rec)
+	node, err := newNode(rdb, dlock.Options{WaiterLease: cfg.Lease, PickupTimeout: cfg.Pickup}, clock, rec)
 	if err != nil {
 		fmt.Println("child:", err)
 		return 2
 	}
-	w := &Worker{Proc: cfg.Proc, Node: node, Fenced: cfg.Fenced}
+	w := &worker{Proc: cfg.Proc, Node: node, Fenced: cfg.Fenced}
 	if cfg.ResAddr != "" {
 		w.Res = redis.NewClient(&redis.Options{Addr: cfg.ResAddr, ContextTimeoutEnabled: true})
 	}
@@ -132,7 +132,7 @@ type child struct {
 	cfg   childConfig
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	marks chan Event
+	marks chan event
 	exit  chan struct{} // closed when the child's output ended
 }
 
@@ -157,7 +157,7 @@ func (h *harness) spawn(cfg childConfig) *child {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	c := &child{h: h, cfg: cfg, cmd: cmd, stdin: in, marks: make(chan Event, 16), exit: make(chan struct{})}
+	c := &child{h: h, cfg: cfg, cmd: cmd, stdin: in, marks: make(chan event, 16), exit: make(chan struct{})}
 	started := clock.Now()
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
@@ -169,8 +169,8 @@ func (h *harness) spawn(cfg childConfig) *child {
 	})
 	go func() {
 		defer close(c.exit)
-		err := ReadEvents(out, h.hist, func(e Event) {
-			if e.Kind == KMark {
+		err := readEvents(out, h.hist, func(e event) {
+			if e.Kind == kindMark {
 				c.marks <- e
 			}
 		}, func(line string) { h.t.Logf("child %d: %s", cfg.Proc, line) })
@@ -182,13 +182,13 @@ func (h *harness) spawn(cfg childConfig) *child {
 	read := clock.Now()
 	if hello.T < started-int64(time.Millisecond) || hello.T > read+int64(time.Millisecond) {
 		h.t.Fatalf("child %d's time base disagrees with the parent's: it started at %s, between %s and %s "+
-			"(was the wall clock stepped?)", cfg.Proc, Dur(hello.T), Dur(started), Dur(read))
+			"(was the wall clock stepped?)", cfg.Proc, dur(hello.T), dur(started), dur(read))
 	}
 	return c
 }
 
 // waitMark waits for the child's next marker, which must be note.
-func (c *child) waitMark(note string, timeout time.Duration) Event {
+func (c *child) waitMark(note string, timeout time.Duration) event {
 	c.h.t.Helper()
 	select {
 	case e := <-c.marks:
@@ -199,7 +199,7 @@ func (c *child) waitMark(note string, timeout time.Duration) Event {
 	case <-time.After(timeout):
 		c.h.t.Fatalf("child %d: no %q marker within %v", c.cfg.Proc, note, timeout)
 	}
-	return Event{}
+	return event{}
 }
 
 // nextMark returns the child's next marker ("" if none came in time).
@@ -236,7 +236,7 @@ func (c *child) cont(since int64, line string) {
 	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		c.h.t.Fatal(err)
 	}
-	c.h.nem.Span(KPause, c.cfg.Proc, "SIGSTOP", since, clock.Now())
+	c.h.nem.Span(kindPause, c.cfg.Proc, "SIGSTOP", since, clock.Now())
 }
 
 // kill SIGKILLs the child and records the crash.

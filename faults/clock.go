@@ -7,18 +7,18 @@ import (
 	"time"
 )
 
-// ClockEnv is the environment variable through which a child process
+// timeBaseEnv is the environment variable through which a child process
 // receives its parent's time base: the parent clock's zero as Unix
 // nanoseconds on the wall clock.
-const ClockEnv = "DLOCK_FAULTS_CLOCK"
+const timeBaseEnv = "DLOCK_FAULTS_CLOCK"
 
-// Clock is the suite's one time base: nanoseconds since the parent test
-// process started its Clock, read from the monotonic clock. Every event of
+// timeBase is the suite's one time base: nanoseconds since the parent test
+// process started its timeBase, read from the monotonic clock. Every event of
 // a history carries a time on this base, whichever process recorded it.
 //
 // A child process cannot read its parent's monotonic clock (Go's monotonic
 // readings are relative to each process's start). It receives the parent's
-// zero as a wall-clock instant (ClockEnv), places its own start on the base
+// zero as a wall-clock instant (timeBaseEnv), places its own start on the base
 // by its wall clock once, at start-up, and from then on measures
 // monotonic offsets from that start. The assumption: the system wall clock
 // is not stepped between the parent's start and the child's start (both
@@ -28,47 +28,47 @@ const ClockEnv = "DLOCK_FAULTS_CLOCK"
 // it and the moment the parent read that event.
 //
 // Redis reports wall-clock times (MONITOR); Wall converts them the same way.
-type Clock struct {
+type timeBase struct {
 	start  time.Time // carries a monotonic reading
 	offset int64     // the base time of start, in ns
 	zero   int64     // the base's zero, Unix ns on the wall clock
 }
 
-// NewClock starts a time base at zero now.
-func NewClock() *Clock {
+// newTimeBase starts a time base at zero now.
+func newTimeBase() *timeBase {
 	now := time.Now()
-	return &Clock{start: now, zero: now.UnixNano()}
+	return &timeBase{start: now, zero: now.UnixNano()}
 }
 
-// ClockFromEnv returns the time base a parent passed in ClockEnv, or nil if
+// timeBaseFromEnv returns the time base a parent passed in timeBaseEnv, or nil if
 // there is none.
-func ClockFromEnv() (*Clock, error) {
-	v := os.Getenv(ClockEnv)
+func timeBaseFromEnv() (*timeBase, error) {
+	v := os.Getenv(timeBaseEnv)
 	if v == "" {
 		return nil, nil
 	}
 	zero, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("faults: bad %s %q: %w", ClockEnv, v, err)
+		return nil, fmt.Errorf("faults: bad %s %q: %w", timeBaseEnv, v, err)
 	}
 	now := time.Now()
-	return &Clock{start: now, offset: now.UnixNano() - zero, zero: zero}, nil
+	return &timeBase{start: now, offset: now.UnixNano() - zero, zero: zero}, nil
 }
 
 // Env returns the "NAME=value" entry that gives a child this time base.
-func (c *Clock) Env() string { return ClockEnv + "=" + strconv.FormatInt(c.zero, 10) }
+func (c *timeBase) Env() string { return timeBaseEnv + "=" + strconv.FormatInt(c.zero, 10) }
 
 // Now returns the current time on the base.
-func (c *Clock) Now() int64 { return c.offset + int64(time.Since(c.start)) }
+func (c *timeBase) Now() int64 { return c.offset + int64(time.Since(c.start)) }
 
 // At converts t, which must carry a monotonic reading (time.Now and times
 // derived from it by Add do), to the base.
-func (c *Clock) At(t time.Time) int64 { return c.offset + int64(t.Sub(c.start)) }
+func (c *timeBase) At(t time.Time) int64 { return c.offset + int64(t.Sub(c.start)) }
 
 // Wall converts a wall-clock instant, given as Unix nanoseconds, to the base.
-func (c *Clock) Wall(unixNano int64) int64 { return unixNano - c.zero }
+func (c *timeBase) Wall(unixNano int64) int64 { return unixNano - c.zero }
 
-// Dur formats a duration on the base in milliseconds, for reports.
-func Dur(ns int64) string {
+// dur formats a duration on the base in milliseconds, for reports.
+func dur(ns int64) string {
 	return strconv.FormatFloat(float64(ns)/1e6, 'f', 1, 64) + "ms"
 }

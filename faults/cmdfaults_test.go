@@ -44,7 +44,7 @@ func (h *harness) cmdClient(addr string) (*redis.Client, *faultcmd.Injector) {
 
 // cmdNode returns a recorded Client of the lock server whose commands go
 // through an Injector.
-func (h *harness) cmdNode(opts dlock.Options) (*Node, *faultcmd.Injector) {
+func (h *harness) cmdNode(opts dlock.Options) (*node, *faultcmd.Injector) {
 	rdb, inj := h.cmdClient(h.lock.Addr())
 	return h.node(rdb, opts), inj
 }
@@ -85,7 +85,7 @@ func (h *harness) logInjected() map[string]int {
 // the random command-fault schedule.
 func cmdMix(d time.Duration, s cmdSchedule, only ...string) func(h *harness) {
 	return func(h *harness) {
-		var nodes []*Node
+		var nodes []*node
 		for range 3 {
 			n, inj := h.cmdNode(dlock.Options{})
 			h.schedule(inj, s)
@@ -161,7 +161,7 @@ func cmdScenarios() []scenario {
 }
 
 // underLoad: the bounds that hold with a CPU hog beside the clients.
-func underLoad(p *Params) {
+func underLoad(p *params) {
 	p.L1Slack = time.Second
 	p.R2Slack = 500 * time.Millisecond
 }
@@ -172,7 +172,7 @@ func underLoad(p *Params) {
 func cmdServerMix(d time.Duration, s cmdSchedule) func(h *harness) {
 	return func(h *harness) {
 		ctx := h.t.Context()
-		var nodes []*Node
+		var nodes []*node
 		var proxies []*redistest.Proxy
 		for range 3 {
 			px := redistest.NewProxy(h.t, h.lock.Addr())

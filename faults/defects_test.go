@@ -35,11 +35,11 @@ func defectScenarios() []scenario {
 			note: "legacy (seconds): B holds; A's SETNX in the same second, reply lost; C contends"},
 		{topo: single, name: "legacy batched renewal", rounds: 1, run: legacyBatchedRenewal,
 			note: "legacy (ms), 4 locks on one Client, TTL 300ms; one is Extended with its command delayed 150ms"},
-		{topo: single, name: "late confirm: lock", rounds: 1, run: lateConfirm(Exclusive()),
+		{topo: single, name: "late confirm: lock", rounds: 1, run: lateConfirm(exclusiveSpec()),
 			note: "one hand-off's confirm paused 450ms (PickupTimeout 200ms), 4 waiters cycling: every Lock in bounded time"},
-		{topo: single, name: "late confirm: semaphore", rounds: 1, run: lateConfirm(SemSpec(1, 1)),
+		{topo: single, name: "late confirm: semaphore", rounds: 1, run: lateConfirm(semSpec(1, 1)),
 			note: "the same on a semaphore of 1"},
-		{topo: single, name: "late confirm: readers", rounds: 1, run: lateConfirm(SharedSpec()),
+		{topo: single, name: "late confirm: readers", rounds: 1, run: lateConfirm(sharedSpec()),
 			note: "the same with readers and writers"},
 		{topo: single, name: "retried Unlock after lost reply", rounds: 2, run: retriedUnlock,
 			note: "FIFO waiter queued; the release's reply lost; the holder retries Unlock"},
@@ -99,7 +99,7 @@ func withdrawAfterRetry(h *harness) {
 func legacyLostSetnx(h *harness) {
 	ctx := h.t.Context()
 	k := h.key("k")
-	mk := func(n *Node) *Worker {
+	mk := func(n *node) *worker {
 		w := h.worker(n, false)
 		w.LockOpts = []dlock.LockOption{dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Seconds}))}
 		w.Unique, w.Res = true, nil
@@ -188,12 +188,12 @@ func legacyBatchedRenewal(h *harness) {
 // first hand-off confirm after the warm-up is paused 450ms, past the
 // PickupTimeout of 200ms. Every Lock must get the lock in bounded time:
 // a waiter whose hand-off lapsed must be back in the queue, not orphaned.
-func lateConfirm(spec Spec) func(h *harness) {
+func lateConfirm(spec grantSpec) func(h *harness) {
 	return func(h *harness) {
 		ctx := h.t.Context()
 		k := h.key("k")
 		opts := dlock.Options{PickupTimeout: 200 * time.Millisecond, WaiterLease: 900 * time.Millisecond}
-		nodes := []*Node{h.lockNode(opts), h.lockNode(opts)}
+		nodes := []*node{h.lockNode(opts), h.lockNode(opts)}
 		// Contention lasts well past the bound: an orphaned waiter gets in
 		// only once the others stop.
 		const bound = 2 * time.Second
@@ -201,7 +201,7 @@ func lateConfirm(spec Spec) func(h *harness) {
 		var armed, fired atomic.Bool
 		restore := probe.Set(func(name, key string) {
 			if name == probe.BeforeConfirm && key == k && armed.Load() && fired.CompareAndSwap(false, true) {
-				h.nem.Span(KPause, -1, "confirm paused 450ms", clock.Now(), clock.Now()+int64(450*time.Millisecond))
+				h.nem.Span(kindPause, -1, "confirm paused 450ms", clock.Now(), clock.Now()+int64(450*time.Millisecond))
 				time.Sleep(450 * time.Millisecond)
 			}
 		})
@@ -211,8 +211,8 @@ func lateConfirm(spec Spec) func(h *harness) {
 		for i := range 4 {
 			w := h.worker(nodes[i%2], true)
 			s := spec
-			if spec.Mode == ModeShared && i%2 == 1 {
-				s = Exclusive() // readers and writers alternate
+			if spec.Mode == modeShared && i%2 == 1 {
+				s = exclusiveSpec() // readers and writers alternate
 			}
 			wg.Go(func() {
 				for time.Now().Before(stop) && ctx.Err() == nil {
@@ -233,7 +233,7 @@ func lateConfirm(spec Spec) func(h *harness) {
 		}
 		h.mu.Lock()
 		if d := time.Duration(worst.Load()); d > bound {
-			h.extra.add(L2, 1, "%s: a waiter waited %v under steady contention (bound %v) after a hand-off's confirm came late",
+			h.extra.add(invL2, 1, "%s: a waiter waited %v under steady contention (bound %v) after a hand-off's confirm came late",
 				k, d.Round(time.Millisecond), bound)
 		}
 		h.mu.Unlock()
@@ -266,7 +266,7 @@ func retriedUnlock(h *harness) {
 // lose 30% of their replies: the units of a committed sale must not go
 // back.
 func counterUnlockErrors(h *harness) {
-	var nodes []*Node
+	var nodes []*node
 	for range 3 {
 		n, inj := h.cmdNode(dlock.Options{})
 		h.schedule(inj, cmdSchedule{drop: 0.3, match: faultcmd.Match{Script: "release"}})
@@ -283,7 +283,7 @@ func counterUnlockErrors(h *harness) {
 func killEverything(h *harness) {
 	ctx := h.t.Context()
 	const ttl, lease, pickup = 300 * time.Millisecond, 600 * time.Millisecond, 200 * time.Millisecond
-	kinds := []childConfig{{}, {Mode: ModeShared}, {Mode: ModeSemaphore, Limit: 1}, {Owner: "job-7"}}
+	kinds := []childConfig{{}, {Mode: modeShared}, {Mode: modeSemaphore, Limit: 1}, {Owner: "job-7"}}
 	names := []string{"plain", "read", "sem", "reentrant"}
 	direct := h.client(h.lock.Addr(), true)
 	var children []*child
@@ -304,7 +304,7 @@ func killEverything(h *harness) {
 			if kc.Owner != "" {
 				wt.Owner = kc.Owner + "-other" + string(rune('a'+j)) // other owners queue
 			}
-			if kc.Mode == ModeShared {
+			if kc.Mode == modeShared {
 				wt.Mode = "" // writers queue behind a reader
 			}
 			children = append(children, h.spawn(wt))
@@ -326,7 +326,7 @@ func killEverything(h *harness) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range left {
-		h.extra.add(L4, 1, "%s still exists %v after every client was killed (PTTL %v)", k,
+		h.extra.add(invL4, 1, "%s still exists %v after every client was killed (PTTL %v)", k,
 			bound.Round(time.Millisecond), direct.PTTL(ctx, k).Val())
 	}
 }

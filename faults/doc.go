@@ -3,7 +3,7 @@
 // while injecting faults, records every operation as a history, and checks
 // the histories against the invariants S1–S3, R1–R2 and L1–L4 (check.go). The package
 // holds the recorder, the checker and the porcupine model; the scenarios
-// are its tests. It is a test harness, not a stable API.
+// are its tests. It is a test harness and exports nothing.
 //
 //	go test -race ./faults/                 # the quick tier (2-3 minutes)
 //	go test -v ./faults/                    # ... and print the table
@@ -32,12 +32,12 @@
 // at the engine's pause points (internal/probe), and CPU load: a hog of
 // busy processes and goroutines beside the clients (Load; the report's
 // load column). Spans in which the test process itself was not scheduled
-// are recorded (StallProc); R2 and L1 do not count them against the
+// are recorded (stallProc); R2 and L1 do not count them against the
 // library.
 //
 // # Histories
 //
-// A worker (Worker) takes locks through a recorded dlock Client (Node) and
+// A worker (worker.go) takes locks through a recorded dlock Client (a node) and
 // writes to a protected resource, a key on a separate redis-server that
 // is never faulted, with dlock.FencedSet or, for the canaries, a plain SET.
 // Every step is an invoke event and an ok, fail or info (unknown outcome)
@@ -48,11 +48,11 @@
 // Workers run in the test process, or in child processes (the test binary
 // re-executed) when a holder must be stopped with SIGSTOP or killed; a
 // child streams its events to the parent on the parent's time base (see
-// Clock for how, and for the one assumption it makes, which is checked).
+// timeBase for how, and for the one assumption it makes, which is checked).
 // On a single server, MONITOR records every command the server executes,
 // including those scripts run: the server-side view.
 //
-// # Invariants and how they are checked (Check)
+// # Invariants and how they are checked (check.go)
 //
 //   - S1, no two believed-held intervals of a key overlap. A grant is
 //     believed held from the moment Lock returned until the first of:
@@ -65,7 +65,7 @@
 //     sent; a read that returns an older fence than such a write; two
 //     grants with one fence; a grant with a smaller fence than a grant that
 //     had returned before it was called.
-//   - S3, the history is linearizable (porcupine, with Model): per lock key
+//   - S3, the history is linearizable (porcupine, model.go): per lock key
 //     a lease-aware set of holders (a grant only if every holder it
 //     conflicts with can have lapsed on the server, which needs send time +
 //     TTL: a writer conflicts with everyone, a reader with writers, a

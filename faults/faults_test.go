@@ -25,7 +25,7 @@ import (
 )
 
 // The suite: every scenario builds histories against real redis-server
-// processes, with its faults, and checks them (Check). The quick tier runs
+// processes, with its faults, and checks them (check.go). The quick tier runs
 // by default; DLOCK_SOAK=1 (or -soak) adds the seeded random-mix soak.
 // DLOCK_SEED fixes the seed. The table of results is printed at the end
 // (shown by `go test -v ./faults/`, by `cd faults && go test`, or on
@@ -37,7 +37,7 @@ var (
 )
 
 var (
-	clock     *Clock            // the suite's time base
+	clock     *timeBase         // the suite's time base
 	resSrv    *redistest.Server // the protected resource's server: never faulted
 	suiteSeed uint64
 	rows      struct {
@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	flag.Parse()
 	redis.SetLogger(quiet{})
-	clock = NewClock()
+	clock = newTimeBase()
 	suiteSeed = *seedFlag
 	if v := os.Getenv("DLOCK_SEED"); v != "" && suiteSeed == 0 {
 		suiteSeed, _ = strconv.ParseUint(v, 10, 64)
@@ -88,14 +88,14 @@ func soakEnabled() bool {
 // scenario is one row of the table.
 type scenario struct {
 	topo, name string
-	rounds     int   // histories in the quick tier
-	must       []Inv // a canary: each of these must be violated
-	mustAny    bool  // ... or at least one of them (a limit several checks see, timing deciding which)
-	may        []Inv // documented side effects of the fault: may be violated
+	rounds     int         // histories in the quick tier
+	must       []invariant // a canary: each of these must be violated
+	mustAny    bool        // ... or at least one of them (a limit several checks see, timing deciding which)
+	may        []invariant // documented side effects of the fault: may be violated
 	server     redistest.Config
-	params     func(*Params)
+	params     func(*params)
 	run        func(h *harness)
-	assert     func(t *testing.T, r Result) // extra checks that the fault did what it should
+	assert     func(t *testing.T, r result) // extra checks that the fault did what it should
 	note       string                       // what the row shows
 	load       Load                         // a CPU hog beside the clients (and pauses)
 	// pending, if set, says why the defect this scenario finds is not
@@ -106,8 +106,8 @@ type scenario struct {
 
 type row struct {
 	topo, name string
-	res        Result
-	must       []Inv
+	res        result
+	must       []invariant
 	seed       uint64
 	elapsed    time.Duration
 	verdict    string
@@ -128,19 +128,19 @@ type harness struct {
 	sc     *scenario
 	round  int
 	rng    *rand.Rand
-	hist   *History
-	nem    *Nemesis
+	hist   *history
+	nem    *nemesis
 	lock   *redistest.Server
-	mon    *Monitor
+	mon    *monitor
 	res    *redis.Client
-	params Params
+	params params
 
 	procs atomic.Int64
 	rngMu sync.Mutex
 	mu    sync.Mutex
 	keys  []string
 	reads atomic.Uint64
-	extra Result // what a scenario checked itself (Counter stock), merged into the history's
+	extra result // what a scenario checked itself (Counter stock), merged into the history's
 	// injectors: the command-fault layers of the history's clients.
 	injectors []*faultcmd.Injector
 }
@@ -179,9 +179,9 @@ func (h *harness) client(addr string, retries bool) *redis.Client {
 
 // node returns a recorded dlock Client over rdb, closed at the end of the
 // history (before the checks, so Close's releases are not recorded).
-func (h *harness) node(rdb redis.UniversalClient, opts dlock.Options) *Node {
+func (h *harness) node(rdb redis.UniversalClient, opts dlock.Options) *node {
 	h.t.Helper()
-	n, err := NewNode(rdb, opts, clock, h.hist)
+	n, err := newNode(rdb, opts, clock, h.hist)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -190,18 +190,18 @@ func (h *harness) node(rdb redis.UniversalClient, opts dlock.Options) *Node {
 }
 
 // worker returns a worker on n writing to the resource (fenced or not).
-func (h *harness) worker(n *Node, fenced bool) *Worker {
-	return &Worker{Proc: h.nextProc(), Node: n, Res: h.res, Fenced: fenced}
+func (h *harness) worker(n *node, fenced bool) *worker {
+	return &worker{Proc: h.nextProc(), Node: n, Res: h.res, Fenced: fenced}
 }
 
 // sleep sleeps d; the scenarios' timelines are built from it.
 func sleep(d time.Duration) { time.Sleep(d) }
 
 // runScenario runs the histories of sc, checks them, and records the row.
-func runScenario(t *testing.T, sc scenario, rounds int) Result {
+func runScenario(t *testing.T, sc scenario, rounds int) result {
 	seed := scenarioSeed(sc)
 	start := time.Now()
-	var total Result
+	var total result
 	var saved []string
 	for round := range rounds {
 		r, path := runHistory(t, &sc, round, seed)
@@ -241,11 +241,11 @@ func runScenario(t *testing.T, sc scenario, rounds int) Result {
 	return total
 }
 
-func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, string) {
+func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (result, string) {
 	t.Helper()
 	h := &harness{t: t, sc: sc, round: round, rng: rand.New(rand.NewPCG(seed, uint64(round))),
-		hist: &History{}, params: DefaultParams()}
-	h.nem = &Nemesis{Clock: clock, Rec: h.hist}
+		hist: &history{}, params: defaultParams()}
+	h.nem = &nemesis{Clock: clock, Rec: h.hist}
 	if sc.params != nil {
 		sc.params(&h.params)
 	}
@@ -262,11 +262,11 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	defer func() { stopPauses() }()
 	stopStalls := watchStalls(h)
 	defer func() { stopStalls() }()
-	var lines []MonLine
+	var lines []monLine
 	if sc.topo == "single" {
 		// One lock server per history, watched by MONITOR.
 		h.lock = redistest.Start(t, sc.server)
-		mon, err := StartMonitor(h.lock.Addr(), clock)
+		mon, err := startMonitor(h.lock.Addr(), clock)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,10 +286,10 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	stopStalls = func() {}
 	cmdCounts := h.logInjected()
 	for _, k := range h.keys {
-		ReadResource(t.Context(), h.res, k, clock, h.hist, -2, &h.reads)
+		readResourceSeq(t.Context(), h.res, k, clock, h.hist, -2, &h.reads)
 	}
 	events := h.hist.Events()
-	r := Check(events, lines, h.params)
+	r := check(events, lines, h.params)
 	h.mu.Lock()
 	h.extra.Histories = 0
 	h.extra.CmdFaults = cmdCounts
@@ -301,7 +301,7 @@ func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (Result, str
 	return r, ""
 }
 
-func unexpected(sc scenario, r Result) bool {
+func unexpected(sc scenario, r result) bool {
 	for inv, n := range r.Violations {
 		if n > 0 && !slices.Contains(sc.must, inv) && !slices.Contains(sc.may, inv) {
 			return true
@@ -312,16 +312,16 @@ func unexpected(sc scenario, r Result) bool {
 
 // save writes a history (and porcupine's visualization if S3 rejected it)
 // for a post-mortem, and returns the path.
-func save(sc *scenario, round int, events []Event, r Result) string {
+func save(sc *scenario, round int, events []event, r result) string {
 	dir := os.Getenv("DLOCK_FAULTS_OUT")
 	if dir == "" {
 		dir = filepath.Join(os.TempDir(), "dlock-faults")
 	}
 	_ = os.MkdirAll(dir, 0o755)
 	base := filepath.Join(dir, fmt.Sprintf("%s-%s-%d-seed%d", sc.topo, strings.ReplaceAll(sc.name, " ", "_"), round, suiteSeed))
-	_ = SaveJSON(base+".json", events)
+	_ = saveJSON(base+".json", events)
 	if r.Illegal != nil {
-		_ = porcupine.VisualizePath(Model(), *r.Illegal, base+".html")
+		_ = porcupine.VisualizePath(model(), *r.Illegal, base+".html")
 	}
 	return base + ".json"
 }
@@ -334,7 +334,7 @@ func pendingReason(t *testing.T, sc scenario) string {
 }
 
 // judge compares the violations with the scenario's expectations.
-func judge(t *testing.T, sc scenario, r Result) string {
+func judge(t *testing.T, sc scenario, r result) string {
 	t.Helper()
 	verdict := "ok"
 	seen := 0
@@ -352,7 +352,7 @@ func judge(t *testing.T, sc scenario, r Result) string {
 	if len(sc.must) > 0 && verdict == "ok" {
 		verdict = "canary ok"
 	}
-	for _, inv := range Invariants {
+	for _, inv := range invariants {
 		if n := r.Violations[inv]; n > 0 && !slices.Contains(sc.must, inv) && !slices.Contains(sc.may, inv) {
 			t.Errorf("%s/%s: %d unexpected %s violations", sc.topo, sc.name, n, inv)
 			verdict = "FAIL"
@@ -379,24 +379,24 @@ func renderTable(total time.Duration) string {
 	fmt.Fprintf(&b, "\ndlock fault-injection suite: %s, seed %d (DLOCK_SEED), %s, %s%s, %d CPUs, %v\n",
 		tier, suiteSeed, redisVersion(), runtime.Version(), race, runtime.NumCPU(), total.Round(time.Second))
 	fmt.Fprintf(&b, "%-9s %-34s %-16s %4s %-16s", "topology", "scenario", "load", "hist", "ops ok/fail/unk")
-	for _, inv := range Invariants {
+	for _, inv := range invariants {
 		fmt.Fprintf(&b, " %4s", inv)
 	}
 	fmt.Fprintf(&b, "  %-17s %6s  %s\n", "hand-over p50/p99", "time", "verdict")
 	for _, r := range rows.list {
 		fmt.Fprintf(&b, "%-9s %-34s %-16s %4d %-16s", r.topo, r.name, r.load, r.res.Histories,
 			fmt.Sprintf("%d/%d/%d", r.res.OK, r.res.Fail, r.res.Unknown))
-		for _, inv := range Invariants {
+		for _, inv := range invariants {
 			n := r.res.Violations[inv]
 			cell := strconv.Itoa(n)
 			switch {
 			case slices.Contains(r.must, inv):
 				cell += "!"
-			case inv == L2 && len(r.res.CrashHandovers) == 0 && n == 0:
+			case inv == invL2 && len(r.res.CrashHandovers) == 0 && n == 0:
 				cell = "-"
-			case inv == L3 && r.res.Commands == 0 && n == 0:
+			case inv == invL3 && r.res.Commands == 0 && n == 0:
 				cell = "-"
-			case (inv == R1 || inv == L4) && r.res.Monitored == 0:
+			case (inv == invR1 || inv == invL4) && r.res.Monitored == 0:
 				cell = "-"
 			}
 			fmt.Fprintf(&b, " %4s", cell)
@@ -404,7 +404,7 @@ func renderTable(total time.Duration) string {
 		ho := append(append([]int64(nil), r.res.Handovers...), r.res.CrashHandovers...)
 		hand := "-"
 		if len(ho) > 0 {
-			hand = fmt.Sprintf("%s/%s", Dur(Percentile(ho, 0.5)), Dur(Percentile(ho, 0.99)))
+			hand = fmt.Sprintf("%s/%s", dur(percentile(ho, 0.5)), dur(percentile(ho, 0.99)))
 		}
 		fmt.Fprintf(&b, "  %-17s %6s  %s\n", hand, r.elapsed.Round(100*time.Millisecond), r.verdict)
 	}
@@ -421,10 +421,10 @@ func renderTable(total time.Duration) string {
 	return b.String()
 }
 
-func figures(r Result) string {
+func figures(r result) string {
 	var f []string
 	if r.S1MaxOverlap > 0 {
-		f = append(f, "max overlap "+Dur(r.S1MaxOverlap))
+		f = append(f, "max overlap "+dur(r.S1MaxOverlap))
 	}
 	if r.StaleAttempted+r.StaleRefused+r.StaleAccepted > 0 {
 		f = append(f, fmt.Sprintf("stale writes attempted %d, refused %d, accepted %d", r.StaleAttempted, r.StaleRefused, r.StaleAccepted))
@@ -437,13 +437,13 @@ func figures(r Result) string {
 	}
 	if r.R2MaxLag != 0 || r.R2Exempt > 0 {
 		f = append(f, fmt.Sprintf("loss signal max %s after deadline (%d while stopped, %d while the process was starved)",
-			Dur(r.R2MaxLag), r.R2Exempt, r.R2Stalled))
+			dur(r.R2MaxLag), r.R2Exempt, r.R2Stalled))
 	}
 	if r.L1Stalled > 0 {
 		f = append(f, fmt.Sprintf("%d Lock calls late while the process was starved", r.L1Stalled))
 	}
 	if r.L1MaxOver > 0 {
-		f = append(f, "Lock max "+Dur(r.L1MaxOver)+" past ctx deadline")
+		f = append(f, "Lock max "+dur(r.L1MaxOver)+" past ctx deadline")
 	}
 	if r.R2Worst.What != "" {
 		f = append(f, "latest loss signal: "+r.R2Worst.What)
@@ -452,13 +452,13 @@ func figures(r Result) string {
 		f = append(f, "latest Lock: "+r.L1Worst.What)
 	}
 	if len(r.CrashHandovers) > 0 {
-		f = append(f, fmt.Sprintf("crash hand-over max %s", Dur(slices.Max(r.CrashHandovers))))
+		f = append(f, fmt.Sprintf("crash hand-over max %s", dur(slices.Max(r.CrashHandovers))))
 	}
 	if r.Commands > 0 && r.Handoffs > 0 {
 		f = append(f, fmt.Sprintf("%.2f commands per hand-off (%d hand-offs)", float64(r.Commands)/float64(r.Handoffs), r.Handoffs))
 	}
 	if len(r.Orphans) > 0 {
-		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), Dur(slices.Max(r.Orphans))))
+		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), dur(slices.Max(r.Orphans))))
 	}
 	if len(r.CmdFaults) > 0 {
 		var parts []string
@@ -476,7 +476,7 @@ func figures(r Result) string {
 		f = append(f, fmt.Sprintf("refused as invalid arguments %d", r.Refused))
 	}
 	if len(r.Counter) > 0 {
-		var c CounterRun
+		var c counterRun
 		for _, x := range r.Counter {
 			c.Stock, c.Sold, c.Left, c.Errors = c.Stock+x.Stock, c.Sold+x.Sold, c.Left+x.Left, c.Errors+x.Errors
 		}

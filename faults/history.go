@@ -12,55 +12,55 @@ import (
 	"sync"
 )
 
-// EventType is the type of a history event, after Jepsen: an operation is
+// eventType is the type of a history event, after Jepsen: an operation is
 // invoked, then completes ok, fails (it certainly did not take effect) or
 // ends in info (unknown: it may or may not have taken effect).
-type EventType string
+type eventType string
 
 const (
-	Invoke EventType = "invoke"
-	OK     EventType = "ok"
-	Fail   EventType = "fail"
-	Info   EventType = "info"
+	evInvoke eventType = "invoke"
+	evOK     eventType = "ok"
+	evFail   eventType = "fail"
+	evInfo   eventType = "info"
 )
 
-// Kind is what an event or operation is about.
-type Kind string
+// opKind is what an event or operation is about.
+type opKind string
 
 const (
-	KLock   Kind = "lock"    // Client.Lock (blocking, bounded by a context)
-	KTry    Kind = "trylock" // Client.TryLock
-	KExtend Kind = "extend"  // Lock.Extend
-	KRenew  Kind = "renew"   // a watchdog renewal (from the Renew hook)
-	KUnlock Kind = "unlock"  // Lock.Unlock
-	KLost   Kind = "lost"    // the lost-lock signal: Done closed with ErrLost
-	KWrite  Kind = "write"   // a write to the protected resource
-	KRead   Kind = "read"    // a read of the protected resource
-	KCrash  Kind = "crash"   // the nemesis killed a process (Proc) at T
-	KPause  Kind = "pause"   // the nemesis stopped a process (Proc) from Call to T
-	KFault  Kind = "fault"   // the nemesis injected a fault (Note) from Call to T
-	KMark   Kind = "mark"    // a progress marker of a worker (Note), for the harness
-	// KSetLimit: Client.SetLimit of a semaphore key (Limit; 0 removes it).
-	KSetLimit Kind = "setlimit"
+	kindLock   opKind = "lock"    // Client.Lock (blocking, bounded by a context)
+	kindTry    opKind = "trylock" // Client.TryLock
+	kindExtend opKind = "extend"  // Lock.Extend
+	kindRenew  opKind = "renew"   // a watchdog renewal (from the Renew hook)
+	kindUnlock opKind = "unlock"  // Lock.Unlock
+	kindLost   opKind = "lost"    // the lost-lock signal: Done closed with ErrLost
+	kindWrite  opKind = "write"   // a write to the protected resource
+	kindRead   opKind = "read"    // a read of the protected resource
+	kindCrash  opKind = "crash"   // the nemesis killed a process (Proc) at T
+	kindPause  opKind = "pause"   // the nemesis stopped a process (Proc) from Call to T
+	kindFault  opKind = "fault"   // the nemesis injected a fault (Note) from Call to T
+	kindMark   opKind = "mark"    // a progress marker of a worker (Note), for the harness
+	// kindSetLimit: Client.SetLimit of a semaphore key (Limit; 0 removes it).
+	kindSetLimit opKind = "setlimit"
 )
 
-// Modes of a grant (Event.Mode): how it shares its key with other grants.
+// Modes of a grant (event.Mode): how it shares its key with other grants.
 const (
-	ModeExclusive = ""       // a plain, multi-key, legacy, redlock or reentrant lock
-	ModeShared    = "shared" // a reader: overlaps other readers, never a writer
-	ModeSemaphore = "sem"    // Permits of a semaphore with Limit permits in all
+	modeExclusive = ""       // a plain, multi-key, legacy, redlock or reentrant lock
+	modeShared    = "shared" // a reader: overlaps other readers, never a writer
+	modeSemaphore = "sem"    // Permits of a semaphore with Limit permits in all
 )
 
-// Never is the return time of an operation that never returned.
-const Never = math.MaxInt64
+// never is the return time of an operation that never returned.
+const never = math.MaxInt64
 
-// Event is one entry of a history. Times are on the suite's Clock.
-type Event struct {
-	Type EventType `json:"type"`
+// event is one entry of a history. Times are on the suite's timeBase.
+type event struct {
+	Type eventType `json:"type"`
 	ID   uint64    `json:"id"`   // pairs an invoke with its completion
 	Proc int       `json:"proc"` // the worker (or the nemesis, -1)
 	T    int64     `json:"t"`
-	Kind Kind      `json:"kind"`
+	Kind opKind    `json:"kind"`
 	Key  string    `json:"key,omitempty"`
 
 	Fence uint64 `json:"fence,omitempty"`
@@ -88,47 +88,47 @@ type Event struct {
 	Permits int    `json:"permits,omitempty"`
 }
 
-// Recorder receives events. History implements it; a child process's
+// recorder receives events. history implements it; a child process's
 // recorder writes them to its parent.
-type Recorder interface {
-	Record(Event)
+type recorder interface {
+	Record(event)
 }
 
-// History is a thread-safe, append-only list of events.
-type History struct {
+// history is a thread-safe, append-only list of events.
+type history struct {
 	mu     sync.Mutex
-	events []Event
+	events []event
 }
 
 // Record appends e.
-func (h *History) Record(e Event) {
+func (h *history) Record(e event) {
 	h.mu.Lock()
 	h.events = append(h.events, e)
 	h.mu.Unlock()
 }
 
 // Events returns a copy of the events, in time order.
-func (h *History) Events() []Event {
+func (h *history) Events() []event {
 	h.mu.Lock()
-	out := append([]Event(nil), h.events...)
+	out := append([]event(nil), h.events...)
 	h.mu.Unlock()
 	sort.SliceStable(out, func(i, j int) bool { return out[i].T < out[j].T })
 	return out
 }
 
-// Op is an operation: an invoke paired with its completion.
-type Op struct {
+// operation is an invoke paired with its completion.
+type operation struct {
 	ID           uint64
 	Proc         int
-	Kind         Kind
+	Kind         opKind
 	Key          string
-	Call, Return int64     // Return is Never if the outcome is unknown (Info)
+	Call, Return int64     // Return is never if the outcome is unknown (evInfo)
 	End          int64     // when the call returned to its caller (0: never)
-	Status       EventType // OK, Fail or Info
+	Status       eventType // evOK, evFail or evInfo
 	Fence        uint64
 	Owner        string
 	CtxDeadline  int64 // lock/trylock: the context deadline (0: none)
-	Deadline     int64 // see Event.Deadline (the completion's, else the invoke's)
+	Deadline     int64 // see event.Deadline (the completion's, else the invoke's)
 	Sent, TTL    int64
 	Drift        int64
 	Err, Note    string
@@ -137,16 +137,16 @@ type Op struct {
 	Permits      int
 }
 
-// Ops pairs the events into operations, ordered by call time. An invoke
+// pairOps pairs the events into operations, ordered by call time. An invoke
 // without a completion (its process was killed, or the history ended)
-// becomes an Info operation that never returned.
-func Ops(events []Event) []Op {
-	byID := map[uint64]*Op{}
+// becomes an evInfo operation that never returned.
+func pairOps(events []event) []operation {
+	byID := map[uint64]*operation{}
 	var order []uint64
 	for _, e := range events {
 		op := byID[e.ID]
 		if op == nil {
-			op = &Op{ID: e.ID, Proc: e.Proc, Kind: e.Kind, Key: e.Key, Call: e.T, Return: Never, Status: Info}
+			op = &operation{ID: e.ID, Proc: e.Proc, Kind: e.Kind, Key: e.Key, Call: e.T, Return: never, Status: evInfo}
 			byID[e.ID] = op
 			order = append(order, e.ID)
 		}
@@ -180,9 +180,9 @@ func Ops(events []Event) []Op {
 		if e.Permits != 0 {
 			op.Permits = e.Permits
 		}
-		if e.Type == Invoke {
+		if e.Type == evInvoke {
 			op.Call = e.T
-			if e.Kind == KLock || e.Kind == KTry {
+			if e.Kind == kindLock || e.Kind == kindTry {
 				op.CtxDeadline = e.Deadline
 			} else if e.Deadline != 0 {
 				op.Deadline = e.Deadline
@@ -196,12 +196,12 @@ func Ops(events []Event) []Op {
 		if e.Deadline != 0 {
 			op.Deadline = e.Deadline
 		}
-		if e.Type == Info {
+		if e.Type == evInfo {
 			// Unknown outcome: it may take effect at any later time.
-			op.Return = Never
+			op.Return = never
 		}
 	}
-	ops := make([]Op, 0, len(order))
+	ops := make([]operation, 0, len(order))
 	for _, id := range order {
 		ops = append(ops, *byID[id])
 	}
@@ -209,43 +209,43 @@ func Ops(events []Event) []Op {
 	return ops
 }
 
-// EventPrefix starts every line a child process writes for its parent's
+// eventPrefix starts every line a child process writes for its parent's
 // history; other lines are diagnostics.
-const EventPrefix = "ev "
+const eventPrefix = "ev "
 
-// StreamRecorder writes events as JSON lines (after EventPrefix) to w: the
-// recorder of a child process, whose parent reads them with ReadEvents.
-type StreamRecorder struct {
+// streamRecorder writes events as JSON lines (after eventPrefix) to w: the
+// recorder of a child process, whose parent reads them with readEvents.
+type streamRecorder struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-// NewStreamRecorder returns a recorder writing to w (os.Stdout in a child).
-func NewStreamRecorder(w io.Writer) *StreamRecorder { return &StreamRecorder{w: w} }
+// newStreamRecorder returns a recorder writing to w (os.Stdout in a child).
+func newStreamRecorder(w io.Writer) *streamRecorder { return &streamRecorder{w: w} }
 
-func (s *StreamRecorder) Record(e Event) {
+func (s *streamRecorder) Record(e event) {
 	b, _ := json.Marshal(e)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, _ = fmt.Fprintf(s.w, "%s%s\n", EventPrefix, b)
+	_, _ = fmt.Fprintf(s.w, "%s%s\n", eventPrefix, b)
 }
 
-// ReadEvents reads a child's output: every event line goes to rec and to
+// readEvents reads a child's output: every event line goes to rec and to
 // each (if not nil); any other line to other (if not nil). It returns at
 // the end of r.
-func ReadEvents(r io.Reader, rec Recorder, each func(Event), other func(string)) error {
+func readEvents(r io.Reader, rec recorder, each func(event), other func(string)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		js, ok := strings.CutPrefix(line, EventPrefix)
+		js, ok := strings.CutPrefix(line, eventPrefix)
 		if !ok {
 			if other != nil {
 				other(line)
 			}
 			continue
 		}
-		var e Event
+		var e event
 		if err := json.Unmarshal([]byte(js), &e); err != nil {
 			return fmt.Errorf("faults: bad event line %q: %w", line, err)
 		}
@@ -257,8 +257,8 @@ func ReadEvents(r io.Reader, rec Recorder, each func(Event), other func(string))
 	return sc.Err()
 }
 
-// SaveJSON writes the events to path as a JSON array, for post-mortems.
-func SaveJSON(path string, events []Event) error {
+// saveJSON writes the events to path as a JSON array, for post-mortems.
+func saveJSON(path string, events []event) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err

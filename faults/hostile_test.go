@@ -30,16 +30,16 @@ func hostileKeys(h *harness) {
 	const ttl = 400 * time.Millisecond
 	var wg sync.WaitGroup
 	seq := 0
-	newNode := func(opts dlock.Options) *Node {
-		n, err := NewNode(h.client(h.lock.Addr(), true), opts, clock, h.hist)
+	mkNode := func(opts dlock.Options) *node {
+		n, err := newNode(h.client(h.lock.Addr(), true), opts, clock, h.hist)
 		if err != nil {
 			return nil
 		}
 		h.t.Cleanup(func() { _ = n.Close() })
 		return n
 	}
-	def := []*Node{newNode(dlock.Options{}), newNode(dlock.Options{})}
-	loop := func(n *Node, fn func(w *Worker, rng *rand.Rand)) {
+	def := []*node{mkNode(dlock.Options{}), mkNode(dlock.Options{})}
+	loop := func(n *node, fn func(w *worker, rng *rand.Rand)) {
 		w := h.worker(n, true)
 		seq++
 		rng := rand.New(rand.NewPCG(h.seed(), uint64(seq)))
@@ -64,17 +64,17 @@ func hostileKeys(h *harness) {
 	for i := range 4 {
 		n := def[i%2]
 		if i < 2 {
-			loop(n, func(w *Worker, rng *rand.Rand) { w.CycleSpec(ctx, orders, SharedSpec(), ttl, wait(rng), 1, 0) })
+			loop(n, func(w *worker, rng *rand.Rand) { w.CycleSpec(ctx, orders, sharedSpec(), ttl, wait(rng), 1, 0) })
 		} else {
-			loop(n, func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, orders, ttl, wait(rng), 1, 0) })
+			loop(n, func(w *worker, rng *rand.Rand) { w.Cycle(ctx, orders, ttl, wait(rng), 1, 0) })
 		}
 	}
 	for i := range 2 {
 		owner := fmt.Sprintf("job-%s-%d", tag, i)
-		loop(def[i%2], func(w *Worker, rng *rand.Rand) { reentrantCycle(ctx, w, jobs, owner, ttl, wait(rng), rng) })
+		loop(def[i%2], func(w *worker, rng *rand.Rand) { reentrantCycle(ctx, w, jobs, owner, ttl, wait(rng), rng) })
 	}
 	for i := range 3 {
-		loop(def[i%2], func(w *Worker, rng *rand.Rand) { w.CycleSpec(ctx, pool, SemSpec(2, 1), ttl, wait(rng), 1, 0) })
+		loop(def[i%2], func(w *worker, rng *rand.Rand) { w.CycleSpec(ctx, pool, semSpec(2, 1), ttl, wait(rng), 1, 0) })
 	}
 	{
 		var s atomic.Uint64
@@ -96,7 +96,7 @@ func hostileKeys(h *harness) {
 		}
 	}
 	for i := range 3 {
-		loop(def[i%2], func(w *Worker, rng *rand.Rand) {
+		loop(def[i%2], func(w *worker, rng *rand.Rand) {
 			k := aux[rng.IntN(len(aux))]
 			h.track(k)
 			w.Cycle(ctx, k, ttl, wait(rng), 1, 0)
@@ -121,20 +121,20 @@ func hostileKeys(h *harness) {
 	aliased := "t" + tag
 	h.track(aliased, "x:{"+aliased+"}")
 	for _, p := range []string{"dlock:#x", "p[x]", "a*b"} {
-		n := newNode(dlock.Options{Prefix: p})
+		n := mkNode(dlock.Options{Prefix: p})
 		if n == nil {
 			h.mu.Lock()
 			h.extra.Refused++ // the prefix was refused: nothing to alias
 			h.mu.Unlock()
 			continue
 		}
-		loop(n, func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, aliased, ttl, wait(rng), 1, 0) })
+		loop(n, func(w *worker, rng *rand.Rand) { w.Cycle(ctx, aliased, ttl, wait(rng), 1, 0) })
 	}
-	loop(def[1], func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, "x:{"+aliased+"}", ttl, wait(rng), 1, 0) })
+	loop(def[1], func(w *worker, rng *rand.Rand) { w.Cycle(ctx, "x:{"+aliased+"}", ttl, wait(rng), 1, 0) })
 
 	// Owners named after other holders' values.
 	plain := h.key("plain")
-	loop(def[0], func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, plain, ttl, wait(rng), 1, 20*time.Millisecond) })
+	loop(def[0], func(w *worker, rng *rand.Rand) { w.Cycle(ctx, plain, ttl, wait(rng), 1, 20*time.Millisecond) })
 	legKey := h.key("legacy")
 	{
 		w := h.worker(def[1], true)
@@ -148,14 +148,14 @@ func hostileKeys(h *harness) {
 	}
 	direct := h.client(h.lock.Addr(), true)
 	for i := range 2 {
-		loop(def[i], func(w *Worker, rng *rand.Rand) {
+		loop(def[i], func(w *worker, rng *rand.Rand) {
 			k := []string{plain, legKey, orders, jobs}[rng.IntN(4)]
 			v, err := direct.Get(ctx, k).Result()
 			if err != nil || v == "" || rng.IntN(5) == 0 {
 				v = dlock.SharedValue
 			}
 			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			lk := w.AcquireSpec(actx, k, ttl, false, ReentrantSpec(v))
+			lk := w.AcquireSpec(actx, k, ttl, false, reentrantSpec(v))
 			cancel()
 			if lk != nil {
 				w.Work(ctx, lk, 1, 0)

@@ -188,7 +188,7 @@ const (
 )
 
 // watchStalls records, for the history of h, the spans in which the test
-// process was not scheduled (StallProc); it returns the function that
+// process was not scheduled (stallProc); it returns the function that
 // stops it. The spans are what a busy machine does to every goroutine of
 // the process: R2 and L1 do not count them against the library.
 func watchStalls(h *harness) (stop func()) {
@@ -206,7 +206,7 @@ func watchStalls(h *harness) (stop func()) {
 			}
 			now := time.Now()
 			if gap := now.Sub(last); gap > stallMin {
-				h.nem.Span(KPause, StallProc, "test process not scheduled", clock.At(last.Add(stallTick)), clock.At(now))
+				h.nem.Span(kindPause, stallProc, "test process not scheduled", clock.At(last.Add(stallTick)), clock.At(now))
 			}
 			last = now
 		}

@@ -61,14 +61,14 @@ import (
 const expirySlack = int64(2 * time.Millisecond)
 
 type mInput struct {
-	Kind    Kind
+	Kind    opKind
 	Owner   string
 	Fence   uint64 // writes
 	Sent    int64  // grants, renewals
 	TTL     int64
 	Drift   int64
 	Ret     int64 // when the call returned
-	Status  EventType
+	Status  eventType
 	Mode    string
 	Group   string
 	Limit   int
@@ -132,9 +132,9 @@ func conflicts(i mInput, h holder) bool {
 		return false
 	case i.Group != "" && h.Group == i.Group:
 		return false
-	case i.Mode == ModeShared && h.Mode == ModeShared:
+	case i.Mode == modeShared && h.Mode == modeShared:
 		return false
-	case i.Mode == ModeSemaphore && h.Mode == ModeSemaphore:
+	case i.Mode == modeSemaphore && h.Mode == modeSemaphore:
 		return false // counted, not paired
 	}
 	return true
@@ -145,14 +145,14 @@ func conflicts(i mInput, h holder) bool {
 const maxLapseChoices = 6
 
 func stepGrant(s mState, i mInput, o mOutput) []any {
-	if i.Status == Info && i.Group != "" {
+	if i.Status == evInfo && i.Group != "" {
 		// A reentrant acquire with an unknown outcome may have left a
 		// handle nobody holds (until its clean-up or TTL): the owner's
 		// hold may go on, and a later handle join it with its fence.
 		anon := holder{Owner: fmt.Sprintf("?%d", i.Sent), Group: i.Group, Fence: 0, MinExp: i.Sent}
 		return []any{s, s.with(append(slices.Clone(s.Holders), anon))}
 	}
-	if i.Status != OK {
+	if i.Status != evOK {
 		return []any{s}
 	}
 	if o.Fence != 0 {
@@ -174,7 +174,7 @@ func stepGrant(s mState, i mInput, o mOutput) []any {
 			if i.Ret < h.MinExp {
 				return nil // a conflicting holder's lease cannot have lapsed yet
 			}
-		case i.Mode == ModeSemaphore && i.Ret >= h.MinExp:
+		case i.Mode == modeSemaphore && i.Ret >= h.MinExp:
 			lapsable = append(lapsable, h)
 		default:
 			kept = append(kept, h)
@@ -184,7 +184,7 @@ func stepGrant(s mState, i mInput, o mOutput) []any {
 		MinExp: i.Sent + i.TTL - expirySlack}
 	next := s
 	next.Fence = max(s.Fence, o.Fence)
-	if i.Mode != ModeSemaphore {
+	if i.Mode != modeSemaphore {
 		return []any{next.with(append(slices.Clone(kept), me))}
 	}
 	limit := i.Limit
@@ -220,23 +220,23 @@ func stepGrant(s mState, i mInput, o mOutput) []any {
 func stepModel(st, in, out any) []any {
 	s, i, o := st.(mState), in.(mInput), out.(mOutput)
 	switch i.Kind {
-	case KLock, KTry:
+	case kindLock, kindTry:
 		return stepGrant(s, i, o)
-	case KRenew, KExtend, KUnlock:
+	case kindRenew, kindExtend, kindUnlock:
 		at := s.find(i.Owner)
 		switch i.Status {
-		case OK:
+		case evOK:
 			if at < 0 {
 				return nil // renewed or released a lock it did not hold
 			}
-			if i.Kind == KUnlock {
+			if i.Kind == kindUnlock {
 				return []any{s.without(i.Owner)}
 			}
 			hs := slices.Clone(s.Holders)
 			hs[at].MinExp = max(hs[at].MinExp, i.Sent+i.TTL-expirySlack)
 			s.Holders = hs
 			return []any{s}
-		case Fail:
+		case evFail:
 			if at < 0 {
 				return []any{s}
 			}
@@ -253,33 +253,33 @@ func stepModel(st, in, out any) []any {
 			hs[at].Owner = orphanOf(h.Owner)
 			return []any{s.without(i.Owner), s.with(hs)}
 		default:
-			if i.Kind == KUnlock && at >= 0 {
+			if i.Kind == kindUnlock && at >= 0 {
 				return []any{s, s.without(i.Owner)}
 			}
 			return []any{s}
 		}
-	case KSetLimit:
+	case kindSetLimit:
 		next := s
 		next.Limit = i.Limit
 		switch i.Status {
-		case OK:
+		case evOK:
 			return []any{next}
-		case Fail:
+		case evFail:
 			return []any{s}
 		default:
 			return []any{s, next}
 		}
-	case KWrite:
+	case kindWrite:
 		ok := newer(s, i.Fence, i.Owner)
 		next := s
 		next.RFence, next.ROwner = i.Fence, i.Owner
 		switch i.Status {
-		case OK:
+		case evOK:
 			if !ok {
 				return nil
 			}
 			return []any{next}
-		case Fail:
+		case evFail:
 			if ok {
 				return nil
 			}
@@ -290,7 +290,7 @@ func stepModel(st, in, out any) []any {
 			}
 			return []any{s}
 		}
-	case KRead:
+	case kindRead:
 		if s.RFence != o.Fence || s.ROwner != o.Owner {
 			return nil
 		}
@@ -299,10 +299,10 @@ func stepModel(st, in, out any) []any {
 	return []any{s}
 }
 
-// Model returns the porcupine model. Operations are partitioned per lock
+// model returns the porcupine model. Operations are partitioned per lock
 // key and per resource, which porcupine checks independently
 // (linearizability is compositional).
-func Model() porcupine.Model {
+func model() porcupine.Model {
 	m := porcupine.NondeterministicModel{
 		Init: func() []any { return []any{mState{}} },
 		Step: stepModel,
@@ -326,11 +326,11 @@ func Model() porcupine.Model {
 		DescribeOperation: func(in, out any) string {
 			i, o := in.(mInput), out.(mOutput)
 			switch i.Kind {
-			case KLock, KTry:
+			case kindLock, kindTry:
 				return fmt.Sprintf("%s %s %s → %d", i.Kind, short(i.Owner), i.Status, o.Fence)
-			case KWrite:
+			case kindWrite:
 				return fmt.Sprintf("write %d/%s %s", i.Fence, short(i.Owner), i.Status)
-			case KRead:
+			case kindRead:
 				return fmt.Sprintf("read → %d/%s", o.Fence, short(o.Owner))
 			}
 			return fmt.Sprintf("%s %s %s", i.Kind, short(i.Owner), i.Status)
@@ -346,7 +346,7 @@ func Model() porcupine.Model {
 				fmt.Fprintf(&b, " limit=%d", s.Limit)
 			}
 			for _, h := range s.Holders {
-				fmt.Fprintf(&b, " %s%s/%d(minExp %s)", h.Mode, short(h.Owner), h.Fence, Dur(h.MinExp))
+				fmt.Fprintf(&b, " %s%s/%d(minExp %s)", h.Mode, short(h.Owner), h.Fence, dur(h.MinExp))
 			}
 			return b.String()
 		},
@@ -365,33 +365,33 @@ func short(s string) string {
 	return s
 }
 
-// ModelOps converts a history's operations to porcupine's, leaving out
+// modelOps converts a history's operations to porcupine's, leaving out
 // those that cannot change the model (failed or unknown grants, unknown
 // renewals, losses, faults), which keeps the search small. With
 // fencedResource false the resource is not a fenced register (a plain
 // SET), and its operations are left out too.
-func ModelOps(ops []Op, fencedResource bool) []porcupine.Operation {
+func modelOps(ops []operation, fencedResource bool) []porcupine.Operation {
 	var out []porcupine.Operation
 	for _, op := range ops {
 		in := mInput{Kind: op.Kind, Owner: op.Owner, Fence: op.Fence, Sent: op.Sent, TTL: op.TTL, Drift: op.Drift,
 			Ret: op.End, Status: op.Status, Mode: op.Mode, Group: op.Group, Limit: op.Limit, Permits: op.Permits}
 		part := "lock " + op.Key
 		switch op.Kind {
-		case KLock, KTry:
-			if op.Status == Info && op.Group != "" {
+		case kindLock, kindTry:
+			if op.Status == evInfo && op.Group != "" {
 				in.Sent = op.Call // the earliest it can have been sent
 				break
 			}
-			if op.Status != OK {
+			if op.Status != evOK {
 				continue
 			}
-		case KRenew, KExtend:
-			if op.Status == Info {
+		case kindRenew, kindExtend:
+			if op.Status == evInfo {
 				continue
 			}
-		case KUnlock, KSetLimit:
-		case KWrite, KRead:
-			if !fencedResource || (op.Kind == KRead && op.Status != OK) {
+		case kindUnlock, kindSetLimit:
+		case kindWrite, kindRead:
+			if !fencedResource || (op.Kind == kindRead && op.Status != evOK) {
 				continue
 			}
 			part = "resource " + op.Key
@@ -399,8 +399,8 @@ func ModelOps(ops []Op, fencedResource bool) []porcupine.Operation {
 			continue
 		}
 		ret := op.Return
-		if ret == Never {
-			ret = Never - 1
+		if ret == never {
+			ret = never - 1
 		}
 		out = append(out, porcupine.Operation{ClientId: max(op.Proc, 0), Input: in,
 			Output: mOutput{Fence: op.Fence, Owner: op.Owner}, Call: op.Call, Return: ret, Metadata: part})

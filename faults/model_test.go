@@ -8,47 +8,47 @@ import "testing"
 
 func (h *hb) grantAs(proc int, key, owner string, fence uint64, call, ret, ttl int64, mode, group string, limit, permits int) {
 	drift := ttl/100 + 2*ms
-	h.op(Event{Proc: proc, Kind: KLock, Key: key, Fence: fence, Owner: owner, Sent: call, TTL: ttl, Drift: drift,
-		Deadline: call + ttl - drift, Mode: mode, Group: group, Limit: limit, Permits: permits}, call, ret, OK)
+	h.op(event{Proc: proc, Kind: kindLock, Key: key, Fence: fence, Owner: owner, Sent: call, TTL: ttl, Drift: drift,
+		Deadline: call + ttl - drift, Mode: mode, Group: group, Limit: limit, Permits: permits}, call, ret, evOK)
 }
 
 func TestModelSemaphore(t *testing.T) {
 	ttl := 1000 * ms
 	t.Run("within the limit", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, ModeSemaphore, "", 2, 1)
-		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, ModeSemaphore, "", 2, 1)
-		h.unlock(0, "s", "A", 20*ms, 25*ms, OK)
-		h.grantAs(2, "s", "C", 3, 30*ms, 35*ms, ttl, ModeSemaphore, "", 2, 1)
-		expectOnly(t, h.check(t, DefaultParams()))
+		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, modeSemaphore, "", 2, 1)
+		h.unlock(0, "s", "A", 20*ms, 25*ms, evOK)
+		h.grantAs(2, "s", "C", 3, 30*ms, 35*ms, ttl, modeSemaphore, "", 2, 1)
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 	t.Run("one over", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, ModeSemaphore, "", 2, 1)
-		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, ModeSemaphore, "", 2, 1)
-		h.grantAs(2, "s", "C", 3, 30*ms, 35*ms, ttl, ModeSemaphore, "", 2, 1)
-		expectOnly(t, h.check(t, DefaultParams()), S1, S3)
+		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(2, "s", "C", 3, 30*ms, 35*ms, ttl, modeSemaphore, "", 2, 1)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS3)
 	})
 	t.Run("permits count", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, ModeSemaphore, "", 3, 2)
-		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, ModeSemaphore, "", 3, 2)
-		expectOnly(t, h.check(t, DefaultParams()), S1, S3)
+		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, modeSemaphore, "", 3, 2)
+		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, modeSemaphore, "", 3, 2)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS3)
 	})
 	t.Run("a lapsed holder makes room", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "s", "A", 1, 0, 5*ms, 100*ms, ModeSemaphore, "", 1, 1)
-		h.grantAs(1, "s", "B", 2, 50*ms, 150*ms, ttl, ModeSemaphore, "", 1, 1)
-		expectOnly(t, h.check(t, DefaultParams()))
+		h.grantAs(0, "s", "A", 1, 0, 5*ms, 100*ms, modeSemaphore, "", 1, 1)
+		h.grantAs(1, "s", "B", 2, 50*ms, 150*ms, ttl, modeSemaphore, "", 1, 1)
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 	t.Run("SetLimit cut", func(t *testing.T) {
 		var h hb
-		h.op(Event{Proc: 9, Kind: KSetLimit, Key: "s", Limit: 1}, 0, 1*ms, OK)
-		h.grantAs(0, "s", "A", 1, 2*ms, 5*ms, ttl, ModeSemaphore, "", 3, 1)
-		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, ModeSemaphore, "", 3, 1)
+		h.op(event{Proc: 9, Kind: kindSetLimit, Key: "s", Limit: 1}, 0, 1*ms, evOK)
+		h.grantAs(0, "s", "A", 1, 2*ms, 5*ms, ttl, modeSemaphore, "", 3, 1)
+		h.grantAs(1, "s", "B", 2, 10*ms, 15*ms, ttl, modeSemaphore, "", 3, 1)
 		// S1 trusts only raises (the largest limit that may be in force):
 		// S3 knows the stored limit.
-		expectOnly(t, h.check(t, DefaultParams()), S3)
+		expectOnly(t, h.check(t, defaultParams()), invS3)
 	})
 }
 
@@ -56,24 +56,24 @@ func TestModelShared(t *testing.T) {
 	ttl := 1000 * ms
 	t.Run("readers together, then a writer", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "k", "R1", 1, 0, 5*ms, ttl, ModeShared, "", 0, 0)
-		h.grantAs(1, "k", "R2", 2, 10*ms, 15*ms, ttl, ModeShared, "", 0, 0)
-		h.unlock(0, "k", "R1", 20*ms, 25*ms, OK)
-		h.unlock(1, "k", "R2", 30*ms, 35*ms, OK)
+		h.grantAs(0, "k", "R1", 1, 0, 5*ms, ttl, modeShared, "", 0, 0)
+		h.grantAs(1, "k", "R2", 2, 10*ms, 15*ms, ttl, modeShared, "", 0, 0)
+		h.unlock(0, "k", "R1", 20*ms, 25*ms, evOK)
+		h.unlock(1, "k", "R2", 30*ms, 35*ms, evOK)
 		h.grant(2, "k", "W", 3, 28*ms, 40*ms, ttl)
-		expectOnly(t, h.check(t, DefaultParams()))
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 	t.Run("writer beside a reader", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "k", "R1", 1, 0, 5*ms, ttl, ModeShared, "", 0, 0)
+		h.grantAs(0, "k", "R1", 1, 0, 5*ms, ttl, modeShared, "", 0, 0)
 		h.grant(2, "k", "W", 2, 10*ms, 15*ms, ttl)
-		expectOnly(t, h.check(t, DefaultParams()), S1, S3)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS3)
 	})
 	t.Run("reader beside a writer", func(t *testing.T) {
 		var h hb
 		h.grant(2, "k", "W", 1, 0, 5*ms, ttl)
-		h.grantAs(0, "k", "R1", 2, 10*ms, 15*ms, ttl, ModeShared, "", 0, 0)
-		expectOnly(t, h.check(t, DefaultParams()), S1, S3)
+		h.grantAs(0, "k", "R1", 2, 10*ms, 15*ms, ttl, modeShared, "", 0, 0)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS3)
 	})
 }
 
@@ -81,27 +81,27 @@ func TestModelReentrant(t *testing.T) {
 	ttl := 1000 * ms
 	t.Run("handles of one owner share the hold and its fence", func(t *testing.T) {
 		var h hb
-		h.grantAs(0, "k", "H1", 7, 0, 5*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		h.grantAs(1, "k", "H2", 7, 10*ms, 15*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		h.unlock(0, "k", "H1", 20*ms, 25*ms, OK)
-		h.unlock(1, "k", "H2", 30*ms, 35*ms, OK)
+		h.grantAs(0, "k", "H1", 7, 0, 5*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		h.grantAs(1, "k", "H2", 7, 10*ms, 15*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		h.unlock(0, "k", "H1", 20*ms, 25*ms, evOK)
+		h.unlock(1, "k", "H2", 30*ms, 35*ms, evOK)
 		h.grant(2, "k", "W", 8, 32*ms, 40*ms, ttl)
-		expectOnly(t, h.check(t, DefaultParams()))
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 	t.Run("an owner named like a holder's token is another owner", func(t *testing.T) {
 		var h hb
 		h.grant(0, "k", "tok", 1, 0, 5*ms, ttl)
-		h.grantAs(1, "k", "H1", 1, 10*ms, 15*ms, ttl, ModeExclusive, "reentrant:tok", 0, 0)
-		expectOnly(t, h.check(t, DefaultParams()), S1, S2, S3)
+		h.grantAs(1, "k", "H1", 1, 10*ms, 15*ms, ttl, modeExclusive, "reentrant:tok", 0, 0)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS2, invS3)
 	})
 	t.Run("multi-key: one token on two keys", func(t *testing.T) {
 		var h hb
 		h.grant(0, "a", "M", 1, 0, 5*ms, ttl)
 		h.grant(0, "b", "M", 1, 0, 5*ms, ttl)
-		h.unlock(0, "a", "M", 20*ms, 25*ms, OK)
-		h.unlock(0, "b", "M", 20*ms, 25*ms, OK)
+		h.unlock(0, "a", "M", 20*ms, 25*ms, evOK)
+		h.unlock(0, "b", "M", 20*ms, 25*ms, evOK)
 		h.grant(1, "b", "N", 2, 10*ms, 30*ms, ttl)
-		expectOnly(t, h.check(t, DefaultParams()))
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 }
 
@@ -115,36 +115,36 @@ func TestModelReentrant(t *testing.T) {
 func TestModelReentrantLostHandleHoldsUp(t *testing.T) {
 	ttl := 400 * ms // drift 6ms: H1's deadline 394ms, its lease ends no sooner than 398ms
 	lost := func(h *hb) {
-		h.grantAs(0, "k", "H1", 7, 0, 10*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		h.op(Event{Proc: 0, Kind: KUnlock, Key: "k", Owner: "H1", Drift: 6 * ms}, 200*ms, 396*ms, Fail)
+		h.grantAs(0, "k", "H1", 7, 0, 10*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		h.op(event{Proc: 0, Kind: kindUnlock, Key: "k", Owner: "H1", Drift: 6 * ms}, 200*ms, 396*ms, evFail)
 	}
 	t.Run("the owner joins the hold its lost handle held up", func(t *testing.T) {
 		var h hb
 		lost(&h)
-		h.grantAs(0, "k", "H2", 7, 397*ms, 420*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		h.unlock(0, "k", "H2", 430*ms, 435*ms, OK)
+		h.grantAs(0, "k", "H2", 7, 397*ms, 420*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		h.unlock(0, "k", "H2", 430*ms, 435*ms, evOK)
 		h.grant(1, "k", "W", 8, 400*ms, 900*ms, ttl) // after H1's lease (renewed late) ended
-		expectOnly(t, h.check(t, DefaultParams()))
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 	t.Run("or the release ran: another owner at once", func(t *testing.T) {
 		var h hb
 		lost(&h)
 		h.grant(1, "k", "W", 8, 300*ms, 310*ms, ttl)
-		expectOnly(t, h.check(t, DefaultParams()))
+		expectOnly(t, h.check(t, defaultParams()))
 	})
 	t.Run("not both", func(t *testing.T) {
 		var h hb
 		lost(&h)
 		h.grant(1, "k", "W", 8, 300*ms, 310*ms, ttl)
-		h.grantAs(0, "k", "H2", 7, 397*ms, 420*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		expectOnly(t, h.check(t, DefaultParams()), S1, S2, S3)
+		h.grantAs(0, "k", "H2", 7, 397*ms, 420*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS2, invS3)
 	})
 	t.Run("a new hold ends the old one's fence", func(t *testing.T) {
 		var h hb
 		lost(&h)
-		h.grantAs(0, "k", "H2", 9, 500*ms, 510*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		h.unlock(0, "k", "H2", 520*ms, 525*ms, OK)
-		h.grantAs(0, "k", "H3", 7, 530*ms, 540*ms, ttl, ModeExclusive, "reentrant:job", 0, 0)
-		expectOnly(t, h.check(t, DefaultParams()), S3)
+		h.grantAs(0, "k", "H2", 9, 500*ms, 510*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		h.unlock(0, "k", "H2", 520*ms, 525*ms, evOK)
+		h.grantAs(0, "k", "H3", 7, 530*ms, 540*ms, ttl, modeExclusive, "reentrant:job", 0, 0)
+		expectOnly(t, h.check(t, defaultParams()), invS3)
 	})
 }

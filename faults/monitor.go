@@ -13,17 +13,17 @@ import (
 	"github.com/dlock-go/dlock/internal/probe"
 )
 
-// Monitor records every command a Redis server executes, through the
+// monitor records every command a Redis server executes, through the
 // MONITOR command, including the commands scripts run ("lua" lines), on the
 // suite's time base. It is the server-side view R1, L3 and L4 are checked
 // on. If the connection breaks (the server was killed or restarted), it
 // reconnects and marks the gap: the key states before it are unknown.
-type Monitor struct {
+type monitor struct {
 	addr  string
-	clock *Clock
+	clock *timeBase
 
 	mu    sync.Mutex
-	lines []MonLine
+	lines []monLine
 	conn  net.Conn
 	seen  map[string]chan struct{} // sync markers awaited by Sync
 	stop  bool
@@ -31,8 +31,8 @@ type Monitor struct {
 	done chan struct{}
 }
 
-// MonLine is one command as MONITOR reports it.
-type MonLine struct {
+// monLine is one command as MONITOR reports it.
+type monLine struct {
 	// T is the server's timestamp, on the suite's base. An EVAL or EVALSHA
 	// is stamped before its script runs, any other command (a script's
 	// too) once it ran.
@@ -43,10 +43,10 @@ type MonLine struct {
 	Gap  bool     // the connection broke before this line: commands may be missing
 }
 
-// StartMonitor connects to addr and starts recording. Commands the server
-// executes after StartMonitor returns are recorded.
-func StartMonitor(addr string, clock *Clock) (*Monitor, error) {
-	m := &Monitor{addr: addr, clock: clock, seen: map[string]chan struct{}{}, done: make(chan struct{})}
+// startMonitor connects to addr and starts recording. Commands the server
+// executes after startMonitor returns are recorded.
+func startMonitor(addr string, clock *timeBase) (*monitor, error) {
+	m := &monitor{addr: addr, clock: clock, seen: map[string]chan struct{}{}, done: make(chan struct{})}
 	c, r, err := m.dial()
 	if err != nil {
 		return nil, err
@@ -56,7 +56,7 @@ func StartMonitor(addr string, clock *Clock) (*Monitor, error) {
 	return m, nil
 }
 
-func (m *Monitor) dial() (net.Conn, *bufio.Reader, error) {
+func (m *monitor) dial() (net.Conn, *bufio.Reader, error) {
 	c, err := net.DialTimeout("tcp", m.addr, time.Second)
 	if err != nil {
 		return nil, nil, err
@@ -76,7 +76,7 @@ func (m *Monitor) dial() (net.Conn, *bufio.Reader, error) {
 	return c, r, nil
 }
 
-func (m *Monitor) loop(r *bufio.Reader) {
+func (m *monitor) loop(r *bufio.Reader) {
 	defer close(m.done)
 	gap := false
 	for {
@@ -139,7 +139,7 @@ var syncSeq struct {
 // Sync waits until the monitor has read every command the server executed
 // before the call (it sends an ECHO marker and waits for it), at most
 // timeout. It reports whether the marker arrived.
-func (m *Monitor) Sync(timeout time.Duration) bool {
+func (m *monitor) Sync(timeout time.Duration) bool {
 	syncSeq.Lock()
 	syncSeq.n++
 	mark := fmt.Sprintf("faults-monitor-sync-%d-%d", time.Now().UnixNano(), syncSeq.n)
@@ -173,7 +173,7 @@ func (m *Monitor) Sync(timeout time.Duration) bool {
 }
 
 // Stop syncs, stops recording and returns every line recorded.
-func (m *Monitor) Stop() []MonLine {
+func (m *monitor) Stop() []monLine {
 	m.Sync(2 * time.Second)
 	m.mu.Lock()
 	m.stop = true
@@ -188,31 +188,31 @@ func (m *Monitor) Stop() []MonLine {
 }
 
 // parseMonitorLine parses `+<sec>.<usec> [<db> <addr>] "arg" "arg"...`.
-func parseMonitorLine(s string, clock *Clock) (MonLine, bool) {
+func parseMonitorLine(s string, clock *timeBase) (monLine, bool) {
 	s, _ = strings.CutPrefix(s, "+")
 	ts, rest, ok := strings.Cut(s, " [")
 	if !ok {
-		return MonLine{}, false
+		return monLine{}, false
 	}
 	sec, usec, ok := strings.Cut(ts, ".")
 	if !ok {
-		return MonLine{}, false
+		return monLine{}, false
 	}
 	si, err1 := strconv.ParseInt(sec, 10, 64)
 	ui, err2 := strconv.ParseInt(usec, 10, 64)
 	if err1 != nil || err2 != nil {
-		return MonLine{}, false
+		return monLine{}, false
 	}
 	client, argStr, ok := strings.Cut(rest, "] ")
 	if !ok {
-		return MonLine{}, false
+		return monLine{}, false
 	}
 	_, addr, _ := strings.Cut(client, " ")
 	args, err := splitQuoted(argStr)
 	if err != nil || len(args) == 0 {
-		return MonLine{}, false
+		return monLine{}, false
 	}
-	return MonLine{T: clock.Wall(si*1e9 + ui*1e3), Lua: addr == "lua", Addr: addr, Args: args}, true
+	return monLine{T: clock.Wall(si*1e9 + ui*1e3), Lua: addr == "lua", Addr: addr, Args: args}, true
 }
 
 // splitQuoted splits MONITOR's argument list: double-quoted strings in the
@@ -276,19 +276,19 @@ func splitQuoted(s string) ([]string, error) {
 	return out, nil
 }
 
-// MonStats is what the server-side view shows.
-type MonStats struct {
+// monStats is what the server-side view shows.
+type monStats struct {
 	Commands int      // top-level commands in the counting window
 	Foreign  int      // R1: writes to a lock key held by another owner's live token
 	Details  []string // the first few foreign writes and orphans
-	Orphans  []Orphan // values a script set for tokens no grant returned
+	Orphans  []orphan // values a script set for tokens no grant returned
 	Gaps     int      // connection gaps (restarts)
 }
 
-// Orphan is a lock key holding the token of a grant nobody received: an
+// orphan is a lock key holding the token of a grant nobody received: an
 // acquire whose reply was lost, or a hand-off to a waiter that never
 // confirmed it. It lasts until it is deleted, overwritten or expires.
-type Orphan struct {
+type orphan struct {
 	Key   string
 	Token string
 	Start int64
@@ -327,7 +327,7 @@ func (k *keyState) expired(t int64) bool {
 // detail quotes.
 const recentLines = 12
 
-// AnalyzeMonitor replays the lines for the lock keys in keys. owned holds
+// analyzeMonitor replays the lines for the lock keys in keys. owned holds
 // every token a grant returned. Commands are counted between from and to.
 //
 // R1: a script run for token T (its ARGV[1], the convention of every dlock
@@ -346,8 +346,8 @@ const recentLines = 12
 // runs the script later than the line says: a key that expired meanwhile
 // is free to it.) Each R1 detail quotes the latest commands on its key,
 // with their own times.
-func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64) MonStats {
-	var st MonStats
+func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64) monStats {
+	var st monStats
 	states := map[string]*keyState{}
 	gapped := false // commands may be missing: a key first seen now is unknown
 	state := func(k string) *keyState {
@@ -378,7 +378,7 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 			b.WriteString("\n      ")
 			b.WriteString(describeLine(lines[e.line]))
 			if e.script >= 0 && lines[e.line].Lua {
-				fmt.Fprintf(&b, " (script of %s)", Dur(lines[e.script].T))
+				fmt.Fprintf(&b, " (script of %s)", dur(lines[e.script].T))
 			}
 		}
 		return b.String()
@@ -391,7 +391,7 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		if s.exp != 0 && s.exp < end {
 			end = s.exp
 		}
-		st.Orphans = append(st.Orphans, Orphan{Key: k, Token: short(s.value), Start: s.since, Dur: end - s.since})
+		st.Orphans = append(st.Orphans, orphan{Key: k, Token: short(s.value), Start: s.since, Dur: end - s.since})
 	}
 	detail := func(f string, a ...any) {
 		if len(st.Details) < 8 {
@@ -493,7 +493,7 @@ func AnalyzeMonitor(lines []MonLine, keys, owned map[string]bool, from, to int64
 		if l.Lua && !script.force && s.live(script.first) && s.value != token && !setNX(cmd, l.Args) {
 			st.Foreign++
 			detail("R1: %s %s by a script of token %s (sent %s, running by %s) while it held %s (expiring in %s)%s",
-				cmd, k, short(token), Dur(script.t), Dur(script.first), short(s.value), Dur(s.exp-script.first), quote(k))
+				cmd, k, short(token), dur(script.t), dur(script.first), short(s.value), dur(s.exp-script.first), quote(k))
 		}
 		w := when{lo: t, hi: t, base: t, line: l.T}
 		if l.Lua {
@@ -522,7 +522,7 @@ func setNX(cmd string, args []string) bool {
 }
 
 // bulkScript reports whether an EVAL (source) or EVALSHA (sha) call runs
-// one of dlock's bulk scripts, which carry many locks (see AnalyzeMonitor).
+// one of dlock's bulk scripts, which carry many locks (see analyzeMonitor).
 func bulkScript(cmd, script string) bool {
 	name := probe.ScriptName(script)
 	if cmd == "EVAL" || cmd == "EVAL_RO" {
@@ -636,9 +636,9 @@ func applyWrite(k string, s *keyState, cmd string, args []string, w when, script
 // describeLine formats a MONITOR line for a report: its time, its client
 // ("lua" for a script's command), the command with the script's name for
 // an EVAL or EVALSHA, and its arguments, long ones cut to their end.
-func describeLine(l MonLine) string {
+func describeLine(l monLine) string {
 	var b strings.Builder
-	b.WriteString(Dur(l.T))
+	b.WriteString(dur(l.T))
 	if l.Lua {
 		b.WriteString("   lua")
 	} else {

@@ -34,7 +34,7 @@ func (o mixOpts) has(part string) bool { return o.only == nil || containsStr(o.o
 
 // primitivesMix runs every primitive's workers on nodes (round robin) for
 // o.dur, and the SetLimit nemesis on the semaphore.
-func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
+func primitivesMix(h *harness, nodes []*node, o mixOpts) {
 	ctx := h.t.Context()
 	stop := time.Now().Add(o.dur)
 	ttl := o.ttl
@@ -43,13 +43,13 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	}
 	var wg sync.WaitGroup
 	next := 0
-	worker := func() (*Worker, *rand.Rand) {
+	nextWorker := func() (*worker, *rand.Rand) {
 		w := h.worker(nodes[next%len(nodes)], true)
 		next++
 		return w, rand.New(rand.NewPCG(h.seed(), uint64(next)))
 	}
-	loop := func(fn func(w *Worker, rng *rand.Rand)) {
-		w, rng := worker()
+	loop := func(fn func(w *worker, rng *rand.Rand)) {
+		w, rng := nextWorker()
 		wg.Go(func() {
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				fn(w, rng)
@@ -67,31 +67,31 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	// Exclusive and reentrant on one key.
 	x := h.key("x")
 	for range 2 * b2i(o.has("x")) {
-		loop(func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, x, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
+		loop(func(w *worker, rng *rand.Rand) { w.Cycle(ctx, x, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
 	}
 	for i := range 2 * b2i(o.has("x")) {
 		owner := fmt.Sprintf("job-%d-%d", h.round, i)
-		loop(func(w *Worker, rng *rand.Rand) { reentrantCycle(ctx, w, x, owner, ttl, waitFor(rng), rng) })
+		loop(func(w *worker, rng *rand.Rand) { reentrantCycle(ctx, w, x, owner, ttl, waitFor(rng), rng) })
 	}
 	// Readers and writers.
 	rw := h.key("rw")
 	for range 3 * b2i(o.has("rw")) {
-		loop(func(w *Worker, rng *rand.Rand) {
-			w.CycleSpec(ctx, rw, SharedSpec(), ttl, waitFor(rng), 1+rng.IntN(2), hold(rng))
+		loop(func(w *worker, rng *rand.Rand) {
+			w.CycleSpec(ctx, rw, sharedSpec(), ttl, waitFor(rng), 1+rng.IntN(2), hold(rng))
 		})
 	}
 	for range 2 * b2i(o.has("rw")) {
-		loop(func(w *Worker, rng *rand.Rand) { w.Cycle(ctx, rw, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
+		loop(func(w *worker, rng *rand.Rand) { w.Cycle(ctx, rw, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
 	}
 	// A semaphore of 2 (SetLimit moves it to 3 and back meanwhile).
 	sem := h.key("sem")
 	for range 4 * b2i(o.has("sem")) {
-		loop(func(w *Worker, rng *rand.Rand) {
+		loop(func(w *worker, rng *rand.Rand) {
 			permits := 1
 			if rng.IntN(5) == 0 {
 				permits = 2
 			}
-			w.CycleSpec(ctx, sem, SemSpec(2, permits), ttl, waitFor(rng), 1, hold(rng)*3)
+			w.CycleSpec(ctx, sem, semSpec(2, permits), ttl, waitFor(rng), 1, hold(rng)*3)
 		})
 	}
 	if o.has("sem") {
@@ -114,7 +114,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	// Multi-key over overlapping pairs of three keys.
 	mk := []string{h.key("m1"), h.key("m2"), h.key("m3")}
 	for range 3 * b2i(o.has("multi")) {
-		loop(func(w *Worker, rng *rand.Rand) {
+		loop(func(w *worker, rng *rand.Rand) {
 			i := rng.IntN(3)
 			w.CycleMulti(ctx, []string{mk[i], mk[(i+1)%3]}, ttl, waitFor(rng), 1, hold(rng))
 		})
@@ -123,7 +123,7 @@ func primitivesMix(h *harness, nodes []*Node, o mixOpts) {
 	// unit: the history names each grant itself).
 	leg := h.key("legacy")
 	for range 2 * b2i(o.has("legacy")) {
-		w, rng := worker()
+		w, rng := nextWorker()
 		w.LockOpts = []dlock.LockOption{dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Milliseconds}))}
 		w.Unique, w.Res = true, nil
 		wg.Go(func() {
@@ -147,8 +147,8 @@ func b2i(b bool) int {
 
 // reentrantCycle: the owner's handle, sometimes a nested one (taken while
 // the first is held, from another goroutine), writes under each, releases.
-func reentrantCycle(ctx context.Context, w *Worker, key, owner string, ttl, wait time.Duration, rng *rand.Rand) {
-	spec := ReentrantSpec(owner)
+func reentrantCycle(ctx context.Context, w *worker, key, owner string, ttl, wait time.Duration, rng *rand.Rand) {
+	spec := reentrantSpec(owner)
 	timeout := max(wait, 100*time.Millisecond)
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	lk := w.AcquireSpec(actx, key, ttl, wait > 0, spec)
@@ -179,18 +179,18 @@ func reentrantCycle(ctx context.Context, w *Worker, key, owner string, ttl, wait
 }
 
 // setLimit calls SetLimit and records it.
-func setLimit(ctx context.Context, h *harness, n *Node, proc int, seq *atomic.Uint64, key string, limit int) {
+func setLimit(ctx context.Context, h *harness, n *node, proc int, seq *atomic.Uint64, key string, limit int) {
 	id := uint64(proc+1)<<40 | 1<<38 | seq.Add(1)
-	h.hist.Record(Event{Type: Invoke, ID: id, Proc: proc, T: clock.Now(), Kind: KSetLimit, Key: key, Limit: limit})
+	h.hist.Record(event{Type: evInvoke, ID: id, Proc: proc, T: clock.Now(), Kind: kindSetLimit, Key: key, Limit: limit})
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	err := n.Locks.SetLimit(sctx, key, limit)
 	cancel()
-	e := Event{Type: OK, ID: id, Proc: proc, T: clock.Now(), Kind: KSetLimit, Key: key, Limit: limit}
+	e := event{Type: evOK, ID: id, Proc: proc, T: clock.Now(), Kind: kindSetLimit, Key: key, Limit: limit}
 	switch {
 	case errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrContextDone) || errors.Is(err, context.DeadlineExceeded):
-		e.Type, e.Err = Info, errText(err)
+		e.Type, e.Err = evInfo, errText(err)
 	case err != nil:
-		e.Type, e.Err = Fail, errText(err)
+		e.Type, e.Err = evFail, errText(err)
 	}
 	h.hist.Record(e)
 }
@@ -203,7 +203,7 @@ var errOrderRejected = errors.New("order rejected")
 // sold twice is a stale write accepted by the resource (S2). Take errors
 // that may have applied the sale are counted apart (units may be missing
 // then, never extra).
-func counterSales(h *harness, nodes []*Node, stop time.Time, name string) {
+func counterSales(h *harness, nodes []*node, stop time.Time, name string) {
 	ctx := h.t.Context()
 	const stock = 40
 	c0, err := nodes[0].Locks.Counter(name, 4)
@@ -270,9 +270,9 @@ func counterSales(h *harness, nodes []*Node, stop time.Time, name string) {
 	defer h.mu.Unlock()
 	h.extra.OK += int(sold.Load())
 	h.extra.Fail += int(errs.Load())
-	h.extra.Counter = append(h.extra.Counter, CounterRun{Stock: stock, Sold: sold.Load(), Left: left, Errors: errs.Load()})
+	h.extra.Counter = append(h.extra.Counter, counterRun{Stock: stock, Sold: sold.Load(), Left: left, Errors: errs.Load()})
 	if n := sold.Load() + left - stock; n > 0 {
 		h.extra.StaleAccepted += int(n)
-		h.extra.add(S2, int(n), "counter %s: stock %d, sold %d, %d left: %d unit(s) sold twice", name, stock, sold.Load(), left, n)
+		h.extra.add(invS2, int(n), "counter %s: stock %d, sold %d, %d left: %d unit(s) sold twice", name, stock, sold.Load(), left, n)
 	}
 }

@@ -23,37 +23,37 @@ func TestReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []Event
+	var events []event
 	if err := json.Unmarshal(b, &events); err != nil {
 		t.Fatal(err)
 	}
-	p := DefaultParams()
+	p := defaultParams()
 	if os.Getenv("DLOCK_FAULTS_PLAIN") == "1" {
 		p.FencedResource = false
 	}
-	r := Check(events, nil, p)
+	r := check(events, nil, p)
 	for _, d := range r.Details {
 		fmt.Println(d)
 	}
 	// Which partitions S3 rejects.
 	parts := map[string][]porcupine.Operation{}
-	for _, op := range ModelOps(Ops(events), p.FencedResource) {
+	for _, op := range modelOps(pairOps(events), p.FencedResource) {
 		k := op.Metadata.(string)
 		parts[k] = append(parts[k], op)
 	}
 	for k, ops := range parts {
-		if res, _ := porcupine.CheckOperationsVerbose(Model(), ops, 20*time.Second); res != porcupine.Ok {
+		if res, _ := porcupine.CheckOperationsVerbose(model(), ops, 20*time.Second); res != porcupine.Ok {
 			fmt.Printf("S3 %v: %s (%d operations)\n", res, k, len(ops))
 			// The longest partial linearization, and the operation that
 			// returned first among those it could not place.
-			_, info := porcupine.CheckOperationsVerbose(Model(), ops, 20*time.Second)
-			m := Model()
+			_, info := porcupine.CheckOperationsVerbose(model(), ops, 20*time.Second)
+			m := model()
 			show := func(tag string, op porcupine.Operation) {
 				ret := "never"
-				if op.Return < Never-1 {
-					ret = Dur(op.Return)
+				if op.Return < never-1 {
+					ret = dur(op.Return)
 				}
-				fmt.Printf("   %s %s-%s p%d %s\n", tag, Dur(op.Call), ret, op.ClientId, m.DescribeOperation(op.Input, op.Output))
+				fmt.Printf("   %s %s-%s p%d %s\n", tag, dur(op.Call), ret, op.ClientId, m.DescribeOperation(op.Input, op.Output))
 			}
 			var best []porcupine.Operation
 			for _, part := range info.PartialLinearizationsOperations() {
@@ -82,16 +82,16 @@ func TestReplay(t *testing.T) {
 		}
 	}
 	key := os.Getenv("DLOCK_FAULTS_KEY")
-	for _, op := range Ops(events) {
-		if key != "" && !strings.Contains(op.Key, key) && op.Kind != KFault && op.Kind != KPause {
+	for _, op := range pairOps(events) {
+		if key != "" && !strings.Contains(op.Key, key) && op.Kind != kindFault && op.Kind != kindPause {
 			continue
 		}
 		ret := "never"
-		if op.Return != Never {
-			ret = Dur(op.Return)
+		if op.Return != never {
+			ret = dur(op.Return)
 		}
 		fmt.Printf("%9s-%9s p%-3d %-8s %-6s %-40s f=%d o=%s mode=%s grp=%s dl=%s sent=%s ttl=%s %s %s\n",
-			Dur(op.Call), ret, op.Proc, op.Kind, op.Status, op.Key, op.Fence, short(op.Owner), op.Mode, op.Group,
-			Dur(op.Deadline), Dur(op.Sent), Dur(op.TTL), op.Err, op.Note)
+			dur(op.Call), ret, op.Proc, op.Kind, op.Status, op.Key, op.Fence, short(op.Owner), op.Mode, op.Group,
+			dur(op.Deadline), dur(op.Sent), dur(op.TTL), op.Err, op.Note)
 	}
 }

@@ -32,15 +32,15 @@ func quickScenarios() []scenario {
 			note: "8 workers on 3 Clients, 2 keys, no fault"},
 		{topo: single, name: "holder-pause fenced", rounds: 2, run: holderPause(true),
 			assert: staleRefused, note: "SIGSTOP of a child holder between its check and its write, past its deadline"},
-		{topo: single, name: "holder-pause unfenced (canary)", rounds: 2, run: holderPause(false), must: []Inv{S2},
+		{topo: single, name: "holder-pause unfenced (canary)", rounds: 2, run: holderPause(false), must: []invariant{invS2},
 			params: plainResource, note: "the same against a resource that does not check fences"},
 		{topo: single, name: "resource-delay fenced", rounds: 2, run: resourceDelay(true),
 			note: "a holder's write delayed 450ms (proxy) past its 300ms lease"},
-		{topo: single, name: "resource-delay unfenced (canary)", rounds: 2, run: resourceDelay(false), must: []Inv{S2},
+		{topo: single, name: "resource-delay unfenced (canary)", rounds: 2, run: resourceDelay(false), must: []invariant{invS2},
 			params: plainResource, note: "the same against a resource that does not check fences"},
 		{topo: single, name: "late-reply", rounds: 2, run: lateReply(false),
 			note: "acquire reply delayed past the TTL (proxy 2x120ms, TTL 200ms)"},
-		{topo: single, name: "late-reply naive client (canary)", rounds: 2, run: lateReply(true), must: []Inv{S1},
+		{topo: single, name: "late-reply naive client (canary)", rounds: 2, run: lateReply(true), must: []invariant{invS1},
 			note: "the same with a client that dates validity from the reply (SET NX PX, no check)"},
 		{topo: single, name: "lost-reply timeout", rounds: 2, run: lostReply(false), assert: orphaned,
 			note: "acquire applied, reply later than the caller's context (TTL 5s)"},
@@ -52,20 +52,20 @@ func quickScenarios() []scenario {
 			note: "writes paused 450ms with TTL 300ms under contention"},
 		{topo: single, name: "redis-stall SIGSTOP", rounds: 2, run: redisStall("sigstop"),
 			note: "server stopped 450ms with TTL 300ms under contention"},
-		{topo: single, name: "restart no persistence (canary)", rounds: 2, run: restartAmnesia, must: []Inv{S1},
-			may: []Inv{S3}, note: "SIGKILL + restart without persistence while held"},
+		{topo: single, name: "restart no persistence (canary)", rounds: 2, run: restartAmnesia, must: []invariant{invS1},
+			may: []invariant{invS3}, note: "SIGKILL + restart without persistence while held"},
 		{topo: single, name: "crash AOF always", rounds: 1, run: aofCrash, server: redistest.Config{AOF: "always"},
 			note: "SIGKILL + restart while held, appendfsync always"},
 		{topo: single, name: "crash AOF everysec", rounds: 1, run: aofCrash, server: redistest.Config{AOF: "everysec"},
 			note: "SIGKILL + restart while held, appendfsync everysec (page cache survives)"},
-		{topo: single, name: "power loss AOF everysec (canary)", rounds: 2, run: powerLoss, must: []Inv{S1},
-			may: []Inv{S3}, server: redistest.Config{AOF: "everysec"},
+		{topo: single, name: "power loss AOF everysec (canary)", rounds: 2, run: powerLoss, must: []invariant{invS1},
+			may: []invariant{invS3}, server: redistest.Config{AOF: "everysec"},
 			note: "SIGKILL + AOF rolled back to before the grant (<1s: everysec's window)" + fenceNote},
 		{topo: single, name: "holder SIGKILL", rounds: 3, run: holderKill,
-			params: func(p *Params) { p.L2Bound = 400*time.Millisecond + 600*time.Millisecond/3 + 300*time.Millisecond },
+			params: func(p *params) { p.L2Bound = 400*time.Millisecond + 600*time.Millisecond/3 + 300*time.Millisecond },
 			note:   "child holder (TTL 400ms) killed; 2 queued waiters"},
 		{topo: single, name: "holder SIGKILL, no active expiry", rounds: 2, run: noActiveExpiry(holderKill),
-			params: func(p *Params) { p.L2Bound = 400*time.Millisecond + 600*time.Millisecond/3 + 300*time.Millisecond },
+			params: func(p *params) { p.L2Bound = 400*time.Millisecond + 600*time.Millisecond/3 + 300*time.Millisecond },
 			note:   "the same with DEBUG SET-ACTIVE-EXPIRE 0: expired keys linger until touched"},
 		{topo: single, name: "waiter SIGSTOP at queue head", rounds: 2, run: waiterPause,
 			note: "the first queued waiter (a child) is stopped when the lock is handed to it"},
@@ -73,13 +73,13 @@ func quickScenarios() []scenario {
 			note: "50 queued waiters on 8 Clients, one release"},
 		{topo: single, name: "herd 200 waiters", rounds: 1, run: herd(200, false), params: l3,
 			note: "200 queued waiters on 8 Clients, one release"},
-		{topo: single, name: "herd 200 Barging (canary)", rounds: 1, run: herd(200, true), params: l3, must: []Inv{L3},
+		{topo: single, name: "herd 200 Barging (canary)", rounds: 1, run: herd(200, true), params: l3, must: []invariant{invL3},
 			note: "the same with Options.Barging: every Client's waiters race on each release"},
 		{topo: single, name: "stall, no ctx timeout (canary)", rounds: 1, run: stallNoCtxTimeout,
-			must: []Inv{L1}, note: "DEBUG SLEEP 1.5s; go-redis without ContextTimeoutEnabled waits its ReadTimeout, not the context"},
-		{topo: single, name: "unchecked release (canary)", rounds: 1, run: uncheckedRelease, must: []Inv{R1},
-			may: []Inv{S3}, note: "checker canary: an expired holder releases with a DEL that does not compare tokens"},
-		{topo: single, name: "no compensation (canary)", rounds: 1, run: noCompensation, must: []Inv{L4},
+			must: []invariant{invL1}, note: "DEBUG SLEEP 1.5s; go-redis without ContextTimeoutEnabled waits its ReadTimeout, not the context"},
+		{topo: single, name: "unchecked release (canary)", rounds: 1, run: uncheckedRelease, must: []invariant{invR1},
+			may: []invariant{invS3}, note: "checker canary: an expired holder releases with a DEL that does not compare tokens"},
+		{topo: single, name: "no compensation (canary)", rounds: 1, run: noCompensation, must: []invariant{invL4},
 			note: "checker canary: an acquire whose reply was lost, by a client that does not clean up (TTL 3s)"},
 		{topo: single, name: "renew-jitter", rounds: 1, run: renewJitter,
 			note: "TTL 120ms, latency jitter 0-25ms each way on every lock connection"},
@@ -96,16 +96,16 @@ func quickScenarios() []scenario {
 // mixScenario runs the primitives mix on 3 Clients of the lock server.
 func mixScenario(d time.Duration) func(h *harness) {
 	return func(h *harness) {
-		nodes := []*Node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
+		nodes := []*node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
 		primitivesMix(h, nodes, mixOpts{dur: d, counter: true})
 	}
 }
 
-func plainResource(p *Params) { p.FencedResource = false }
+func plainResource(p *params) { p.FencedResource = false }
 
-func l3(p *Params) { p.L3Bound = 4 }
+func l3(p *params) { p.L3Bound = 4 }
 
-func staleRefused(t *testing.T, r Result) {
+func staleRefused(t *testing.T, r result) {
 	if r.StaleAttempted == 0 || r.StaleRefused == 0 || r.StaleAccepted != 0 {
 		t.Errorf("fault not shown: stale writes attempted %d, refused %d, accepted %d",
 			r.StaleAttempted, r.StaleRefused, r.StaleAccepted)
@@ -113,14 +113,14 @@ func staleRefused(t *testing.T, r Result) {
 }
 
 // lockNode returns a recorded dlock Client of the history's lock server.
-func (h *harness) lockNode(opts dlock.Options) *Node {
+func (h *harness) lockNode(opts dlock.Options) *node {
 	return h.node(h.client(h.lock.Addr(), true), opts)
 }
 
 // warm loads dlock's scripts on n's server and opens a connection, so the
 // first recorded call costs one round trip (no NOSCRIPT, no dial): a fault
 // timed in round trips then hits the call it is meant to hit.
-func (h *harness) warm(n *Node) {
+func (h *harness) warm(n *node) {
 	h.t.Helper()
 	ctx := h.t.Context()
 	lk, err := n.Locks.TryLock(ctx, "fk:warm:"+h.t.Name())
@@ -145,14 +145,14 @@ func (h *harness) waitKey(k string) {
 
 // orphaned asserts the lost-reply fault happened: the acquire was applied
 // and its token left without a holder (L4 then bounds how long).
-func orphaned(t *testing.T, r Result) {
+func orphaned(t *testing.T, r result) {
 	if len(r.Orphans) < r.Histories {
 		t.Errorf("fault not shown: %d orphaned grants in %d histories", len(r.Orphans), r.Histories)
 	}
 }
 
 func contention(h *harness) {
-	nodes := []*Node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
+	nodes := []*node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
 	keys := []string{h.key("a"), h.key("b")}
 	var wg sync.WaitGroup
 	for i := range 8 {
@@ -211,7 +211,7 @@ func resourceDelay(fenced bool) func(h *harness) {
 		}
 		const delay, ttl = 450 * time.Millisecond, 300 * time.Millisecond
 		px.SetLatency(delay)
-		a := &Worker{Proc: h.nextProc(), Node: h.lockNode(dlock.Options{}), Res: slow, Fenced: fenced}
+		a := &worker{Proc: h.nextProc(), Node: h.lockNode(dlock.Options{}), Res: slow, Fenced: fenced}
 		b := h.worker(h.lockNode(dlock.Options{}), fenced)
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		lk := a.Acquire(actx, k, ttl, true, dlock.WithoutRenewal())
@@ -224,7 +224,7 @@ func resourceDelay(fenced bool) func(h *harness) {
 		a.Write(wctx, lk) // gives up after 50ms; the proxy delivers it after 450ms
 		cancel()
 		b.Cycle(ctx, k, time.Second, 3*time.Second, 1, 0)
-		h.nem.Span(KFault, -1, "resource write delayed", clock.At(sent), clock.At(sent.Add(delay)))
+		h.nem.Span(kindFault, -1, "resource write delayed", clock.At(sent), clock.At(sent.Add(delay)))
 		sleep(time.Until(sent.Add(delay + 200*time.Millisecond)))
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		_ = a.Release(rctx, lk)
@@ -309,45 +309,45 @@ func naiveLoad(h *harness, rdb *redis.Client) {
 
 // naiveHold: w acquires k as the naive client does, believes it holds it
 // for ttl from the reply (recorded as its deadline), writes, and releases.
-func naiveHold(h *harness, w *Worker, rdb *redis.Client, k string, ttl time.Duration) {
+func naiveHold(h *harness, w *worker, rdb *redis.Client, k string, ttl time.Duration) {
 	ctx := h.t.Context()
 	token := fmt.Sprintf("naive-%d-%d", h.round, w.Proc)
 	id := w.id()
 	sent := clock.Now()
-	w.rec(Event{Type: Invoke, ID: id, T: sent, Kind: KTry, Key: k, TTL: int64(ttl)})
+	w.rec(event{Type: evInvoke, ID: id, T: sent, Kind: kindTry, Key: k, TTL: int64(ttl)})
 	f, err := naiveAcquire.EvalSha(ctx, rdb, []string{k, "dlock:{" + k + "}:fence"}, token, ttl.Milliseconds()).Int64()
 	now := clock.Now()
 	if err != nil || f == 0 {
-		w.rec(Event{Type: Fail, ID: id, T: now, Kind: KTry, Key: k})
+		w.rec(event{Type: evFail, ID: id, T: now, Kind: kindTry, Key: k})
 		return
 	}
 	// Its belief: valid until the reply time + TTL - drift. (The request
 	// was sent at sent: that is what Redis's expiry follows.)
 	drift := int64(ttl)/100 + int64(2*time.Millisecond)
-	w.rec(Event{Type: OK, ID: id, T: now, Kind: KTry, Key: k, Fence: uint64(f), Owner: token,
+	w.rec(event{Type: evOK, ID: id, T: now, Kind: kindTry, Key: k, Fence: uint64(f), Owner: token,
 		Deadline: now + int64(ttl) - drift, Sent: sent, TTL: int64(ttl), Drift: drift})
 	// It works "while it holds the lock": writes, then stays until its
 	// naive deadline.
 	id = w.id()
-	w.rec(Event{Type: Invoke, ID: id, T: clock.Now(), Kind: KWrite, Key: k, Fence: uint64(f), Owner: token})
-	err = dlock.FencedSet(ctx, h.res, ResKey(k), uint64(f), token, ResourceValue(uint64(f), token))
-	e := Event{Type: OK, ID: id, T: clock.Now(), Kind: KWrite, Key: k}
+	w.rec(event{Type: evInvoke, ID: id, T: clock.Now(), Kind: kindWrite, Key: k, Fence: uint64(f), Owner: token})
+	err = dlock.FencedSet(ctx, h.res, resKey(k), uint64(f), token, resourceValue(uint64(f), token))
+	e := event{Type: evOK, ID: id, T: clock.Now(), Kind: kindWrite, Key: k}
 	if errors.Is(err, dlock.ErrStaleFence) {
-		e.Type = Fail
+		e.Type = evFail
 	} else if err != nil {
-		e.Type = Info
+		e.Type = evInfo
 	}
 	w.rec(e)
 	sleep(ttl - 30*time.Millisecond)
 	id = w.id()
-	w.rec(Event{Type: Invoke, ID: id, T: clock.Now(), Kind: KUnlock, Key: k, Owner: token})
+	w.rec(event{Type: evInvoke, ID: id, T: clock.Now(), Kind: kindUnlock, Key: k, Owner: token})
 	n, err := naiveRelease.EvalSha(ctx, rdb, []string{k}, token).Int64()
-	e = Event{Type: OK, ID: id, T: clock.Now(), Kind: KUnlock, Key: k}
+	e = event{Type: evOK, ID: id, T: clock.Now(), Kind: kindUnlock, Key: k}
 	switch {
 	case err != nil:
-		e.Type = Info
+		e.Type = evInfo
 	case n == 0:
-		e.Type = Fail
+		e.Type = evFail
 	}
 	w.rec(e)
 }
@@ -385,7 +385,7 @@ func lostReply(reset bool) func(h *harness) {
 			cancel()
 		}
 		px.SetLatency(0)
-		h.nem.Span(KFault, -1, "reply lost", start, clock.Now())
+		h.nem.Span(kindFault, -1, "reply lost", start, clock.Now())
 		if lk != nil {
 			h.t.Fatal("the acquire's reply was not lost: the fault did not happen")
 		}
@@ -412,7 +412,7 @@ func redisStall(kind string) func(h *harness) {
 	return func(h *harness) {
 		ctx := h.t.Context()
 		k := h.key("k")
-		nodes := []*Node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
+		nodes := []*node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
 		admin := h.client(h.lock.Addr(), true)
 		stop := time.Now().Add(1600 * time.Millisecond)
 		var wg sync.WaitGroup
@@ -484,7 +484,7 @@ func restartAmnesia(h *harness) {
 		h.t.Fatal("B could not acquire after the restart")
 	}
 	b.Write(ctx, lb)
-	if Valid(lk) {
+	if valid(lk) {
 		a.Write(ctx, lk) // A still believes it holds: the fence must save the resource
 	}
 	select {
@@ -519,7 +519,7 @@ func aofCrash(h *harness) {
 			b.Write(ctx, lb)
 			_ = b.Release(ctx, lb)
 		}
-		if Valid(lk) {
+		if valid(lk) {
 			a.Write(ctx, lk)
 		}
 		sleep(40 * time.Millisecond)
@@ -572,7 +572,7 @@ func powerLoss(h *harness) {
 		h.t.Fatal("B could not acquire after the power loss")
 	}
 	b.Write(ctx, lb) // same fence as A's, another owner: the guard refuses it
-	if Valid(lk) {
+	if valid(lk) {
 		a.Write(ctx, lk)
 	}
 	select {
@@ -651,7 +651,7 @@ func herd(n int, barging bool) func(h *harness) {
 	return func(h *harness) {
 		ctx := h.t.Context()
 		k := h.key("k")
-		nodes := make([]*Node, 8)
+		nodes := make([]*node, 8)
 		for i := range nodes {
 			// Long leases: queued waiters do not refresh during the run,
 			// so the count is what the hand-offs cost.
@@ -719,7 +719,7 @@ func renewJitter(h *harness) {
 		sleep(20 * time.Millisecond)
 	}
 	px.SetLatency(0)
-	h.nem.Span(KFault, -1, "latency jitter 0-25ms", start, clock.Now())
+	h.nem.Span(kindFault, -1, "latency jitter 0-25ms", start, clock.Now())
 	wg.Wait()
 }
 
@@ -810,7 +810,7 @@ func uncheckedRelease(h *harness) {
 	if err := naive.Run(ctx, h.client(h.lock.Addr(), true), []string{k}, la.Token()).Err(); err != nil {
 		h.t.Fatal(err)
 	}
-	h.nem.Span(KFault, -1, "unchecked DEL by the expired holder", clock.Now(), clock.Now())
+	h.nem.Span(kindFault, -1, "unchecked DEL by the expired holder", clock.Now(), clock.Now())
 	_ = b.Release(ctx, lb)
 }
 
@@ -826,6 +826,6 @@ func noCompensation(h *harness) {
 	if err := raw.Run(ctx, h.client(h.lock.Addr(), true), []string{k}, "orphan-token-of-a-lost-reply", 3000).Err(); err != nil {
 		h.t.Fatal(err)
 	}
-	h.nem.Span(KFault, -1, "acquire applied, reply lost, no clean-up", clock.Now(), clock.Now())
+	h.nem.Span(kindFault, -1, "acquire applied, reply lost, no clean-up", clock.Now(), clock.Now())
 	b.Cycle(ctx, k, time.Second, 5*time.Second, 1, 0)
 }

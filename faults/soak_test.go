@@ -41,7 +41,7 @@ func TestSoak(t *testing.T) {
 	if v := os.Getenv("DLOCK_SOAK_ROUNDS"); v != "" {
 		rounds, _ = strconv.Atoi(v)
 	}
-	loaded := func(p *Params) {
+	loaded := func(p *params) {
 		underLoad(p)
 		p.L2Bound = 3 * time.Second
 	}
@@ -64,7 +64,7 @@ func soakRound(h *harness) {
 	ctx := h.t.Context()
 	keys := []string{h.key("a"), h.key("b")}
 	var proxies []*redistest.Proxy
-	var nodes []*Node
+	var nodes []*node
 	for range 3 {
 		px := redistest.NewProxy(h.t, h.lock.Addr())
 		proxies = append(proxies, px)

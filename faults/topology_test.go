@@ -28,42 +28,42 @@ func TestTopologies(t *testing.T) {
 func topologyScenarios() []scenario {
 	return []scenario{
 		{topo: "sentinel", name: "failover unreplicated (canary)", rounds: 1, run: sentinelFailover(0),
-			must: []Inv{S1}, may: []Inv{S3},
+			must: []invariant{invS1}, may: []invariant{invS3},
 			note: "grant not replicated (replicas stopped), master SIGKILLed, replica promoted" + fenceNote},
 		{topo: "sentinel", name: "failover MinReplicas=1", rounds: 1, run: sentinelFailover(1),
 			note: "the same with Options.MinReplicas 1: the grant is refused instead"},
 		{topo: "sentinel", name: "zombie master (canary)", rounds: 1, run: sentinelZombie,
-			must: []Inv{S1}, may: []Inv{S3},
+			must: []invariant{invS1}, may: []invariant{invS3},
 			note: "master SIGSTOPped past down-after, failed over, resumed: a stale client still gets it"},
 		{topo: "cluster", name: "failover unreplicated (canary)", rounds: 1, run: clusterFailover,
-			must: []Inv{S1}, may: []Inv{S3},
+			must: []invariant{invS1}, may: []invariant{invS3},
 			note: "3+3 cluster: grant not replicated, the key's master SIGKILLed, its replica promoted" + fenceNote},
 		{topo: "redlock", name: "minority blackholed", rounds: 1, run: redlockMinority,
 			note: "3 nodes behind proxies, 4 workers; one node blackholed for 1s of 2s"},
 		{topo: "redlock", name: "rotating majorities", rounds: 1, run: redlockRotating,
 			note: "6 grants, each with a different node blackholed: fences must still increase"},
 		{topo: "redlock", name: "immediate restart (canary)", rounds: 2, run: redlockRestart(false),
-			must: []Inv{S1, S3}, mustAny: true,
+			must: []invariant{invS1, invS3}, mustAny: true,
 			note: "holder on {n0,n1}; n1 restarted without persistence at once; other client takes {n1,n2}"},
 		{topo: "redlock", name: "restart delayed by TTL", rounds: 1, run: redlockRestart(true),
 			note: "the same, n1 kept down for a TTL before restarting (the spec's rule)"},
 		{topo: "redlock", name: "clock jump (canary)", rounds: 2, run: redlockClockJump,
-			must: []Inv{S1, S3}, mustAny: true,
+			must: []invariant{invS1, invS3}, mustAny: true,
 			note: "holder on {n0,n1}; n1's TTLs shrunk (emulated forward clock step); other takes {n1,n2}"},
 	}
 }
 
 // failoverNode returns a recorded dlock Client over rdb.
-func (h *harness) topoNode(rdb redis.UniversalClient, opts dlock.Options) *Node {
+func (h *harness) topoNode(rdb redis.UniversalClient, opts dlock.Options) *node {
 	h.t.Cleanup(func() { _ = rdb.Close() })
 	return h.node(rdb, opts)
 }
 
 // lastErr returns the error text of the last failed operation of kind.
-func (h *harness) lastErr(kind Kind) string {
+func (h *harness) lastErr(kind opKind) string {
 	ev := h.hist.Events()
 	for i := len(ev) - 1; i >= 0; i-- {
-		if ev[i].Kind == kind && ev[i].Type != Invoke && ev[i].Type != OK {
+		if ev[i].Kind == kind && ev[i].Type != evInvoke && ev[i].Type != evOK {
 			return ev[i].Err
 		}
 	}
@@ -124,8 +124,8 @@ func sentinelFailover(minReplicas int) func(h *harness) {
 			h.t.Fatal("A could not acquire")
 		case minReplicas > 0 && lk != nil:
 			h.t.Error("MinReplicas: an unreplicated grant was handed out")
-		case minReplicas > 0 && !strings.Contains(h.lastErr(KTry), "replicas"):
-			h.t.Errorf("MinReplicas: the acquire failed with %q, want a replica acknowledgement error", h.lastErr(KTry))
+		case minReplicas > 0 && !strings.Contains(h.lastErr(kindTry), "replicas"):
+			h.t.Errorf("MinReplicas: the acquire failed with %q, want a replica acknowledgement error", h.lastErr(kindTry))
 		}
 		if lk != nil {
 			a.Write(ctx, lk)
@@ -142,7 +142,7 @@ func sentinelFailover(minReplicas int) func(h *harness) {
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		h.nem.Span(KFault, -1, "unreplicated grant, master SIGKILLed, failover", start, clock.Now())
+		h.nem.Span(kindFault, -1, "unreplicated grant, master SIGKILLed, failover", start, clock.Now())
 		lb := h.takeOver(b, k, 10*time.Second)
 		b.Write(ctx, lb)
 		if lk != nil {
@@ -158,7 +158,7 @@ func sentinelFailover(minReplicas int) func(h *harness) {
 }
 
 // takeOver makes w acquire k (TryLock, retried) within d.
-func (h *harness) takeOver(w *Worker, k string, d time.Duration) *dlock.Lock {
+func (h *harness) takeOver(w *worker, k string, d time.Duration) *dlock.Lock {
 	h.t.Helper()
 	ctx := h.t.Context()
 	for end := time.Now().Add(d); time.Now().Before(end); sleep(50 * time.Millisecond) {
@@ -205,7 +205,7 @@ func sentinelZombie(h *harness) {
 	if err := master.Resume(); err != nil {
 		h.t.Fatal(err)
 	}
-	h.nem.Span(KFault, -1, "master SIGSTOPped, failed over, resumed", start, clock.Now())
+	h.nem.Span(kindFault, -1, "master SIGSTOPped, failed over, resumed", start, clock.Now())
 	la := h.takeOver(a, k, 3*time.Second) // the zombie grants it
 	a.Write(ctx, la)
 	sleep(200 * time.Millisecond)
@@ -249,7 +249,7 @@ func clusterFailover(h *harness) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.nem.Span(KFault, -1, "unreplicated grant, master SIGKILLed, failover", start, clock.Now())
+	h.nem.Span(kindFault, -1, "unreplicated grant, master SIGKILLed, failover", start, clock.Now())
 	lb := h.takeOver(b, k, 10*time.Second)
 	b.Write(ctx, lb)
 	select {
@@ -279,7 +279,7 @@ func replicaOf(h *harness, nodes []*redistest.Server, master *redistest.Server) 
 
 // redlockSet is one process's view of the Redlock nodes.
 type redlockSet struct {
-	node  *Node
+	node  *node
 	proto *redlock.Protocol
 }
 
@@ -309,7 +309,7 @@ func (h *harness) redlockNodeOpts(addrs []string, ropts redlock.Options, setup f
 		closers = append(closers, c)
 	}
 	var p *redlock.Protocol
-	n, err := NewNodeWith(dlock.Options{}, clock, h.hist, func(o dlock.Options) (*dlock.Client, error) {
+	n, err := newNodeWith(dlock.Options{}, clock, h.hist, func(o dlock.Options) (*dlock.Client, error) {
 		c, proto, err := redlock.NewClient(nodes, ropts, o)
 		p = proto
 		return c, err
@@ -321,7 +321,7 @@ func (h *harness) redlockNodeOpts(addrs []string, ropts redlock.Options, setup f
 	return redlockSet{node: n, proto: p}
 }
 
-func (h *harness) redlockWorker(s redlockSet) *Worker {
+func (h *harness) redlockWorker(s redlockSet) *worker {
 	w := h.worker(s.node, true)
 	w.LockOpts = []dlock.LockOption{dlock.WithProtocol(s.proto)}
 	return w
@@ -399,7 +399,7 @@ func redlockRotating(h *harness) {
 // redlockSplit: A (through proxies) takes k on {n0, n1} while n2 is
 // blackholed for it. It returns A's worker, its lock, B's worker (direct
 // clients) and the servers.
-func redlockSplit(h *harness, ttl time.Duration) (*Worker, *dlock.Lock, *Worker, []*redistest.Server) {
+func redlockSplit(h *harness, ttl time.Duration) (*worker, *dlock.Lock, *worker, []*redistest.Server) {
 	h.t.Helper()
 	ctx := h.t.Context()
 	srvs, addrs := startNodes(h, 3)
@@ -459,7 +459,7 @@ func redlockRestart(delayed bool) func(h *harness) {
 		}
 		lb := h.takeOver(b, k, 5*time.Second)
 		b.Write(ctx, lb)
-		if Valid(lk) {
+		if valid(lk) {
 			a.Write(ctx, lk)
 		}
 		select {
@@ -487,7 +487,7 @@ func redlockClockJump(h *harness) {
 	})
 	lb := h.takeOver(b, k, 5*time.Second)
 	b.Write(ctx, lb)
-	if Valid(lk) {
+	if valid(lk) {
 		a.Write(ctx, lk)
 	}
 	select {

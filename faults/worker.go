@@ -16,16 +16,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ResKey returns the key of the protected resource written under lock key
+// resKey returns the key of the protected resource written under lock key
 // (on the resource's own Redis server).
-func ResKey(key string) string { return "res:" + key }
+func resKey(key string) string { return "res:" + key }
 
-// Node is one dlock Client as the suite drives it: its Renew hook records
+// node is one dlock Client as the suite drives it: its Renew hook records
 // every watchdog renewal of the locks its workers hold.
-type Node struct {
+type node struct {
 	Locks *dlock.Client
-	Clock *Clock
-	Rec   Recorder
+	Clock *timeBase
+	Rec   recorder
 
 	closers []io.Closer
 	mu      sync.Mutex
@@ -40,71 +40,73 @@ type heldKey struct {
 
 // holding is one grant a worker holds.
 type holding struct {
-	w     *Worker
+	w     *worker
 	lk    *dlock.Lock
 	ttl   time.Duration
 	owner string   // the grant's identity in the history
 	keys  []string // the keys it holds (several for LockMulti)
-	spec  Spec
+	spec  grantSpec
 	last  int64 // the last deadline recorded (n.mu)
 	lost  bool  // a failed renewal was recorded (n.mu)
 }
 
-// Spec is the kind of grant an acquire asks for, with the options that
+// grantSpec is the kind of grant an acquire asks for, with the options that
 // ask for it; it is recorded on the grant for the checker.
-type Spec struct {
-	Mode    string // ModeExclusive, ModeShared or ModeSemaphore
+type grantSpec struct {
+	Mode    string // modeExclusive, modeShared or modeSemaphore
 	Owner   string // a reentrant owner ("": not reentrant)
 	Limit   int    // a semaphore's limit
 	Permits int    // a semaphore grant's permits (default 1)
 	Opts    []dlock.LockOption
 }
 
-// Exclusive is a plain lock.
-func Exclusive() Spec { return Spec{} }
+// exclusiveSpec is a plain lock.
+func exclusiveSpec() grantSpec { return grantSpec{} }
 
-// SharedSpec is a read lock (dlock.Shared).
-func SharedSpec() Spec { return Spec{Mode: ModeShared, Opts: []dlock.LockOption{dlock.Shared()}} }
+// sharedSpec is a read lock (dlock.Shared).
+func sharedSpec() grantSpec {
+	return grantSpec{Mode: modeShared, Opts: []dlock.LockOption{dlock.Shared()}}
+}
 
-// SemSpec is permits of a semaphore of limit (dlock.Semaphore).
-func SemSpec(limit, permits int) Spec {
-	return Spec{Mode: ModeSemaphore, Limit: limit, Permits: permits,
+// semSpec is permits of a semaphore of limit (dlock.Semaphore).
+func semSpec(limit, permits int) grantSpec {
+	return grantSpec{Mode: modeSemaphore, Limit: limit, Permits: permits,
 		Opts: []dlock.LockOption{dlock.Semaphore(limit), dlock.Permits(permits)}}
 }
 
-// ReentrantSpec is a reentrant handle of owner (dlock.Reentrant).
-func ReentrantSpec(owner string) Spec {
-	return Spec{Owner: owner, Opts: []dlock.LockOption{dlock.Reentrant(owner)}}
+// reentrantSpec is a reentrant handle of owner (dlock.Reentrant).
+func reentrantSpec(owner string) grantSpec {
+	return grantSpec{Owner: owner, Opts: []dlock.LockOption{dlock.Reentrant(owner)}}
 }
 
 // group is how the history names a reentrant hold: namespaced, so that an
 // owner id equal to another grant's token is still another group.
-func (s Spec) group() string {
+func (s grantSpec) group() string {
 	if s.Owner == "" {
 		return ""
 	}
 	return "reentrant:" + s.Owner
 }
 
-func (s Spec) event(e Event) Event {
+func (s grantSpec) event(e event) event {
 	e.Mode, e.Group, e.Limit = s.Mode, s.group(), s.Limit
-	if s.Mode == ModeSemaphore {
+	if s.Mode == modeSemaphore {
 		e.Permits = max(s.Permits, 1)
 	}
 	return e
 }
 
-// NewNode makes a dlock Client over rdb whose renewals are recorded. The
-// Node owns rdb: Close closes both.
-func NewNode(rdb redis.UniversalClient, opts dlock.Options, clock *Clock, rec Recorder) (*Node, error) {
-	return NewNodeWith(opts, clock, rec, func(o dlock.Options) (*dlock.Client, error) { return dlock.New(rdb, o) }, rdb)
+// newNode makes a dlock Client over rdb whose renewals are recorded. The
+// node owns rdb: Close closes both.
+func newNode(rdb redis.UniversalClient, opts dlock.Options, clock *timeBase, rec recorder) (*node, error) {
+	return newNodeWith(opts, clock, rec, func(o dlock.Options) (*dlock.Client, error) { return dlock.New(rdb, o) }, rdb)
 }
 
-// NewNodeWith makes a Node whose Client mk builds from opts (with the
+// newNodeWith makes a node whose Client mk builds from opts (with the
 // recording hook added), for Clients built another way (redlock.NewClient).
 // Close closes the Client, then closers.
-func NewNodeWith(opts dlock.Options, clock *Clock, rec Recorder, mk func(dlock.Options) (*dlock.Client, error), closers ...io.Closer) (*Node, error) {
-	n := &Node{Clock: clock, Rec: rec, closers: closers, held: map[heldKey][]*holding{}, byLock: map[*dlock.Lock]*holding{}}
+func newNodeWith(opts dlock.Options, clock *timeBase, rec recorder, mk func(dlock.Options) (*dlock.Client, error), closers ...io.Closer) (*node, error) {
+	n := &node{Clock: clock, Rec: rec, closers: closers, held: map[heldKey][]*holding{}, byLock: map[*dlock.Lock]*holding{}}
 	opts.Hooks.Renew = n.onRenew
 	c, err := mk(opts)
 	if err != nil {
@@ -115,8 +117,8 @@ func NewNodeWith(opts dlock.Options, clock *Clock, rec Recorder, mk func(dlock.O
 }
 
 // Close closes the dlock Client (releasing what it holds) and what the
-// Node owns.
-func (n *Node) Close() error {
+// node owns.
+func (n *node) Close() error {
 	errs := []error{n.Locks.Close()}
 	for _, c := range n.closers {
 		errs = append(errs, c.Close())
@@ -125,12 +127,12 @@ func (n *Node) Close() error {
 }
 
 // drift is the Client's drift allowance for ttl (see dlock.Options).
-func (n *Node) drift(ttl time.Duration) time.Duration {
+func (n *node) drift(ttl time.Duration) time.Duration {
 	o := n.Locks.Options()
 	return time.Duration(float64(ttl)*o.DriftFactor) + o.MinDrift
 }
 
-func (n *Node) add(h *holding) {
+func (n *node) add(h *holding) {
 	k := heldKey{h.keys[0], h.lk.FenceOf(h.keys[0])}
 	n.mu.Lock()
 	n.held[k] = append(n.held[k], h)
@@ -138,7 +140,7 @@ func (n *Node) add(h *holding) {
 	n.mu.Unlock()
 }
 
-func (n *Node) remove(h *holding) {
+func (n *node) remove(h *holding) {
 	k := heldKey{h.keys[0], h.lk.FenceOf(h.keys[0])}
 	n.mu.Lock()
 	n.held[k] = slices.DeleteFunc(n.held[k], func(x *holding) bool { return x == h })
@@ -150,7 +152,7 @@ func (n *Node) remove(h *holding) {
 }
 
 // holdingOf returns what the history knows of lk (nil: not recorded).
-func (n *Node) holdingOf(lk *dlock.Lock) *holding {
+func (n *node) holdingOf(lk *dlock.Lock) *holding {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.byLock[lk]
@@ -163,13 +165,13 @@ func (n *Node) holdingOf(lk *dlock.Lock) *holding {
 // is not recorded. The hook names a key and a fence; the handles of one
 // reentrant hold share them, so the handle renewed is the one whose
 // deadline moved (or which was lost).
-func (n *Node) onRenew(info dlock.RenewInfo) {
+func (n *node) onRenew(info dlock.RenewInfo) {
 	now := n.Clock.Now()
-	var evs []Event
+	var evs []event
 	n.mu.Lock()
 	hs := n.held[heldKey{info.Key, info.Fence}]
 	for _, h := range hs {
-		base := Event{ID: 0, Proc: h.w.Proc, T: now, Kind: KRenew, Owner: h.owner,
+		base := event{ID: 0, Proc: h.w.Proc, T: now, Kind: kindRenew, Owner: h.owner,
 			TTL: int64(h.ttl), Drift: int64(n.drift(h.ttl))}
 		switch {
 		case info.Err == nil:
@@ -178,7 +180,7 @@ func (n *Node) onRenew(info dlock.RenewInfo) {
 				continue
 			}
 			h.last = max(h.last, dl)
-			base.Type = OK
+			base.Type = evOK
 			base.Deadline = dl
 			base.Sent = dl - int64(h.ttl-n.drift(h.ttl))
 			base.Call = base.Sent
@@ -187,7 +189,7 @@ func (n *Node) onRenew(info dlock.RenewInfo) {
 				continue // (legacy: may be the documented false alarm)
 			}
 			h.lost = true
-			base.Type, base.Call, base.Err = Fail, now, info.Err.Error()
+			base.Type, base.Call, base.Err = evFail, now, info.Err.Error()
 		default:
 			continue
 		}
@@ -203,11 +205,11 @@ func (n *Node) onRenew(info dlock.RenewInfo) {
 	}
 }
 
-// Worker is one logical client of a history: it takes locks through its
-// Node and writes to the protected resource, recording every step.
-type Worker struct {
+// worker is one logical client of a history: it takes locks through its
+// node and writes to the protected resource, recording every step.
+type worker struct {
 	Proc   int
-	Node   *Node
+	Node   *node
 	Res    redis.UniversalClient // the resource's server; nil: no resource
 	Fenced bool                  // write with dlock.FencedSet (else a plain SET)
 	// BeforeWrite, if set, runs after the validity check and before write
@@ -223,24 +225,24 @@ type Worker struct {
 	seq atomic.Uint64
 }
 
-func (w *Worker) id() uint64 { return uint64(w.Proc+1)<<40 | w.seq.Add(1) }
+func (w *worker) id() uint64 { return uint64(w.Proc+1)<<40 | w.seq.Add(1) }
 
-func (w *Worker) rec(e Event) {
+func (w *worker) rec(e event) {
 	e.Proc = w.Proc
 	w.Node.Rec.Record(e)
 }
 
-func (w *Worker) now() int64 { return w.Node.Clock.Now() }
+func (w *worker) now() int64 { return w.Node.Clock.Now() }
 
 // Acquire takes key with Lock (wait) or TryLock, for ttl, and records it.
 // On success it also records the lock's loss, if it is lost, when the
 // library signals it. It returns nil if not acquired.
-func (w *Worker) Acquire(ctx context.Context, key string, ttl time.Duration, wait bool, opts ...dlock.LockOption) *dlock.Lock {
-	return w.AcquireSpec(ctx, key, ttl, wait, Spec{}, opts...)
+func (w *worker) Acquire(ctx context.Context, key string, ttl time.Duration, wait bool, opts ...dlock.LockOption) *dlock.Lock {
+	return w.AcquireSpec(ctx, key, ttl, wait, grantSpec{}, opts...)
 }
 
 // AcquireSpec is Acquire of the kind of grant spec describes.
-func (w *Worker) AcquireSpec(ctx context.Context, key string, ttl time.Duration, wait bool, spec Spec, opts ...dlock.LockOption) *dlock.Lock {
+func (w *worker) AcquireSpec(ctx context.Context, key string, ttl time.Duration, wait bool, spec grantSpec, opts ...dlock.LockOption) *dlock.Lock {
 	opts = append(append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), spec.Opts...), opts...)
 	return w.acquire(ctx, []string{key}, ttl, wait, spec, func() (*dlock.Lock, error) {
 		if wait {
@@ -252,9 +254,9 @@ func (w *Worker) AcquireSpec(ctx context.Context, key string, ttl time.Duration,
 
 // AcquireMulti takes every key of keys (LockMulti or TryLockMulti) and
 // records one grant per key.
-func (w *Worker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, wait bool, opts ...dlock.LockOption) *dlock.Lock {
+func (w *worker) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, wait bool, opts ...dlock.LockOption) *dlock.Lock {
 	opts = append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), opts...)
-	return w.acquire(ctx, keys, ttl, wait, Spec{}, func() (*dlock.Lock, error) {
+	return w.acquire(ctx, keys, ttl, wait, grantSpec{}, func() (*dlock.Lock, error) {
 		if wait {
 			return w.Node.Locks.LockMulti(ctx, keys, opts...)
 		}
@@ -262,10 +264,10 @@ func (w *Worker) AcquireMulti(ctx context.Context, keys []string, ttl time.Durat
 	})
 }
 
-func (w *Worker) acquire(ctx context.Context, keys []string, ttl time.Duration, wait bool, spec Spec, do func() (*dlock.Lock, error)) *dlock.Lock {
-	kind := KTry
+func (w *worker) acquire(ctx context.Context, keys []string, ttl time.Duration, wait bool, spec grantSpec, do func() (*dlock.Lock, error)) *dlock.Lock {
+	kind := kindTry
 	if wait {
-		kind = KLock
+		kind = kindLock
 	}
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	var ctxDeadline int64
@@ -276,19 +278,19 @@ func (w *Worker) acquire(ctx context.Context, keys []string, ttl time.Duration, 
 	t := w.now()
 	for _, k := range keys {
 		ids[k] = w.id()
-		w.rec(spec.event(Event{Type: Invoke, ID: ids[k], T: t, Kind: kind, Key: k, Deadline: ctxDeadline, TTL: int64(ttl)}))
+		w.rec(spec.event(event{Type: evInvoke, ID: ids[k], T: t, Kind: kind, Key: k, Deadline: ctxDeadline, TTL: int64(ttl)}))
 	}
 	lk, err := do()
 	now := w.now()
 	if err != nil {
-		typ := Fail
+		typ := evFail
 		if errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrContextDone) {
 			// It may have been applied (a lost reply; the library then
 			// deletes it in the background).
-			typ = Info
+			typ = evInfo
 		}
 		for _, k := range keys {
-			w.rec(Event{Type: typ, ID: ids[k], T: now, Kind: kind, Key: k, Err: errText(err)})
+			w.rec(event{Type: typ, ID: ids[k], T: now, Kind: kind, Key: k, Err: errText(err)})
 		}
 		return nil
 	}
@@ -307,9 +309,9 @@ func (w *Worker) acquire(ctx context.Context, keys []string, ttl time.Duration, 
 		id, ok := ids[k]
 		if !ok { // a key the library names differently: record it anyway
 			id = w.id()
-			w.rec(spec.event(Event{Type: Invoke, ID: id, T: t, Kind: kind, Key: k, Deadline: ctxDeadline, TTL: int64(ttl)}))
+			w.rec(spec.event(event{Type: evInvoke, ID: id, T: t, Kind: kind, Key: k, Deadline: ctxDeadline, TTL: int64(ttl)}))
 		}
-		w.rec(spec.event(Event{Type: OK, ID: id, T: now, Kind: kind, Key: k, Fence: lk.FenceOf(k), Owner: owner,
+		w.rec(spec.event(event{Type: evOK, ID: id, T: now, Kind: kind, Key: k, Fence: lk.FenceOf(k), Owner: owner,
 			Deadline: deadline, Sent: deadline - int64(ttl-drift), TTL: int64(ttl), Drift: int64(drift)}))
 	}
 	w.Node.add(h)
@@ -318,7 +320,7 @@ func (w *Worker) acquire(ctx context.Context, keys []string, ttl time.Duration, 
 		if err := lk.Err(); errors.Is(err, dlock.ErrLost) {
 			t, dl := w.now(), w.Node.Clock.At(lk.Deadline())
 			for _, k := range h.keys {
-				w.rec(Event{Type: OK, ID: w.id(), T: t, Kind: KLost, Key: k, Fence: lk.FenceOf(k),
+				w.rec(event{Type: evOK, ID: w.id(), T: t, Kind: kindLost, Key: k, Fence: lk.FenceOf(k),
 					Owner: owner, Deadline: dl, Err: errText(err)})
 			}
 		}
@@ -326,9 +328,9 @@ func (w *Worker) acquire(ctx context.Context, keys []string, ttl time.Duration, 
 	return lk
 }
 
-// Valid reports whether lk may still be acted on: not lost, and before its
+// valid reports whether lk may still be acted on: not lost, and before its
 // deadline. A careful holder checks it before every write.
-func Valid(lk *dlock.Lock) bool {
+func valid(lk *dlock.Lock) bool {
 	return lk.Err() == nil && time.Now().Before(lk.Deadline())
 }
 
@@ -336,9 +338,9 @@ func Valid(lk *dlock.Lock) bool {
 // checking the lock is still valid; it stops at the first invalid check.
 // A reader reads the resource instead, a semaphore holder only holds; a
 // multi-key holder writes every key's resource.
-func (w *Worker) Work(ctx context.Context, lk *dlock.Lock, writes int, hold time.Duration) {
+func (w *worker) Work(ctx context.Context, lk *dlock.Lock, writes int, hold time.Duration) {
 	for i := range writes {
-		if !Valid(lk) || ctx.Err() != nil {
+		if !valid(lk) || ctx.Err() != nil {
 			return
 		}
 		if w.BeforeWrite != nil {
@@ -355,13 +357,13 @@ func (w *Worker) Work(ctx context.Context, lk *dlock.Lock, writes int, hold time
 	}
 }
 
-// ResourceValue is what a write stores: its fence and owner.
-func ResourceValue(fence uint64, owner string) string {
+// resourceValue is what a write stores: its fence and owner.
+func resourceValue(fence uint64, owner string) string {
 	return strconv.FormatUint(fence, 10) + " " + owner
 }
 
-// ParseResourceValue undoes ResourceValue ("" gives 0, "").
-func ParseResourceValue(v string) (uint64, string) {
+// parseResourceValue undoes resourceValue ("" gives 0, "").
+func parseResourceValue(v string) (uint64, string) {
 	f, o, _ := strings.Cut(v, " ")
 	n, _ := strconv.ParseUint(f, 10, 64)
 	return n, o
@@ -372,12 +374,12 @@ func ParseResourceValue(v string) (uint64, string) {
 // SET (a resource that trusts the lock). A refused stale write is a Fail,
 // an error an Info. A reader reads instead; a semaphore permit does
 // nothing (its holders share no register).
-func (w *Worker) Write(ctx context.Context, lk *dlock.Lock) {
+func (w *worker) Write(ctx context.Context, lk *dlock.Lock) {
 	if w.Res == nil {
 		return
 	}
 	h := w.Node.holdingOf(lk)
-	keys, owner, spec := []string{lk.Key()}, lk.Token(), Spec{}
+	keys, owner, spec := []string{lk.Key()}, lk.Token(), grantSpec{}
 	if h != nil {
 		keys, owner, spec = h.keys, h.owner, h.spec
 		if g := spec.group(); g != "" {
@@ -386,9 +388,9 @@ func (w *Worker) Write(ctx context.Context, lk *dlock.Lock) {
 	}
 	for _, key := range keys {
 		switch spec.Mode {
-		case ModeSemaphore:
+		case modeSemaphore:
 			continue
-		case ModeShared:
+		case modeShared:
 			readResource(ctx, w.Res, key, w.Node.Clock, w.Node.Rec, w.Proc, uint64(1)<<61|w.id())
 			continue
 		}
@@ -396,27 +398,27 @@ func (w *Worker) Write(ctx context.Context, lk *dlock.Lock) {
 	}
 }
 
-func (w *Worker) writeKey(ctx context.Context, key string, fence uint64, owner string) {
+func (w *worker) writeKey(ctx context.Context, key string, fence uint64, owner string) {
 	id := w.id()
-	w.rec(Event{Type: Invoke, ID: id, T: w.now(), Kind: KWrite, Key: key, Fence: fence, Owner: owner})
+	w.rec(event{Type: evInvoke, ID: id, T: w.now(), Kind: kindWrite, Key: key, Fence: fence, Owner: owner})
 	var err error
 	if w.Fenced {
-		err = dlock.FencedSet(ctx, w.Res, ResKey(key), fence, owner, ResourceValue(fence, owner))
+		err = dlock.FencedSet(ctx, w.Res, resKey(key), fence, owner, resourceValue(fence, owner))
 	} else {
-		err = w.Res.Set(ctx, ResKey(key), ResourceValue(fence, owner), 0).Err()
+		err = w.Res.Set(ctx, resKey(key), resourceValue(fence, owner), 0).Err()
 	}
-	e := Event{Type: OK, ID: id, T: w.now(), Kind: KWrite, Key: key}
+	e := event{Type: evOK, ID: id, T: w.now(), Kind: kindWrite, Key: key}
 	switch {
 	case errors.Is(err, dlock.ErrStaleFence):
-		e.Type, e.Err = Fail, "stale"
+		e.Type, e.Err = evFail, "stale"
 	case err != nil:
-		e.Type, e.Err = Info, errText(err)
+		e.Type, e.Err = evInfo, errText(err)
 	}
 	w.rec(e)
 }
 
 // Release unlocks lk and records it (once per key).
-func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
+func (w *worker) Release(ctx context.Context, lk *dlock.Lock) error {
 	h := w.Node.holdingOf(lk)
 	keys, owner := []string{lk.Key()}, lk.Token()
 	var drift int64 // the holder's: a loss it reports comes at its deadline, minExp less it
@@ -427,7 +429,7 @@ func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 	t, dl := w.now(), w.Node.Clock.At(lk.Deadline())
 	for i, k := range keys {
 		ids[i] = w.id()
-		w.rec(Event{Type: Invoke, ID: ids[i], T: t, Kind: KUnlock, Key: k, Fence: lk.FenceOf(k), Owner: owner,
+		w.rec(event{Type: evInvoke, ID: ids[i], T: t, Kind: kindUnlock, Key: k, Fence: lk.FenceOf(k), Owner: owner,
 			Deadline: dl, Drift: drift})
 	}
 	err := lk.Unlock(ctx)
@@ -439,14 +441,14 @@ func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 	}
 	now := w.now()
 	for i, k := range keys {
-		e := Event{Type: OK, ID: ids[i], T: now, Kind: KUnlock, Key: k}
+		e := event{Type: evOK, ID: ids[i], T: now, Kind: kindUnlock, Key: k}
 		switch {
 		case errors.Is(err, dlock.ErrNotHeld) && !w.Unique:
-			e.Type, e.Err = Fail, errText(err)
+			e.Type, e.Err = evFail, errText(err)
 		case err != nil:
 			// (legacy: a loss reported at release may be the protocol's
 			// documented false alarm, after a renewal whose reply was lost)
-			e.Type, e.Err = Info, errText(err)
+			e.Type, e.Err = evInfo, errText(err)
 		}
 		w.rec(e)
 	}
@@ -459,25 +461,25 @@ func (w *Worker) Release(ctx context.Context, lk *dlock.Lock) error {
 // Cycle is one round of a worker: acquire key (waiting at most wait; 0:
 // TryLock), make writes under it, release it. It reports whether it held
 // the lock.
-func (w *Worker) Cycle(ctx context.Context, key string, ttl, wait time.Duration, writes int, hold time.Duration) bool {
-	return w.CycleSpec(ctx, key, Spec{}, ttl, wait, writes, hold)
+func (w *worker) Cycle(ctx context.Context, key string, ttl, wait time.Duration, writes int, hold time.Duration) bool {
+	return w.CycleSpec(ctx, key, grantSpec{}, ttl, wait, writes, hold)
 }
 
 // CycleSpec is Cycle for the kind of grant spec describes.
-func (w *Worker) CycleSpec(ctx context.Context, key string, spec Spec, ttl, wait time.Duration, writes int, hold time.Duration) bool {
+func (w *worker) CycleSpec(ctx context.Context, key string, spec grantSpec, ttl, wait time.Duration, writes int, hold time.Duration) bool {
 	return w.cycle(ctx, wait, writes, hold, func(actx context.Context) *dlock.Lock {
 		return w.AcquireSpec(actx, key, ttl, wait > 0, spec)
 	})
 }
 
 // CycleMulti is Cycle of a multi-key lock on keys.
-func (w *Worker) CycleMulti(ctx context.Context, keys []string, ttl, wait time.Duration, writes int, hold time.Duration) bool {
+func (w *worker) CycleMulti(ctx context.Context, keys []string, ttl, wait time.Duration, writes int, hold time.Duration) bool {
 	return w.cycle(ctx, wait, writes, hold, func(actx context.Context) *dlock.Lock {
 		return w.AcquireMulti(actx, keys, ttl, wait > 0)
 	})
 }
 
-func (w *Worker) cycle(ctx context.Context, wait time.Duration, writes int, hold time.Duration, acquire func(context.Context) *dlock.Lock) bool {
+func (w *worker) cycle(ctx context.Context, wait time.Duration, writes int, hold time.Duration, acquire func(context.Context) *dlock.Lock) bool {
 	timeout := wait
 	if wait <= 0 {
 		timeout = 2 * time.Second
@@ -495,54 +497,54 @@ func (w *Worker) cycle(ctx context.Context, wait time.Duration, writes int, hold
 	return true
 }
 
-// ReadResource reads the resource of key and records the read (proc is
+// readResourceSeq reads the resource of key and records the read (proc is
 // the reader's, ids come from seq).
-func ReadResource(ctx context.Context, res redis.UniversalClient, key string, clock *Clock, rec Recorder, proc int, seq *atomic.Uint64) {
+func readResourceSeq(ctx context.Context, res redis.UniversalClient, key string, clock *timeBase, rec recorder, proc int, seq *atomic.Uint64) {
 	readResource(ctx, res, key, clock, rec, proc, uint64(1)<<62|seq.Add(1))
 }
 
-func readResource(ctx context.Context, res redis.UniversalClient, key string, clock *Clock, rec Recorder, proc int, id uint64) {
-	rec.Record(Event{Type: Invoke, ID: id, Proc: proc, T: clock.Now(), Kind: KRead, Key: key})
-	v, err := res.Get(ctx, ResKey(key)).Result()
-	e := Event{Type: OK, ID: id, Proc: proc, T: clock.Now(), Kind: KRead, Key: key}
+func readResource(ctx context.Context, res redis.UniversalClient, key string, clock *timeBase, rec recorder, proc int, id uint64) {
+	rec.Record(event{Type: evInvoke, ID: id, Proc: proc, T: clock.Now(), Kind: kindRead, Key: key})
+	v, err := res.Get(ctx, resKey(key)).Result()
+	e := event{Type: evOK, ID: id, Proc: proc, T: clock.Now(), Kind: kindRead, Key: key}
 	switch {
 	case errors.Is(err, redis.Nil):
 	case err != nil:
-		e.Type, e.Err = Info, errText(err)
+		e.Type, e.Err = evInfo, errText(err)
 	default:
-		e.Fence, e.Owner = ParseResourceValue(v)
+		e.Fence, e.Owner = parseResourceValue(v)
 	}
 	rec.Record(e)
 }
 
-// Nemesis records the faults it injects, as operations of process -1.
-type Nemesis struct {
-	Clock *Clock
-	Rec   Recorder
+// nemesis records the faults it injects, as operations of process -1.
+type nemesis struct {
+	Clock *timeBase
+	Rec   recorder
 	seq   atomic.Uint64
 }
 
-// Span records a fault of kind (KFault, KPause) on proc from start to end.
-func (n *Nemesis) Span(kind Kind, proc int, note string, start, end int64) {
-	n.Rec.Record(Event{Type: OK, ID: 1<<63 | n.seq.Add(1), Proc: proc, T: end, Call: start, Kind: kind, Note: note})
+// Span records a fault of kind (kindFault, kindPause) on proc from start to end.
+func (n *nemesis) Span(kind opKind, proc int, note string, start, end int64) {
+	n.Rec.Record(event{Type: evOK, ID: 1<<63 | n.seq.Add(1), Proc: proc, T: end, Call: start, Kind: kind, Note: note})
 }
 
 // KeySpan records a fault that concerns one key (a command on it, a pause
 // of a step of its lock) from start to end.
-func (n *Nemesis) KeySpan(key, note string, start, end int64) {
-	n.Rec.Record(Event{Type: OK, ID: 1<<63 | n.seq.Add(1), Proc: -1, T: end, Call: start, Kind: KFault, Key: key, Note: note})
+func (n *nemesis) KeySpan(key, note string, start, end int64) {
+	n.Rec.Record(event{Type: evOK, ID: 1<<63 | n.seq.Add(1), Proc: -1, T: end, Call: start, Kind: kindFault, Key: key, Note: note})
 }
 
 // Crash records that proc was killed at t.
-func (n *Nemesis) Crash(proc int, t int64, note string) {
-	n.Rec.Record(Event{Type: OK, ID: 1<<63 | n.seq.Add(1), Proc: proc, T: t, Call: t, Kind: KCrash, Note: note})
+func (n *nemesis) Crash(proc int, t int64, note string) {
+	n.Rec.Record(event{Type: evOK, ID: 1<<63 | n.seq.Add(1), Proc: proc, T: t, Call: t, Kind: kindCrash, Note: note})
 }
 
 // Do runs fn as the fault note and records its span.
-func (n *Nemesis) Do(note string, fn func()) {
+func (n *nemesis) Do(note string, fn func()) {
 	start := n.Clock.Now()
 	fn()
-	n.Span(KFault, -1, note, start, n.Clock.Now())
+	n.Span(kindFault, -1, note, start, n.Clock.Now())
 }
 
 // errText is an error's text, cut to 200 bytes for the history.
