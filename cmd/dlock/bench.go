@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/signal"
 	"slices"
 	"strings"
@@ -125,7 +124,7 @@ func (a *app) cmdBench(args []string) int {
 			}, nil
 		},
 	}
-	tty := !asJSON && isTerminal(os.Stdout)
+	tty := !asJSON && isTerminal(a.stdout)
 	if tty && duration.d > 2*time.Second {
 		cfg.Progress = func(el time.Duration, n int64) {
 			fmt.Fprintf(a.stdout, "\r\033[K  %4.1fs / %v  %d critical sections", el.Seconds(), duration.d, n)
@@ -197,8 +196,8 @@ func (a *app) printBench(e *endpoint, version string, ttl time.Duration, r bench
 	}
 	fmt.Fprintf(w, "  critical sections   %d  (%.0f/s)\n", r.Sections, r.PerSecond())
 	fmt.Fprintf(w, "  hand-off p50 / p99  %s / %s  (release → next holder's Lock returns; %d samples)\n",
-		fmtDur(r.Handoff.P50), fmtDur(r.Handoff.P99), r.Handoff.N)
-	fmt.Fprintf(w, "  acquire  p50 / p99  %s / %s  (Lock call → return, waiting included)\n", fmtDur(r.Acquire.P50), fmtDur(r.Acquire.P99))
+		benchkit.FormatDuration(r.Handoff.P50), benchkit.FormatDuration(r.Handoff.P99), r.Handoff.N)
+	fmt.Fprintf(w, "  acquire  p50 / p99  %s / %s  (Lock call → return, waiting included)\n", benchkit.FormatDuration(r.Acquire.P50), benchkit.FormatDuration(r.Acquire.P99))
 	if cps := r.CommandsPerSection(); cps >= 0 {
 		fmt.Fprintf(w, "  commands / section  %.2f  (%s; INFO commandstats, server-wide)\n", cps, topCommands(r, 6))
 	} else {
@@ -207,7 +206,7 @@ func (a *app) printBench(e *endpoint, version string, ttl time.Duration, r bench
 	lo, hi := r.Fairness()
 	fmt.Fprintf(w, "  fairness            min %d / max %d critical sections per client\n", lo, hi)
 	fmt.Fprintf(w, "  overlaps            %d\n", r.Overlaps)
-	fmt.Fprintf(w, "  PING RTT p50        %s during the run, %s idle\n", fmtDur(r.Ping.P50), fmtDur(r.PingIdle.P50))
+	fmt.Fprintf(w, "  PING RTT p50        %s during the run, %s idle\n", benchkit.FormatDuration(r.Ping.P50), benchkit.FormatDuration(r.PingIdle.P50))
 	if r.AcquireErrors+r.ReleaseErrors > 0 {
 		fmt.Fprintf(w, "  errors              %d acquire, %d release\n", r.AcquireErrors, r.ReleaseErrors)
 	}

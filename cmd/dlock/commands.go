@@ -53,7 +53,6 @@ func init() {
 		{name: "version", hidden: true, run: (*app).cmdVersion},
 		{name: guardCommand, hidden: true, run: (*app).cmdGuard},
 		{name: workerCommand, hidden: true, run: (*app).cmdWorker},
-		{name: electionWorkerCommand, hidden: true, run: (*app).cmdElectionWorker},
 	}
 }
 

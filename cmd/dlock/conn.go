@@ -474,3 +474,14 @@ func urlSecrets(raw string) []string {
 	}
 	return out
 }
+
+// args returns the --tls-* flags that give o to another dlock.
+func (o tlsOpts) args() []string {
+	var args []string
+	for _, f := range []struct{ name, v string }{{"tls-ca", o.ca}, {"tls-cert", o.cert}, {"tls-key", o.key}, {"tls-server-name", o.serverName}} {
+		if f.v != "" {
+			args = append(args, "--"+f.name, f.v)
+		}
+	}
+	return args
+}

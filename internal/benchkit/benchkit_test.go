@@ -309,3 +309,21 @@ func TestServerCounters(t *testing.T) {
 		t.Fatalf("server CPU %v then %v", cpu0, cpu1)
 	}
 }
+
+func TestFormatDuration(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{12345 * time.Millisecond, "12.3s"},
+		{1234 * time.Millisecond, "1.23s"},
+		{45600 * time.Microsecond, "46ms"},
+		{1500 * time.Microsecond, "1.5ms"},
+		{789 * time.Microsecond, "789µs"},
+		{0, "0µs"},
+	} {
+		if got := benchkit.FormatDuration(c.d); got != c.want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,9 @@
 package benchkit
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Report is a Result in plain units, for JSON: durations in milliseconds
 // or seconds as the field names say. Values that were not measured are
@@ -71,3 +74,19 @@ func (r Result) Report() Report {
 
 // MS converts d to milliseconds.
 func MS(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// FormatDuration formats a duration with 3 significant digits (1.23s,
+// 45.6ms, 789µs).
+func FormatDuration(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0fms", MS(d))
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1fms", MS(d))
+	}
+	return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+}

@@ -1,94 +1,90 @@
-package main
+package demo
 
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
 )
 
-// A demo worker is this program started again by `dlock demo` with the
-// hidden subcommand __demo-worker: a separate process, like a separate
-// application server, with its own connections and its own dlock Client.
-// It connects, prints "ready", waits for "go" on stdin, runs its buyers,
-// and prints one JSON demoResult line.
+// A worker is a separate process, like a separate application server, with
+// its own connections and its own dlock Client. It connects, prints
+// "ready", waits for "go" on stdin, runs its buyers, and prints one JSON
+// result line. An election worker prints its events instead (see
+// electionWorker).
 
-// saleScript is the atomic mode of the flash sale: check and decrement in
-// one step inside Redis.
-var saleScript = redis.NewScript(`
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n <= 0 then return 0 end
-redis.call('SET', KEYS[1], n - 1)
-return 1`)
+var (
+	//go:embed scripts/sale.lua
+	saleLua string
+	//go:embed scripts/limit.lua
+	limitLua string
 
-// limitScript is the atomic mode of the rate limit: count the request if
-// the IP is below the limit (ARGV[1]) in a window of ARGV[2] seconds.
-var limitScript = redis.NewScript(`
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n >= tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], n + 1, 'EX', ARGV[2])
-return 1`)
+	// saleScript is the atomic mode of the flash sale.
+	saleScript = redis.NewScript(saleLua)
+	// limitScript is the atomic mode of the rate limit.
+	limitScript = redis.NewScript(limitLua)
+)
 
-func (a *app) cmdWorker(args []string) int {
-	var specJSON string
-	fs := newFlagSet(workerCommand)
-	fs.StringVar(&specJSON, "spec", "", "")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+// ErrAbandoned is the error of Work when the demo that started the worker
+// went away before telling it to go.
+var ErrAbandoned = errors.New("demo worker: the demo went away")
+
+// Work is the part of one worker process: specJSON is what Env.Command was
+// given, rdb the worker's own connection to the demo's Redis. It reads
+// the demo's orders on stdin and writes its reports on stdout. Its errors:
+// ErrBadSpec, ErrAbandoned, or the reason it could not start.
+func Work(ctx context.Context, rdb redis.UniversalClient, specJSON string, stdin io.Reader, stdout io.Writer) error {
+	var s spec
+	if err := json.Unmarshal([]byte(specJSON), &s); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSpec, err)
 	}
-	var spec demoSpec
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil || spec.Buyers < 1 {
-		a.errorf("%s: bad --spec", workerCommand)
-		return exitUsage
+	if s.TTL <= 0 {
+		return fmt.Errorf("%w: ttl %v", ErrBadSpec, s.TTL)
 	}
-	// The parent owns the terminal and stops us; a Ctrl-C must not kill us
-	// before it has collected or cleaned up.
-	signal.Ignore(syscall.SIGINT)
-
-	ctx := context.Background()
-	_, rdb, code := a.connect(ctx, a.target())
-	if code != exitOK {
-		return code
+	if s.Scenario == "election" {
+		if s.Act <= 0 || s.ID == "" || s.Name == "" {
+			return fmt.Errorf("%w: election needs id, name and act > 0", ErrBadSpec)
+		}
+		return electionWorker(ctx, rdb, s, stdin, stdout)
 	}
-	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.Options{Prefix: spec.NS, TTL: spec.TTL})
+	if s.Buyers < 1 {
+		return fmt.Errorf("%w: buyers %d", ErrBadSpec, s.Buyers)
+	}
+	c, err := dlock.New(rdb, dlock.Options{Prefix: s.NS, TTL: s.TTL})
 	if err != nil {
-		a.errorf("%s: %v", workerCommand, err)
-		return exitFailed
+		return err
 	}
 	defer c.Close()
-	w := &demoWorker{spec: spec, rdb: rdb, c: c}
-	w.customers.Store(int64(spec.Customers))
+	w := &worker{spec: s, rdb: rdb, c: c}
+	w.customers.Store(int64(s.Customers))
 	buy, err := w.buyer()
 	if err != nil {
-		a.errorf("%s: %v", workerCommand, err)
-		return exitUsage
+		return err
 	}
 	// Load the scripts now so the timed part does not pay for it.
 	_ = saleScript.Load(ctx, rdb).Err()
 	_ = limitScript.Load(ctx, rdb).Err()
 
-	fmt.Fprintln(a.stdout, "ready")
-	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	fmt.Fprintln(stdout, "ready")
+	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil || line != "go\n" {
-		return exitFailed // the parent went away
+		return ErrAbandoned
 	}
 
 	var wg sync.WaitGroup
-	results := make([]demoResult, spec.Buyers)
-	errs := make([]error, spec.Buyers)
-	for i := range spec.Buyers {
+	results := make([]result, s.Buyers)
+	errs := make([]error, s.Buyers)
+	for i := range s.Buyers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -98,7 +94,7 @@ func (a *app) cmdWorker(args []string) int {
 	}
 	wg.Wait()
 
-	var total demoResult
+	var total result
 	total.PerIP = map[string]int64{}
 	for i, r := range results {
 		total.Ops += r.Ops
@@ -108,61 +104,56 @@ func (a *app) cmdWorker(args []string) int {
 			total.PerIP[ip] += n
 		}
 		if errs[i] != nil && total.Err == "" {
-			total.Err = a.redact.clean(errs[i].Error())
+			total.Err = errs[i].Error()
 		}
 	}
 	total.Waits = c.Stats().Waits
 	out, _ := json.Marshal(total)
-	fmt.Fprintln(a.stdout, string(out))
-	return exitOK
+	fmt.Fprintln(stdout, string(out))
+	return nil
 }
 
-type demoWorker struct {
-	spec      demoSpec
+type worker struct {
+	spec      spec
 	rdb       redis.UniversalClient
 	c         *dlock.Client
 	customers atomic.Int64 // flash sale: customers of this worker not served yet
 }
 
 // nextCustomer takes the next customer of this worker, if any is left.
-func (w *demoWorker) nextCustomer() bool { return w.customers.Add(-1) >= 0 }
+func (w *worker) nextCustomer() bool { return w.customers.Add(-1) >= 0 }
 
 // buyFunc is one buyer (client) of a worker: it runs until its part of the
 // scenario is done and adds what it did to res.
-type buyFunc func(ctx context.Context, rnd *rand.Rand, res *demoResult) error
+type buyFunc func(ctx context.Context, rnd *rand.Rand, res *result) error
 
-func (w *demoWorker) work() {
+func (w *worker) work() {
 	if w.spec.Work > 0 {
 		time.Sleep(w.spec.Work)
 	}
 }
 
 // locked runs fn while holding the lock on key.
-func (w *demoWorker) locked(ctx context.Context, key string, fn func(*dlock.Lock) error) error {
+func (w *worker) locked(ctx context.Context, key string, fn func() error) error {
 	lk, err := w.c.Lock(ctx, lockKeyOf(key))
 	if err != nil {
 		return err
 	}
-	return w.unlockAfter(ctx, lk, fn)
+	return errors.Join(fn(), lk.Unlock(ctx))
 }
 
-func (w *demoWorker) unlockAfter(ctx context.Context, lk *dlock.Lock, fn func(*dlock.Lock) error) error {
-	err := fn(lk)
-	return errors.Join(err, lk.Unlock(ctx))
-}
-
-func (w *demoWorker) buyer() (buyFunc, error) {
+func (w *worker) buyer() (buyFunc, error) {
 	s := w.spec
 	switch s.Scenario + "/" + s.Mode {
 	case "flashsale/none", "flashsale/lock", "flashsale/atomic":
-		return func(ctx context.Context, _ *rand.Rand, res *demoResult) error {
+		return func(ctx context.Context, _ *rand.Rand, res *result) error {
 			key := stockKey(s.NS, s.Mode)
 			buy := func() (ok bool, err error) {
 				switch s.Mode {
 				case "none":
 					return w.sellOnce(ctx, key)
 				case "lock":
-					err = w.locked(ctx, key, func(*dlock.Lock) (err error) {
+					err = w.locked(ctx, key, func() (err error) {
 						ok, err = w.sellOnce(ctx, key)
 						return err
 					})
@@ -189,13 +180,16 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 			return nil
 		}, nil
 	case "flashsale/segmented":
+		if s.Segments < 1 {
+			return nil, fmt.Errorf("%w: segments %d", ErrBadSpec, s.Segments)
+		}
 		return w.segmentedBuyer, nil
 	case "ids/none", "ids/lock":
-		return func(ctx context.Context, _ *rand.Rand, res *demoResult) error {
+		return func(ctx context.Context, _ *rand.Rand, res *result) error {
 			key := idKey(s.NS, s.Mode)
 			for range s.IDs {
 				var id int64
-				next := func(*dlock.Lock) (err error) {
+				next := func() (err error) {
 					id, err = w.nextID(ctx, key)
 					return err
 				}
@@ -203,7 +197,7 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 				if s.Mode == "lock" {
 					err = w.locked(ctx, key, next)
 				} else {
-					err = next(nil)
+					err = next()
 				}
 				if err != nil {
 					return err
@@ -214,7 +208,7 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 			return nil
 		}, nil
 	case "ids/atomic":
-		return func(ctx context.Context, _ *rand.Rand, res *demoResult) error {
+		return func(ctx context.Context, _ *rand.Rand, res *result) error {
 			for range s.IDs {
 				id, err := w.rdb.Incr(ctx, idKey(s.NS, s.Mode)).Result()
 				if err != nil {
@@ -226,7 +220,10 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 			return nil
 		}, nil
 	case "ratelimit/none", "ratelimit/lock", "ratelimit/atomic":
-		return func(ctx context.Context, rnd *rand.Rand, res *demoResult) error {
+		if s.IPs < 1 {
+			return nil, fmt.Errorf("%w: ips %d", ErrBadSpec, s.IPs)
+		}
+		return func(ctx context.Context, rnd *rand.Rand, res *result) error {
 			off := rnd.IntN(s.IPs)
 			for r := range s.Requests {
 				ip := ipName((off + r) % s.IPs)
@@ -237,7 +234,7 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 				case "none":
 					allowed, err = w.admit(ctx, key)
 				case "lock":
-					err = w.locked(ctx, key, func(*dlock.Lock) (err error) {
+					err = w.locked(ctx, key, func() (err error) {
 						allowed, err = w.admit(ctx, key)
 						return err
 					})
@@ -258,12 +255,12 @@ func (w *demoWorker) buyer() (buyFunc, error) {
 			return nil
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown scenario/mode %s/%s", s.Scenario, s.Mode)
+	return nil, fmt.Errorf("%w: unknown scenario/mode %s/%s", ErrBadSpec, s.Scenario, s.Mode)
 }
 
 // sellOnce is the classic read-check-write: read the stock, and if there is
 // some, write back one less. It reports whether it sold one.
-func (w *demoWorker) sellOnce(ctx context.Context, key string) (bool, error) {
+func (w *worker) sellOnce(ctx context.Context, key string) (bool, error) {
 	n, err := w.rdb.Get(ctx, key).Int64()
 	if err != nil {
 		return false, err
@@ -276,7 +273,7 @@ func (w *demoWorker) sellOnce(ctx context.Context, key string) (bool, error) {
 }
 
 // nextID reads the last id and writes back the next, which it returns.
-func (w *demoWorker) nextID(ctx context.Context, key string) (int64, error) {
+func (w *worker) nextID(ctx context.Context, key string) (int64, error) {
 	n, err := w.rdb.Get(ctx, key).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
@@ -286,7 +283,7 @@ func (w *demoWorker) nextID(ctx context.Context, key string) (int64, error) {
 }
 
 // admit is a fixed-window rate limit by read-check-write.
-func (w *demoWorker) admit(ctx context.Context, key string) (bool, error) {
+func (w *worker) admit(ctx context.Context, key string) (bool, error) {
 	n, err := w.rdb.Get(ctx, key).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, err
@@ -303,7 +300,7 @@ func (w *demoWorker) admit(ctx context.Context, key string) (bool, error) {
 // segment that still has stock, and if that lock is busy the next ones,
 // without waiting; only when all are busy does it wait, for the first. A
 // segment found empty is not tried again by this handler.
-func (w *demoWorker) segmentedBuyer(ctx context.Context, rnd *rand.Rand, res *demoResult) error {
+func (w *worker) segmentedBuyer(ctx context.Context, rnd *rand.Rand, res *result) error {
 	s := w.spec
 	empty := make([]bool, s.Segments)
 	left := s.Segments
@@ -327,7 +324,7 @@ func (w *demoWorker) segmentedBuyer(ctx context.Context, rnd *rand.Rand, res *de
 // buyFromSegments makes one purchase attempt on some segment that is not
 // known to be empty (left of them), and reports which segment it used and
 // whether it sold an item.
-func (w *demoWorker) buyFromSegments(ctx context.Context, rnd *rand.Rand, empty []bool, left int) (int, bool, error) {
+func (w *worker) buyFromSegments(ctx context.Context, rnd *rand.Rand, empty []bool, left int) (int, bool, error) {
 	s := w.spec
 	// The k-th segment that still has stock.
 	k, first := rnd.IntN(left), 0
@@ -365,9 +362,9 @@ func (w *demoWorker) buyFromSegments(ctx context.Context, rnd *rand.Rand, empty 
 		lk, seg = l, first
 	}
 	var sold bool
-	err := w.unlockAfter(ctx, lk, func(*dlock.Lock) (err error) {
+	err := errors.Join(func() (err error) {
 		sold, err = w.sellOnce(ctx, segmentKey(s.NS, s.Mode, seg))
 		return err
-	})
+	}(), lk.Unlock(ctx))
 	return seg, sold, err
 }

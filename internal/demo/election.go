@@ -1,13 +1,12 @@
-package main
+package demo
 
 import (
 	"bufio"
 	"context"
-	"encoding/json"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -17,92 +16,49 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/benchkit"
 	"github.com/redis/go-redis/v9"
 )
 
-// `dlock demo election`: worker processes campaign in one election; the
+// The election scenario: worker processes campaign in one election; the
 // demo kills the leader (kill -9), pauses the next (SIGSTOP past its TTL)
 // and makes the next resign, and shows how long each takeover took and
 // that no two leaders acted in one term. Every leader increments a fenced
 // counter while it leads: a script that refuses a term older than the
 // newest it has seen and records which worker wrote in each term.
 
-// electionWorkerCommand is the hidden subcommand election workers run as.
-const electionWorkerCommand = "__election-worker"
-
-// electionSpec tells an election worker what to do (JSON on its command line).
-type electionSpec struct {
-	NS   string        `json:"ns"` // dlock prefix and key namespace
-	ID   string        `json:"id"`
-	TTL  time.Duration `json:"ttl"`
-	Act  time.Duration `json:"act"` // how often a leader writes
-	Name string        `json:"name"`
-}
-
 func electionName(ns string) string    { return ns + ":leader" }
 func electionCounter(ns string) string { return ns + ":counter" }
 func electionWriters(ns string) string { return ns + ":writers" }
 
-// fencedCounterScript is the protected resource: it increments the count
-// only for a term at least the newest it has seen, and records the writer
-// of each term (a second writer in one term is counted as a conflict).
-//
-// KEYS[1] hash {term, n, refused, conflicts}; KEYS[2] hash term -> writer
-// ARGV[1] term; ARGV[2] writer
-// Returns 1 written, 0 refused (an older term).
-var fencedCounterScript = redis.NewScript(`
-local term = tonumber(ARGV[1])
-local cur = tonumber(redis.call('HGET', KEYS[1], 'term') or '0')
-if term < cur then
-  redis.call('HINCRBY', KEYS[1], 'refused', 1)
-  return 0
-end
-redis.call('HSET', KEYS[1], 'term', ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'n', 1)
-local who = redis.call('HGET', KEYS[2], ARGV[1])
-if who and who ~= ARGV[2] then
-  redis.call('HINCRBY', KEYS[1], 'conflicts', 1)
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-return 1`)
+//go:embed scripts/fenced_counter.lua
+var fencedCounterLua string
 
-// cmdElectionWorker campaigns, and while leading writes to the fenced
-// counter every spec.Act, checking its leadership first. Events on stdout,
-// one per line: "leading <term>", "lost <term>", "resigned <term>",
-// "refused <term>" (a write the counter refused). "resign" on stdin
-// resigns; the worker then campaigns again, as it does after a loss.
-func (a *app) cmdElectionWorker(args []string) int {
-	var specJSON string
-	fs := newFlagSet(electionWorkerCommand)
-	fs.StringVar(&specJSON, "spec", "", "")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
-	}
-	var spec electionSpec
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil || spec.TTL <= 0 || spec.Act <= 0 {
-		a.errorf("%s: bad --spec", electionWorkerCommand)
-		return exitUsage
-	}
-	ctx := context.Background()
-	_, rdb, code := a.connect(ctx, a.target())
-	if code != exitOK {
-		return code
-	}
-	defer rdb.Close()
-	c, err := dlock.New(rdb, dlock.Options{Prefix: spec.NS, TTL: spec.TTL})
+// fencedCounterScript is the protected resource of the election.
+var fencedCounterScript = redis.NewScript(fencedCounterLua)
+
+// electionWorker campaigns, and while leading writes to the fenced counter
+// every s.Act, checking its leadership first. Events on stdout, one per
+// line: "ready", "leading <term>", "lost <term>", "resigned <term>",
+// "refused <term>" (a write the counter refused), "error <text>".
+// "resign" on stdin resigns; the worker then campaigns again, as it does
+// after a loss. It returns when stdin ends (the demo went away).
+func electionWorker(ctx context.Context, rdb redis.UniversalClient, s spec, stdin io.Reader, stdout io.Writer) error {
+	c, err := dlock.New(rdb, dlock.Options{Prefix: s.NS, TTL: s.TTL})
 	if err != nil {
-		a.errorf("%s: %v", electionWorkerCommand, err)
-		return exitFailed
+		return err
 	}
 	defer c.Close()
-	el, err := c.Election(spec.Name, dlock.ElectionOptions{TTL: spec.TTL})
+	el, err := c.Election(s.Name, dlock.ElectionOptions{TTL: s.TTL})
 	if err != nil {
-		a.errorf("%s: %v", electionWorkerCommand, err)
-		return exitFailed
+		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	resign := make(chan struct{}, 1)
 	go func() {
-		sc := bufio.NewScanner(os.Stdin)
+		defer cancel() // the demo went away
+		sc := bufio.NewScanner(stdin)
 		for sc.Scan() {
 			if sc.Text() == "resign" {
 				select {
@@ -111,20 +67,22 @@ func (a *app) cmdElectionWorker(args []string) int {
 				}
 			}
 		}
-		os.Exit(0) // the demo went away
 	}()
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
-		fmt.Fprintf(a.stdout, format+"\n", args...)
+		fmt.Fprintf(stdout, format+"\n", args...)
 	}
 	say("ready")
 	for {
-		l, err := el.Campaign(ctx, spec.ID)
+		l, err := el.Campaign(ctx, s.ID)
+		if ctx.Err() != nil {
+			return nil
+		}
 		if err != nil {
-			say("error %s", oneLine(a.redact.clean(err.Error())))
-			return exitFailed
+			say("error %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+			return err
 		}
 		select { // a resign sent before this term does not end it
 		case <-resign:
@@ -132,7 +90,7 @@ func (a *app) cmdElectionWorker(args []string) int {
 		}
 		term := l.Term()
 		say("leading %d", term)
-		t := time.NewTicker(spec.Act)
+		t := time.NewTicker(s.Act)
 	lead:
 		for {
 			select {
@@ -140,6 +98,9 @@ func (a *app) cmdElectionWorker(args []string) int {
 				_ = l.Resign(ctx)
 				say("resigned %d", term)
 				break lead
+			case <-ctx.Done():
+				t.Stop()
+				return nil
 			case <-t.C:
 			}
 			// Check the leadership before every act: a leader paused past
@@ -148,8 +109,8 @@ func (a *app) cmdElectionWorker(args []string) int {
 				say("lost %d", term)
 				break lead
 			}
-			ok, err := fencedCounterScript.Run(ctx, rdb, []string{electionCounter(spec.NS), electionWriters(spec.NS)},
-				term, spec.ID).Int()
+			ok, err := fencedCounterScript.Run(ctx, rdb, []string{electionCounter(s.NS), electionWriters(s.NS)},
+				term, s.ID).Int()
 			if err == nil && ok == 0 {
 				say("refused %d", term)
 			}
@@ -158,114 +119,110 @@ func (a *app) cmdElectionWorker(args []string) int {
 	}
 }
 
-// electionWorker is a running election worker, seen from the demo.
-type electionWorker struct {
+// candidate is a running election worker, seen from the demo.
+type candidate struct {
 	id    string
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 }
 
 type electionEvent struct {
-	w    *electionWorker
+	w    *candidate
 	kind string // ready, leading, lost, resigned, refused, error, exit
 	term uint64
 	at   time.Time
 	text string
 }
 
-// electionDemo runs `dlock demo election`.
+// electionDemo is one run of the election scenario.
 type electionDemo struct {
 	*demo
 	c       *dlock.Client
-	spec    electionSpec
-	exe     string
+	spec    spec
 	next    int
-	workers []*electionWorker
+	workers []*candidate
 	events  chan electionEvent
-	leader  *electionWorker
+	leader  *candidate
 	term    uint64
 	seen    []electionEvent // every event received
 	pending []electionEvent // leading, lost and ready events not awaited yet
 }
 
-func (d *demo) election(ctx context.Context) int {
-	f := d.f
-	exe, err := os.Executable()
+func (d *demo) election(ctx context.Context) error {
+	c, err := dlock.New(d.env.RDB, dlock.Options{Prefix: d.env.NS})
 	if err != nil {
-		d.a.errorf("demo: %v", err)
-		return exitFailed
-	}
-	c, err := dlock.New(d.rdb, dlock.Options{Prefix: d.ns})
-	if err != nil {
-		d.a.errorf("demo: %v", err)
-		return exitFailed
+		return err
 	}
 	defer c.Close()
-	ed := &electionDemo{demo: d, c: c, exe: exe, events: make(chan electionEvent, 1024),
-		spec: electionSpec{NS: d.ns, TTL: f.ttl.d, Act: 10 * time.Millisecond, Name: electionName(d.ns)}}
+	ed := &electionDemo{demo: d, c: c, events: make(chan electionEvent, 1024),
+		spec: spec{Scenario: "election", NS: d.env.NS, TTL: d.o.TTL, Act: 10 * time.Millisecond, Name: electionName(d.env.NS)}}
 	defer ed.stopAll()
-	if code := ed.run(ctx); code != exitOK {
-		if ctx.Err() != nil {
-			return 130
-		}
-		return code
+	err = ed.run(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, ErrRedis) || errors.Is(err, ErrInexact):
+		return err
 	}
-	return exitOK
+	return fmt.Errorf("election: %w", err)
 }
 
-func (ed *electionDemo) run(ctx context.Context) int {
-	f := ed.f
-	ed.header("Leader election: %d worker processes campaign in one election (TTL %v). While it leads, a\n", f.workers, f.ttl.d)
+func (ed *electionDemo) run(ctx context.Context) error {
+	o := ed.o
+	ed.header("Leader election: %d worker processes campaign in one election (TTL %v). While it leads, a\n", o.Workers, o.TTL)
 	ed.header("worker checks its leadership, then increments a fenced counter with its term every %v; the\n", ed.spec.Act)
 	ed.header("counter refuses a term older than the newest it has seen and records who wrote in each term.\n")
-	ed.header("Redis: %s\n\n", ed.e.where())
-	for range f.workers {
+	ed.header("Redis: %s\n\n", ed.env.Where)
+	for range o.Workers {
 		if err := ed.start(); err != nil {
-			return ed.fail(err)
+			return err
 		}
 	}
-	for range f.workers {
+	for range o.Workers {
 		if _, err := ed.await(ctx, "ready", nil, time.Minute); err != nil {
-			return ed.fail(err)
+			return err
 		}
 	}
 	ev, err := ed.await(ctx, "leading", nil, time.Minute)
 	if err != nil {
-		return ed.fail(err)
+		return err
 	}
 	ed.leader, ed.term = ev.w, ev.term
 	ed.header("%-28s %-10s %-18s %s\n", "event", "new leader", "term", "takeover")
 	ed.header("%-28s %-10s %-18d %s\n", "first election", ev.w.id, ev.term, "-")
 	takeovers := map[string][]time.Duration{}
-	for round := 0; round < f.rounds; round++ {
+	for range o.Rounds {
 		for _, kind := range []string{"kill", "pause", "resign"} {
 			d, err := ed.takeover(ctx, kind)
 			if err != nil {
-				return ed.fail(err)
+				return err
 			}
 			takeovers[kind] = append(takeovers[kind], d)
 		}
 	}
 	time.Sleep(3 * ed.spec.Act) // the last leader writes a little
-	res, err := ed.rdb.HGetAll(ctx, electionCounter(ed.ns)).Result()
+	res, err := ed.env.RDB.HGetAll(ctx, electionCounter(ed.env.NS)).Result()
 	if err != nil {
 		return ed.redisErr(err)
 	}
-	writers, err := ed.rdb.HLen(ctx, electionWriters(ed.ns)).Result()
+	writers, err := ed.env.RDB.HLen(ctx, electionWriters(ed.env.NS)).Result()
 	if err != nil {
 		return ed.redisErr(err)
 	}
 	conflicts, _ := strconv.Atoi(res["conflicts"])
 	refused, _ := strconv.Atoi(res["refused"])
+	fd := benchkit.FormatDuration
 	ed.header("\nfenced counter: %s writes in %d terms; %d refused (a deposed leader's term); terms with two writers: %d\n",
 		res["n"], writers, refused, conflicts)
 	ed.header("takeover (median of %d): after kill -9 %s, after SIGSTOP %s (both bounded by the TTL, %v), after resign %s\n",
-		f.rounds, fmtDur(median(takeovers["kill"])), fmtDur(median(takeovers["pause"])), f.ttl.d, fmtDur(median(takeovers["resign"])))
+		o.Rounds, fd(median(takeovers["kill"])), fd(median(takeovers["pause"])), o.TTL, fd(median(takeovers["resign"])))
 	ed.header("\nkill -9:  the leader dies without a word; its lease runs out and the next candidate in line leads.\n")
 	ed.header("SIGSTOP:  the leader is paused past its lease; the next leads; on resume the paused worker finds\n")
 	ed.header("          its leadership lost (Err) before acting, and a write already under way is refused by term.\n")
 	ed.header("resign:   the lock is handed to the next candidate at once.\n")
-	return ed.verdict(conflicts > 0)
+	return verdict(conflicts > 0)
 }
 
 // takeover makes the leader go (kind: kill, pause, resign), waits for the
@@ -274,7 +231,7 @@ func (ed *electionDemo) takeover(ctx context.Context, kind string) (time.Duratio
 	// Every other candidate queued, so one is in line.
 	q := ed.c.KeysFor(ed.spec.Name).Queue
 	want := int64(len(ed.workers) - 1)
-	for deadline := time.Now().Add(time.Minute); ed.rdb.LLen(ctx, q).Val() < want; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ed.env.RDB.LLen(ctx, q).Val() < want; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return 0, errors.New("the candidates did not queue within a minute")
 		}
@@ -294,7 +251,7 @@ func (ed *electionDemo) takeover(ctx context.Context, kind string) (time.Duratio
 		label = "resign " + old.id
 		_, _ = io.WriteString(old.stdin, "resign\n")
 	}
-	ev, err := ed.await(ctx, "leading", func(e electionEvent) bool { return e.w != old }, time.Minute+2*ed.f.ttl.d)
+	ev, err := ed.await(ctx, "leading", func(e electionEvent) bool { return e.w != old }, time.Minute+2*ed.o.TTL)
 	if err != nil {
 		return 0, err
 	}
@@ -326,12 +283,12 @@ func (ed *electionDemo) takeover(ctx context.Context, kind string) (time.Duratio
 			note = fmt.Sprintf("  %s resumed: %d write already under way refused, then found the loss", old.id, n)
 		}
 	}
-	ed.header("%-28s %-10s %-18d %s%s\n", label, ev.w.id, ev.term, fmtDur(took), note)
+	ed.header("%-28s %-10s %-18d %s%s\n", label, ev.w.id, ev.term, benchkit.FormatDuration(took), note)
 	return took, nil
 }
 
 // refusedOf counts the refused writes w reported so far.
-func (ed *electionDemo) refusedOf(w *electionWorker) int {
+func (ed *electionDemo) refusedOf(w *candidate) int {
 	ed.drain()
 	n := 0
 	for _, e := range ed.seen {
@@ -342,28 +299,16 @@ func (ed *electionDemo) refusedOf(w *electionWorker) int {
 	return n
 }
 
-// start starts one more worker.
+// start starts one more candidate.
 func (ed *electionDemo) start() error {
 	ed.next++
-	spec := ed.spec
-	spec.ID = "worker-" + strconv.Itoa(ed.next)
-	specJSON, _ := json.Marshal(spec)
-	cmd := exec.Command(ed.exe, electionWorkerCommand, "--spec", string(specJSON))
-	cmd.Env = append(os.Environ(), "DLOCK_REDIS_URL="+ed.url)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = childAttr()
-	stdin, err := cmd.StdinPipe()
+	s := ed.spec
+	s.ID = "worker-" + strconv.Itoa(ed.next)
+	cmd, stdin, stdout, err := ed.demo.start(s)
 	if err != nil {
 		return err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting a worker (%s): %w", ed.exe, err)
-	}
-	w := &electionWorker{id: spec.ID, cmd: cmd, stdin: stdin}
+	w := &candidate{id: s.ID, cmd: cmd, stdin: stdin}
 	ed.workers = append(ed.workers, w)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -377,9 +322,9 @@ func (ed *electionDemo) start() error {
 	return nil
 }
 
-// drop forgets a dead worker.
-func (ed *electionDemo) drop(w *electionWorker) {
-	ed.workers = slices.DeleteFunc(ed.workers, func(x *electionWorker) bool { return x == w })
+// drop forgets a dead candidate.
+func (ed *electionDemo) drop(w *candidate) {
+	ed.workers = slices.DeleteFunc(ed.workers, func(x *candidate) bool { return x == w })
 }
 
 // await returns the next event of kind (matching ok, if given), keeping
@@ -435,11 +380,6 @@ func (ed *electionDemo) stopAll() {
 		_ = w.cmd.Process.Kill()
 		_ = w.cmd.Wait()
 	}
-}
-
-func (ed *electionDemo) fail(err error) int {
-	ed.a.errorf("demo: election: %v", err)
-	return exitNotAcquired
 }
 
 // median of ds (0 for none).
