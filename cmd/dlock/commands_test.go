@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // inProcess runs the command line in this process and returns its result.
@@ -12,6 +15,50 @@ func inProcess(args ...string) result {
 	code := newApp(&stdout, &stderr).main(args)
 	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
 }
+
+// inProcessEnv runs the command line in this process with an environment
+// of env (NAME=VALUE) only, the default Redis address at deadAddr, and
+// the built binary as the program the demo starts again for its workers.
+// It is how the tests reach the "no URL given" paths without a Redis that
+// may listen at the real default.
+func inProcessEnv(env []string, args ...string) result {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	var stdout, stderr lockedBuffer // the demo's workers write to stderr too
+	a := newApp(&stdout, &stderr)
+	a.sys = sysEnv{
+		getenv:      func(k string) string { return vars[k] },
+		defaultAddr: deadAddr,
+		executable:  func() (string, error) { return binPath, nil },
+	}
+	start := time.Now()
+	code := a.main(args)
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String(), elapsed: time.Since(start)}
+}
+
+// lockedBuffer is a bytes.Buffer that may be written concurrently.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// pathEnv is $PATH of this process, for inProcessEnv.
+func pathEnv() string { return "PATH=" + os.Getenv("PATH") }
 
 // TestCommandTable: the table alone decides what `dlock help` lists, what
 // `dlock help NAME` and `dlock NAME -h` print, and what is unknown.

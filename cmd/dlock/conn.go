@@ -17,22 +17,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// defaultAddr is where dlock looks for Redis when no URL is given.
-const defaultAddr = "127.0.0.1:6379"
-
-// testDefaultAddrEnv replaces defaultAddr. TEST-ONLY: the tests use it to
-// exercise the "no URL given" paths (the private server of demo and bench,
-// the 125 of run/status) without touching a Redis the machine may run on
-// 6379. Not a supported setting.
-const testDefaultAddrEnv = "DLOCK_TEST_DEFAULT_ADDR"
-
-func defaultAddress() string {
-	if v := os.Getenv(testDefaultAddrEnv); v != "" {
-		return v
-	}
-	return defaultAddr
-}
-
 // pingTimeout bounds the PING that checks a connection before use.
 const pingTimeout = 5 * time.Second
 
@@ -53,12 +37,12 @@ func (a *app) target() target {
 		return target{a.redisURL, "--redis", a.tls}
 	}
 	for _, env := range []string{"DLOCK_REDIS_URL", "REDIS_URL"} {
-		if v := os.Getenv(env); v != "" {
+		if v := a.sys.getenv(env); v != "" {
 			a.redact.addURL(v)
 			return target{v, "$" + env, a.tls}
 		}
 	}
-	return target{"redis://" + defaultAddress() + "/0", "default", a.tls}
+	return target{"redis://" + a.sys.defaultAddr + "/0", "default", a.tls}
 }
 
 // endpoint is a parsed Redis URL: how to make clients for it, and how to

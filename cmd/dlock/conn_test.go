@@ -18,28 +18,31 @@ func TestUnreachableAndBadURLs(t *testing.T) {
 		flagURL string   // --redis
 		env     []string // extra environment
 		mention []string // in stderr
+		// inProcess: no URL at all, so the command runs in this process
+		// with the default at deadAddr (see inProcessEnv).
+		inProcess bool
 	}{
 		{"unreachable", "redis://user:" + secret + "@" + deadAddr + "/0", nil,
-			[]string{deadAddr, "from --redis", "user:xxxxx@", "connection refused"}},
+			[]string{deadAddr, "from --redis", "user:xxxxx@", "connection refused"}, false},
 		{"unreachable TLS", "rediss://:" + secret + "@" + deadAddr + "/2", nil,
-			[]string{deadAddr, "rediss://:xxxxx@"}},
+			[]string{deadAddr, "rediss://:xxxxx@"}, false},
 		{"from DLOCK_REDIS_URL", "", []string{"DLOCK_REDIS_URL=redis://:" + secret + "@" + deadAddr + "/0",
-			"REDIS_URL=redis://127.0.0.1:9/0"}, []string{deadAddr, "$DLOCK_REDIS_URL"}},
+			"REDIS_URL=redis://127.0.0.1:9/0"}, []string{deadAddr, "$DLOCK_REDIS_URL"}, false},
 		{"from REDIS_URL", "", []string{"REDIS_URL=redis://:" + secret + "@" + deadAddr + "/0"},
-			[]string{deadAddr, "$REDIS_URL"}},
-		{"default", "", nil, []string{deadAddr, "the default", "--redis"}},
+			[]string{deadAddr, "$REDIS_URL"}, false},
+		{"default", "", nil, []string{deadAddr, "the default", "--redis"}, true},
 		{"bad port with password", "redis://u:" + secret + "@127.0.0.1:notaport/0", nil,
-			[]string{"invalid Redis URL", "u:xxxxx@127.0.0.1:notaport", "invalid port"}},
+			[]string{"invalid Redis URL", "u:xxxxx@127.0.0.1:notaport", "invalid port"}, false},
 		{"password with a slash", "redis://u:ab/" + secret + "@127.0.0.1:6390/0", nil,
-			[]string{"invalid Redis URL", "u:xxxxx@"}},
-		{"bad scheme", "http://u:" + secret + "@127.0.0.1/0", nil, []string{"unsupported scheme", "http://u:xxxxx@"}},
-		{"not a URL", secret + "@localhost", nil, []string{"not a URL"}},
-		{"bad db", "redis://:" + secret + "@127.0.0.1:6390/zero", nil, []string{"invalid database number"}},
-		{"unknown option", "redis://:" + secret + "@127.0.0.1:6390/0?colour=blue", nil, []string{"colour"}},
+			[]string{"invalid Redis URL", "u:xxxxx@"}, false},
+		{"bad scheme", "http://u:" + secret + "@127.0.0.1/0", nil, []string{"unsupported scheme", "http://u:xxxxx@"}, false},
+		{"not a URL", secret + "@localhost", nil, []string{"not a URL"}, false},
+		{"bad db", "redis://:" + secret + "@127.0.0.1:6390/zero", nil, []string{"invalid database number"}, false},
+		{"unknown option", "redis://:" + secret + "@127.0.0.1:6390/0?colour=blue", nil, []string{"colour"}, false},
 		{"query password", "redis+sentinel://" + deadAddr + "/0?master_name=mymaster&password=" + secret +
-			"&dial_timeout=100ms", nil, []string{`master "mymaster" via Sentinel ` + deadAddr, "password=xxxxx"}},
+			"&dial_timeout=100ms", nil, []string{`master "mymaster" via Sentinel ` + deadAddr, "password=xxxxx"}, false},
 		{"cluster", "redis+cluster://:" + secret + "@" + deadAddr + "?dial_timeout=100ms", nil,
-			[]string{"Cluster " + deadAddr}},
+			[]string{"Cluster " + deadAddr}, false},
 	}
 	commands := [][]string{
 		{"run", "k", "true"}, {"status", "k"}, {"list"}, {"release", "k", "--force"},
@@ -52,7 +55,12 @@ func TestUnreachableAndBadURLs(t *testing.T) {
 				if tc.flagURL != "" {
 					args = append([]string{"--redis", tc.flagURL}, cmd...)
 				}
-				r := dlockRun(t, tc.env, args...)
+				var r result
+				if tc.inProcess {
+					r = inProcessEnv(append(tc.env, pathEnv()), args...)
+				} else {
+					r = dlockRun(t, tc.env, args...)
+				}
 				expectCode(t, r, 125)
 				expectStderr(t, r, tc.mention...)
 				if strings.Contains(r.stderr+r.stdout, secret) || strings.Contains(r.stderr, "Pa55") {

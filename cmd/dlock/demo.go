@@ -136,7 +136,7 @@ func (a *app) cmdDemo(args []string) int {
 	ns, cleanup := a.scratch(rdb, "demo")
 	defer cleanup()
 
-	exe, err := os.Executable()
+	exe, err := a.sys.executable()
 	if err != nil {
 		a.errorf("demo: %v", err)
 		return exitFailed

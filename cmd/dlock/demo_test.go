@@ -152,9 +152,10 @@ func TestDemoPrivateServer(t *testing.T) {
 			t.Errorf("something still answers at %s: %q", m[2], reply)
 		}
 	}
+	path := []string{pathEnv()}
 	t.Run("demo", func(t *testing.T) {
 		t.Parallel()
-		r := dlockRun(t, nil, append([]string{"demo", "--modes", "none,lock"}, smallSale...)...)
+		r := inProcessEnv(path, append([]string{"demo", "--modes", "none,lock"}, smallSale...)...)
 		check(t, r)
 		rows := table(t, r.stdout, "none", "lock")
 		if atoi(t, rows["lock"]["oversold"]) != 0 {
@@ -163,13 +164,13 @@ func TestDemoPrivateServer(t *testing.T) {
 	})
 	t.Run("bench", func(t *testing.T) {
 		t.Parallel()
-		check(t, dlockRun(t, nil, "bench", "--duration", "300ms", "--clients", "2"))
+		check(t, inProcessEnv(path, "bench", "--duration", "300ms", "--clients", "2"))
 	})
 	t.Run("no redis-server", func(t *testing.T) {
 		t.Parallel()
 		env := []string{"PATH=" + t.TempDir()}
 		for _, cmd := range [][]string{{"demo"}, {"bench"}} {
-			r := dlockRun(t, env, cmd...)
+			r := inProcessEnv(env, cmd...)
 			expectCode(t, r, 125)
 			expectStderr(t, r, "redis-server is not on PATH", "apt-get install redis-server", "brew install redis")
 		}
@@ -177,7 +178,7 @@ func TestDemoPrivateServer(t *testing.T) {
 	t.Run("run and status never start one", func(t *testing.T) {
 		t.Parallel()
 		for _, cmd := range [][]string{{"run", "k", "true"}, {"status", "k"}, {"list"}, {"release", "k", "--force"}} {
-			r := dlockRun(t, nil, cmd...)
+			r := inProcessEnv(path, cmd...)
 			expectCode(t, r, 125)
 			expectStderr(t, r, "cannot reach Redis at "+deadAddr)
 			if strings.Contains(r.stderr, "private") {

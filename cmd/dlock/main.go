@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -95,10 +97,37 @@ type app struct {
 	tls            tlsOpts
 	showToken      bool // --show-token: status and list print whole tokens
 	redact         *redactor
+	sys            sysEnv
 }
 
 func newApp(stdout, stderr io.Writer) *app {
-	return &app{stdout: stdout, stderr: stderr, redact: &redactor{}}
+	return &app{stdout: stdout, stderr: stderr, redact: &redactor{}, sys: processEnv()}
+}
+
+// sysEnv is what dlock takes from the process it runs in.
+type sysEnv struct {
+	getenv      func(string) string // the environment: $DLOCK_REDIS_URL, $REDIS_URL, $PATH
+	defaultAddr string              // where Redis is looked for when no URL is given
+	// executable is this program, started again as the demo's workers.
+	executable func() (string, error)
+}
+
+func processEnv() sysEnv {
+	return sysEnv{getenv: os.Getenv, defaultAddr: "127.0.0.1:6379", executable: os.Executable}
+}
+
+// lookPath finds an executable in the directories of $PATH, like
+// exec.LookPath (which skips relative directories too, as unsafe).
+func (s sysEnv) lookPath(file string) (string, error) {
+	for _, dir := range filepath.SplitList(s.getenv("PATH")) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		if p, err := exec.LookPath(filepath.Join(dir, file)); err == nil {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
 }
 
 // errorf prints "dlock: <message>" on stderr, with every known secret masked.

@@ -20,8 +20,9 @@ import (
 
 // The tests build the dlock binary once and run it against real
 // redis-server processes. They never use a Redis on 127.0.0.1:6379: every
-// invocation gets an explicit URL, and DLOCK_TEST_DEFAULT_ADDR points the
-// "no URL given" default at a dead port.
+// invocation of the binary has a URL ($REDIS_URL is a dead port unless the
+// test gives one), and the tests of the "no URL given" default run the
+// command in this process with the default at a dead port (inProcessEnv).
 
 var (
 	binPath string            // the dlock binary under test
@@ -67,8 +68,8 @@ func testMain(m *testing.M) int {
 }
 
 // baseEnv is the environment of every dlock the tests run: the test's own,
-// without any Redis URL, and with the default address pointed at a dead
-// port so nothing can reach a Redis on 6379 by accident.
+// with $REDIS_URL at a dead port so that nothing reaches a Redis on 6379
+// by accident. A test's own DLOCK_REDIS_URL or REDIS_URL takes precedence.
 func baseEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -80,7 +81,7 @@ func baseEnv() []string {
 	}
 	// A race-enabled binary sleeps 1s at exit by default; a race it finds
 	// makes it exit 66, which fails the test's exit code check.
-	return append(env, testDefaultAddrEnv+"="+deadAddr, "GORACE=atexit_sleep_ms=0 exitcode=66")
+	return append(env, "REDIS_URL=redis://"+deadAddr+"/0", "GORACE=atexit_sleep_ms=0 exitcode=66")
 }
 
 type result struct {

@@ -56,14 +56,14 @@ func (a *app) connectOrStart(ctx context.Context) (e *endpoint, rdb redis.Univer
 	stop = func() {}
 	t := a.target()
 	if !t.explicit() {
-		addr := defaultAddress()
+		addr := a.sys.defaultAddr
 		reply := probeRedis(addr, probeTimeout)
 		if reply != "+PONG" {
 			why := "no Redis answered at " + addr
 			if reply != "" {
 				why = fmt.Sprintf("the Redis at %s answered %q to PING", addr, reply)
 			}
-			srv, err := startPrivateServer()
+			srv, err := a.startPrivateServer()
 			if err != nil {
 				if errors.Is(err, exec.ErrNotFound) {
 					a.errorf("%s, and redis-server is not on PATH to start a private one for this run.", why)
@@ -98,8 +98,8 @@ type privateServer struct {
 
 func (p *privateServer) pid() int { return p.cmd.Process.Pid }
 
-func startPrivateServer() (*privateServer, error) {
-	bin, err := exec.LookPath("redis-server")
+func (a *app) startPrivateServer() (*privateServer, error) {
+	bin, err := a.sys.lookPath("redis-server")
 	if err != nil {
 		return nil, err
 	}
