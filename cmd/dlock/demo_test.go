@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
 )
 
 // table parses the rows of a demo table: the first column is the mode, the
@@ -58,14 +60,19 @@ func atoi(t testing.TB, s string) int {
 	return n
 }
 
-// leftovers returns the keys a demo or bench left behind.
-func leftovers(t testing.TB, pattern string) []string {
-	_, rdb := lib(t)
-	keys, err := rdb.Keys(context.Background(), pattern).Result() // test-only, tiny keyspace
+// leftovers returns the keys a demo or bench left behind on s.
+func leftovers(t testing.TB, s *redistest.Server, pattern string) []string {
+	keys, err := s.Client(t).Keys(context.Background(), pattern).Result() // test-only, tiny keyspace
 	if err != nil {
 		t.Fatal(err)
 	}
 	return keys
+}
+
+// ownServer starts a server for one test, for the tests that check every
+// key of a pattern: their runs do not see the keys of other tests'.
+func ownServer(t testing.TB) *redistest.Server {
+	return redistest.Start(t, redistest.Config{})
 }
 
 var smallSale = []string{"--stock", "40", "--customers", "160", "--workers", "3", "--buyers", "4",
@@ -73,7 +80,8 @@ var smallSale = []string{"--stock", "40", "--customers", "160", "--workers", "3"
 
 func TestDemoFlashSale(t *testing.T) {
 	t.Parallel()
-	r := dlockRun(t, nil, onSrv(append([]string{"demo"}, smallSale...)...)...)
+	own := ownServer(t)
+	r := dlockRun(t, nil, append([]string{"--redis", own.URL(), "demo"}, smallSale...)...)
 	expectCode(t, r, 0)
 	rows := table(t, r.stdout, "none", "lock", "segmented", "atomic")
 	if over := atoi(t, rows["none"]["oversold"]); over <= 0 {
@@ -87,7 +95,7 @@ func TestDemoFlashSale(t *testing.T) {
 	if rows["lock"]["lock waits"] == "-" || rows["none"]["lock waits"] != "-" {
 		t.Errorf("lock waits column: %v", rows)
 	}
-	if k := leftovers(t, "dlock-demo-*"); len(k) > 0 {
+	if k := leftovers(t, own, "dlock-demo-*"); len(k) > 0 {
 		t.Errorf("the demo left keys behind: %v", k)
 	}
 }
@@ -190,7 +198,8 @@ func TestDemoPrivateServer(t *testing.T) {
 
 func TestBench(t *testing.T) {
 	t.Parallel()
-	r := dlockRun(t, nil, onSrv("bench", "--duration", "700ms", "--clients", "4", "--keys", "2", "--json")...)
+	own := ownServer(t)
+	r := dlockRun(t, nil, "--redis", own.URL(), "bench", "--duration", "700ms", "--clients", "4", "--keys", "2", "--json")
 	expectCode(t, r, 0)
 	var rep struct {
 		Sections    int64   `json:"critical_sections"`
@@ -211,14 +220,14 @@ func TestBench(t *testing.T) {
 		rep.HandoffP50 <= 0 || len(rep.PerClient) != 4 || rep.PingP50 <= 0 || rep.AcquireErrs != 0 {
 		t.Errorf("bench --json: %+v\n%v", rep, r)
 	}
-	r = dlockRun(t, nil, onSrv("bench", "--duration", "300ms", "--clients", "2", "--hold", "1ms")...)
+	r = dlockRun(t, nil, "--redis", own.URL(), "bench", "--duration", "300ms", "--clients", "2", "--hold", "1ms")
 	expectCode(t, r, 0)
 	for _, s := range []string{"critical sections", "hand-off p50 / p99", "commands / section", "fairness", "overlaps            0", "PING RTT p50"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("bench output lacks %q:\n%v", s, r)
 		}
 	}
-	if k := leftovers(t, "dlock-bench-*"); len(k) > 0 {
+	if k := leftovers(t, own, "dlock-bench-*"); len(k) > 0 {
 		t.Errorf("bench left keys behind: %v", k)
 	}
 	expectCode(t, dlockRun(t, nil, onSrv("bench", "--clients", "0")...), 2)
@@ -226,9 +235,11 @@ func TestBench(t *testing.T) {
 
 // TestDemoElection: the leader is killed, paused and resigns; every
 // takeover leads to a higher term, and no two leaders wrote in one term.
-// Not parallel: the demos' leftover checks look at every demo's keys.
+// On a server of its own: the leftover check looks at every demo's keys.
 func TestDemoElection(t *testing.T) {
-	r := dlockRun(t, nil, onSrv("demo", "election", "--workers", "3", "--ttl", "1s")...)
+	t.Parallel()
+	own := ownServer(t)
+	r := dlockRun(t, nil, "--redis", own.URL(), "demo", "election", "--workers", "3", "--ttl", "1s")
 	expectCode(t, r, 0)
 	for _, want := range []string{"first election", "kill -9 worker-", "SIGSTOP worker-", "resign worker-",
 		"resumed: ", "terms with two writers: 0", "takeover (median of 1)"} {
@@ -237,7 +248,7 @@ func TestDemoElection(t *testing.T) {
 		}
 	}
 	expectCode(t, dlockRun(t, nil, onSrv("demo", "election", "--workers", "1")...), 2)
-	if k := leftovers(t, "dlock-demo-*"); len(k) > 0 {
+	if k := leftovers(t, own, "dlock-demo-*"); len(k) > 0 {
 		t.Errorf("the demo left keys behind: %v", k)
 	}
 }

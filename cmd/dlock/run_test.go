@@ -381,9 +381,13 @@ func TestRunLostLock(t *testing.T) {
 	})
 }
 
-// TestRunExcludes runs two streams of `dlock run` on one key, 100 each,
+// TestRunExcludes runs four streams of `dlock run` on one key, 15 each,
 // whose commands do an unprotected read-modify-write of a file: with the
-// lock, no update is lost.
+// lock, no update is lost. The read and the write are 100ms apart, so
+// that without exclusion runs of different streams overlap often (the
+// same streams each on a key of its own lost 11 of 60 updates with 50ms,
+// on a loaded machine); the runs themselves are few, since each starts two
+// race-enabled binaries (dlock and its guard).
 func TestRunExcludes(t *testing.T) {
 	t.Parallel()
 	key := testKey(t)
@@ -392,11 +396,11 @@ func TestRunExcludes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The sleep widens the window between read and write.
-	script := fmt.Sprintf(`n=$(cat %[1]s); sleep 0.001; echo $((n+1)) > %[1]s`, counter)
-	const perStream = 100
+	script := fmt.Sprintf(`n=$(cat %[1]s); sleep 0.1; echo $((n+1)) > %[1]s`, counter)
+	const streams, perStream = 4, 15
 	var wg sync.WaitGroup
-	errs := make(chan string, 2*perStream)
-	for range 2 {
+	errs := make(chan string, streams*perStream)
+	for range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -418,8 +422,8 @@ func TestRunExcludes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.TrimSpace(string(data)); got != strconv.Itoa(2*perStream) {
-		t.Fatalf("counter = %s after %d locked increments: %s lost", got, 2*perStream, lostCount(got, 2*perStream))
+	if got := strings.TrimSpace(string(data)); got != strconv.Itoa(streams*perStream) {
+		t.Fatalf("counter = %s after %d locked increments: %s lost", got, streams*perStream, lostCount(got, streams*perStream))
 	}
 }
 
