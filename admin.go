@@ -420,7 +420,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 // never more than the true limit allows.
 func (c *Client) adminSemaphore(used *redis.StringCmd) semaphore {
 	n, _ := used.Int64()
-	return semaphore{queueMode: c.queueMode("try"), limit: int(max(n, 1)), permits: 1}
+	return semaphore{queueMode: c.queueMode(modeTry), limit: int(max(n, 1)), permits: 1}
 }
 
 // ReleaseToken releases the hold of token on key, as its holder's Unlock
@@ -476,7 +476,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		}
 		proto = c.adminSemaphore(used)
 	case "string":
-		m := c.queueMode("try")
+		m := c.queueMode(modeTry)
 		switch v := val.Val(); {
 		case v == SharedValue:
 			proto = sharedLock{holdSet{queueMode: m, group: v, suffix: readersSuffix}}
@@ -485,7 +485,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 			// only a handle's token in the hold set releases (that handle).
 			proto = reentrantLock{holdSet{queueMode: m, group: v, suffix: holdsSuffix}}
 		default:
-			proto = c.tokenLock("try")
+			proto = c.tokenLock(modeTry)
 		}
 	default:
 		return ErrWrongType

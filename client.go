@@ -71,7 +71,7 @@ func isNil(v any) bool {
 
 // tokenLock returns the default protocol configured for this Client, with
 // acquire.lua's mode.
-func (c *Client) tokenLock(mode string) Protocol {
+func (c *Client) tokenLock(mode acquireMode) Protocol {
 	t := tokenLock{c.queueMode(mode)}
 	if c.opts.MinReplicas > 0 {
 		return ackedTokenLock{tokenLock: t, rdb: c.rdb, replicas: c.opts.MinReplicas, timeout: c.opts.ReplicaTimeout}

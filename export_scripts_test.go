@@ -35,16 +35,26 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...Lock
 }
 
 func (d *ScriptDriver) proto(mode string) Protocol {
-	m := d.c.queueMode(mode)
+	m := d.c.queueMode(modeNamed(mode))
 	m.channel = d.Chan
 	m.lease = d.Lease
 	switch p := d.base.(type) {
 	case tokenLock:
 		return tokenLock{m}
 	case queued:
-		return p.withMode(m)
+		return withMode(p, m)
 	}
 	return d.base
+}
+
+// modeNamed returns the acquire mode whose script argument is name.
+func modeNamed(name string) acquireMode {
+	for _, m := range []acquireMode{modeTry, modeJoin, modeQueued, modeBarge} {
+		if m.String() == name {
+			return m
+		}
+	}
+	panic("dlock: no acquire mode " + name)
 }
 
 // Acquire makes one attempt in mode (try, q1, q, barge) with token.

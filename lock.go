@@ -103,23 +103,22 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 // the given-up token cannot be granted or queued by an attempt that lands
 // late, and nothing is left held by nobody. A fresh token loses the
 // waiter's place in the queue, which only happens after such a fault.
-func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto Protocol, cfg lockConfig, wait bool) (*Lock, error) {
+func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Protocol, cfg lockConfig, wait bool) (*Lock, error) {
 	token := newToken()
 	spec := waitSpec{key: keys.Lock, token: func() string { return token }, channel: keys.Wake}
 	// A protocol whose waiters queue in Redis: queued waiters unless
 	// Barging; TryLock never queues.
-	mode := "try"
+	mode := modeTry
 	switch {
 	case c.opts.Barging:
-		mode = "barge"
+		mode = modeBarge
 	case wait:
-		mode = "q1"
+		mode = modeJoin
 	}
-	base := proto
-	proto, q := c.modal(base, mode)
-	spec.queued = q && mode == "q1"
+	first, q := c.modal(base, mode)
+	spec.queued = q && mode.queued()
 	spec.leave = func() func(ctx context.Context) error {
-		p, v := proto, token
+		p, v := first, token
 		return func(ctx context.Context) error {
 			probe.Point(probe.BeforeWithdraw, keys.Lock)
 			return c.withdrawRetry(ctx, p, keys, v)
@@ -136,23 +135,20 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		token = newToken()
 		c.notify.retoken(old, token)
 	}
-	// The lease is made at the grant: a waiter holds none while it waits.
-	leaseProto := proto
+	// The lease is made at the grant, with the protocol of the first
+	// attempt: a waiter holds none while it waits.
 	var l *lease
 	attempts := 0
-	attempt := func(ctx context.Context) (bool, time.Duration, error) {
+	// attempt makes one attempt with p, the protocol set up for its mode.
+	attempt := func(ctx context.Context, p Protocol) (bool, time.Duration, error) {
 		if err := ctx.Err(); err != nil {
 			return false, 0, ctxDone(ctx)
 		}
 		attempts++
 		sent := time.Now()
-		g, err := proto.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
+		g, err := p.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
 		if err == nil && g.Acquired {
 			probe.Point(probe.AfterGrant, keys.Lock)
-		}
-		p := proto
-		if spec.queued && mode == "q1" {
-			proto, _ = c.modal(base, "q") // later attempts refresh the queue entry
 		}
 		var rb *rollbackError
 		switch {
@@ -165,7 +161,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 			}
 			return false, time.Millisecond, nil
 		case err == nil && g.Acquired:
-			l = c.newLease(leaseProto, keys, cfg)
+			l = c.newLease(first, keys, cfg)
 			l.start(sent, g)
 			return true, 0, nil
 		case err == nil && !wait:
@@ -198,22 +194,26 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, proto P
 		}
 		return false, 0, unavailable(err)
 	}
+	with := func(p Protocol) attemptFunc {
+		return func(ctx context.Context) (bool, time.Duration, error) { return attempt(ctx, p) }
+	}
 
+	// Every attempt is made in the first attempt's mode, except a queued
+	// waiter's: it tries without queueing until the Client listens for
+	// hand-offs, joins the queue with its first attempt, and refreshes its
+	// entry with the later ones.
+	retry := with(first)
 	if spec.queued {
-		tryProto, _ := c.modal(base, "try")
-		spec.tryFirst = func(ctx context.Context) (bool, time.Duration, error) {
-			saved := proto
-			proto = tryProto
-			defer func() { proto = saved }()
-			return attempt(ctx)
-		}
+		tryProto, _ := c.modal(base, modeTry)
+		queuedProto, _ := c.modal(base, modeQueued)
+		spec.tryFirst, spec.join, retry = with(tryProto), with(first), with(queuedProto)
 	}
 	waited := false
 	var err error
 	if wait {
-		waited, err = c.wait(ctx, spec, attempt)
+		waited, err = c.wait(ctx, spec, retry)
 	} else {
-		_, _, err = attempt(ctx)
+		_, _, err = attempt(ctx, first)
 	}
 	if err == nil && c.closed() {
 		// Close ran while we were acquiring: don't hand out a lock nobody

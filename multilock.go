@@ -144,18 +144,13 @@ type multiLock struct {
 	ks   []Keys   // the Keys of each
 }
 
-func (m multiLock) withMode(q queueMode) Protocol {
-	m.queueMode = q
-	return m
-}
-
 func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Keys, token string, ttl time.Duration) (Grant, error) {
 	names := make([]string, 0, 3*len(m.ks))
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
 	res, err := Call{multiAcquireScript, names, []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
-		m.mode, m.channel, m.lease.Milliseconds()}}.Run(ctx, rdb).Int64Slice()
+		m.mode.String(), m.channel, m.lease.Milliseconds()}}.Run(ctx, rdb).Int64Slice()
 	g := Grant{Value: token}
 	switch {
 	case err != nil:
@@ -186,7 +181,7 @@ func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Key
 // for the next: its retries renew them, so they must come within a third
 // of their TTL.
 func (m multiLock) holding(g *Grant, ttl time.Duration) {
-	if m.mode != "q1" && m.mode != "q" {
+	if !m.mode.queued() {
 		return
 	}
 	if g.HolderTTL <= 0 || g.HolderTTL > ttl/3 {
@@ -225,19 +220,19 @@ func (m multiLock) release(token, mode string) Call {
 // multiSlots is the protocol of a multi-key lock over several slots: one
 // multiLock per slot, taken in the canonical order; renewed and released
 // directly, with one pipeline of per-slot scripts (go-redis sends each to
-// its node).
+// its node). Each slot's scripts run with the multiSlots' queue settings
+// (see group).
 type multiSlots struct {
+	queueMode
 	groups []multiLock
 	rdb    redis.UniversalClient
 }
 
-func (m multiSlots) withMode(q queueMode) Protocol {
-	gs := slices.Clone(m.groups)
-	for i := range gs {
-		gs[i].queueMode = q
-	}
-	m.groups = gs
-	return m
+// group returns the protocol of the i-th slot, with m's queue settings.
+func (m multiSlots) group(i int) multiLock {
+	g := m.groups[i]
+	g.queueMode = m.queueMode
+	return g
 }
 
 // Acquire takes the groups in order. In try and barge modes a group it
@@ -245,15 +240,15 @@ func (m multiSlots) withMode(q queueMode) Protocol {
 // queued, it keeps them and queues for the next (see LockMulti).
 func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Keys, token string, ttl time.Duration) (Grant, error) {
 	all := Grant{Value: token, Acquired: true}
-	for i, grp := range m.groups {
+	for i := range m.groups {
+		grp := m.group(i)
 		g, err := grp.Acquire(ctx, rdb, grp.ks[0], token, ttl)
 		if err == nil && g.Acquired {
 			all.keys = append(all.keys, g.keys...)
 			all.fences = append(all.fences, g.fences...)
 			continue
 		}
-		queued := grp.mode == "q1" || grp.mode == "q"
-		if i > 0 && !queued {
+		if i > 0 && !m.mode.queued() {
 			// Roll back. If that fails, the engine retries it in the
 			// background (Value is set: the withdrawal is token-checked).
 			if _, rerr := m.rollback(ctx, token); rerr != nil {
@@ -292,14 +287,15 @@ func (e *rollbackError) Unwrap() error { return e.acquire }
 // Renew and Release are not used (the engine calls RenewDirect and
 // ReleaseDirect); they cover the first slot only.
 func (m multiSlots) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
-	return m.groups[0].Renew(k, token, ttl)
+	return m.group(0).Renew(k, token, ttl)
 }
 
-func (m multiSlots) Release(k Keys, token string) Call { return m.groups[0].Release(k, token) }
+func (m multiSlots) Release(k Keys, token string) Call { return m.group(0).Release(k, token) }
 
 func (m multiSlots) RenewDirect(ctx context.Context, _ Keys, token string, ttl time.Duration) (string, int64, error) {
 	calls := make([]Call, len(m.groups))
-	for i, g := range m.groups {
+	for i := range m.groups {
+		g := m.group(i)
 		calls[i], _ = g.Renew(g.ks[0], token, ttl)
 	}
 	code, err := worstReply(runBatch(ctx, m.rdb, calls))
@@ -311,7 +307,8 @@ func (m multiSlots) RenewDirect(ctx context.Context, _ Keys, token string, ttl t
 // abandoned acquire: see multiLock.Leave).
 func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (int64, error) {
 	calls := make([]Call, len(m.groups))
-	for i, g := range m.groups {
+	for i := range m.groups {
+		g := m.group(i)
 		calls[i] = g.Leave(g.ks[0], token)
 	}
 	return worstReply(runBatch(ctx, m.rdb, calls))
@@ -321,8 +318,8 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (in
 // (the next attempt, e.g. a queued one after TryLock's, uses it again).
 func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {
 	calls := make([]Call, len(m.groups))
-	for i, g := range m.groups {
-		calls[i] = g.release(token, "r")
+	for i := range m.groups {
+		calls[i] = m.group(i).release(token, "r")
 	}
 	return worstReply(runBatch(ctx, m.rdb, calls))
 }

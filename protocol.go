@@ -89,44 +89,6 @@ func WithProtocol(p Protocol) LockOption {
 	return func(c *lockConfig) { c.proto, c.kinds = p, c.kinds|kindProtocol }
 }
 
-// queueMode configures one acquire call of a protocol whose waiters queue
-// in Redis (scripts/lib/queue.lua): the token lock and the primitives of
-// this package (shared, reentrant, semaphore, multi-key). The engine picks
-// the mode per attempt; see Client.modal.
-type queueMode struct {
-	mode    string        // try, q1, q or barge (see scripts/acquire.lua)
-	channel string        // the waiter's hand-off channel (q1, q)
-	lease   time.Duration // the waiter's queue lease (q1, q)
-	pickup  time.Duration // how long a hand-off waits for its confirmation
-}
-
-// queued is implemented by the protocols whose waiters queue in Redis.
-// withMode returns the protocol for one acquire mode. A queued protocol
-// uses the same token as its queue entry, its held value and its hand-off
-// message, and withdraw (its Leave call, or ReleaseDirect) removes that
-// token from wherever it is: queued, handed a lock, or holding one.
-type queued interface {
-	Protocol
-	withMode(m queueMode) Protocol
-}
-
-// queueMode returns the queue settings of this Client for mode.
-func (c *Client) queueMode(mode string) queueMode {
-	return queueMode{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
-}
-
-// modal returns proto set up for acquire mode m, and whether its waiters
-// queue in Redis. The token lock gets the Client's replica settings.
-func (c *Client) modal(proto Protocol, m string) (Protocol, bool) {
-	switch p := proto.(type) {
-	case tokenLock:
-		return c.tokenLock(m), true
-	case queued:
-		return p.withMode(c.queueMode(m)), true
-	}
-	return proto, false
-}
-
 // tokenLock is the default Protocol: the key holds a random token with a
 // PX TTL, fenced by a counter in the same slot, with a FIFO wait queue and
 // direct hand-off (see scripts/acquire.lua and scripts/release.lua).
@@ -144,7 +106,7 @@ const freeButQueued = -2
 
 func (t tokenLock) acquireCall(k Keys, token string, ttl time.Duration) Call {
 	return Call{acquireScript, []string{k.Lock, k.Fence, k.Queue},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode, t.channel, t.lease.Milliseconds()}}
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String(), t.channel, t.lease.Milliseconds()}}
 }
 
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {

@@ -101,13 +101,8 @@ type reentrantLock struct {
 	holdSet
 }
 
-func (r reentrantLock) withMode(m queueMode) Protocol {
-	r.queueMode = m
-	return r
-}
-
 func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
 	c := Call{reentrantAcquireScript, []string{k.Lock, k.Fence, k.Queue, r.set(k)},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode, r.channel, r.lease.Milliseconds(), r.group}}
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.channel, r.lease.Milliseconds(), r.group}}
 	return grantOf(token, c.Run(ctx, rdb))
 }

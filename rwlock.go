@@ -48,14 +48,9 @@ type sharedLock struct {
 	holdSet
 }
 
-func (s sharedLock) withMode(m queueMode) Protocol {
-	s.queueMode = m
-	return s
-}
-
 func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
 	c := Call{sharedAcquireScript, []string{k.Lock, k.Fence, k.Queue, s.set(k)},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode, s.channel + "{r",
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(), s.channel + "{r",
 			s.lease.Milliseconds(), s.pickup.Milliseconds(), s.group}}
 	return grantOf(token, c.Run(ctx, rdb))
 }

@@ -98,15 +98,10 @@ type semaphore struct {
 // Reply of semaphore_acquire.lua: more permits asked than the limit.
 const codeAboveLimit = -3
 
-func (s semaphore) withMode(m queueMode) Protocol {
-	s.queueMode = m
-	return s
-}
-
 func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
 	cmd := Call{semaphoreAcquireScript,
 		[]string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode,
+		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
 			fmt.Sprintf("%s{%d", s.channel, s.permits), s.lease.Milliseconds(), s.permits, s.limit,
 			s.pickup.Milliseconds()}}.Run(ctx, rdb)
 	if res, err := cmd.Int64Slice(); err == nil && len(res) == 2 && res[0] == codeAboveLimit {

@@ -482,10 +482,13 @@ type waitSpec struct {
 	// channel, so a Client whose locks are never contended never opens a
 	// pub/sub connection.
 	tryFirst attemptFunc
+	// join, for a queued waiter, makes its first attempt, which enqueues
+	// it if the key is held; the attempts after it refresh its entry.
+	join attemptFunc
 }
 
 // wait runs attempt until it acquires, fails, or ctx ends: the one waiting
-// loop every primitive uses. An uncontended acquire costs one round trip.
+// loop every primitive uses. A queued waiter's first attempt is spec.join. An uncontended acquire costs one round trip.
 //
 // A queued waiter registers for its hand-off before its first attempt
 // (which enqueues it if the key is held), then sleeps until the hand-off
@@ -508,7 +511,11 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 	}
 	// An attempt that fails withdraws what it may have done itself (see
 	// Client.obtain).
-	ok, ttl, err := attempt(ctx)
+	first := attempt
+	if spec.join != nil {
+		first = spec.join
+	}
+	ok, ttl, err := first(ctx)
 	if ok || err != nil {
 		return false, err
 	}

@@ -1,0 +1,58 @@
+package dlock
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAcquireModeArgs: every mode names one of the modes acquire.lua
+// documents, and no two modes name the same.
+func TestAcquireModeArgs(t *testing.T) {
+	seen := map[string]acquireMode{}
+	for _, m := range []acquireMode{modeTry, modeJoin, modeQueued, modeBarge} {
+		arg := m.String()
+		if !strings.Contains(acquireSrc, "'"+arg+"'") {
+			t.Errorf("mode %d: acquire.lua does not know %q", m, arg)
+		}
+		if prev, ok := seen[arg]; ok {
+			t.Errorf("modes %d and %d both send %q", prev, m, arg)
+		}
+		seen[arg] = m
+		if want := arg == "q1" || arg == "q"; m.queued() != want {
+			t.Errorf("%q: queued() = %v, want %v", arg, m.queued(), want)
+		}
+	}
+}
+
+// TestWithMode: withMode sets the queue settings of a copy of every queued
+// protocol and leaves the original as it was; a multi-slot lock's slots
+// run with its settings.
+func TestWithMode(t *testing.T) {
+	m := queueMode{mode: modeQueued, channel: "ch", lease: time.Second, pickup: 2 * time.Second}
+	ks := Keys{Lock: "k", Fence: "f", Wake: "w", Queue: "q"}
+	group := multiLock{keys: []string{"k"}, ks: []Keys{ks}}
+	for _, p := range []queued{
+		tokenLock{},
+		sharedLock{holdSet{group: SharedValue, suffix: readersSuffix}},
+		reentrantLock{holdSet{group: "o", suffix: holdsSuffix}},
+		semaphore{limit: 3, permits: 1},
+		group,
+		multiSlots{groups: []multiLock{group, group}},
+	} {
+		got := withMode(p, m)
+		if got.(queued).queueSettings() != m {
+			t.Errorf("%T: settings %+v, want %+v", p, got.(queued).queueSettings(), m)
+		}
+		if p.queueSettings() != (queueMode{}) {
+			t.Errorf("%T: the original changed to %+v", p, p.queueSettings())
+		}
+		if s, ok := got.(multiSlots); ok {
+			for i := range s.groups {
+				if s.group(i).queueMode != m {
+					t.Errorf("slot %d runs with %+v, want %+v", i, s.group(i).queueMode, m)
+				}
+			}
+		}
+	}
+}
