@@ -192,3 +192,24 @@ func markdownLinks(md string) []string {
 	}
 	return out
 }
+
+// TestReadmeQuickStart keeps README.md's quick start at its two commands,
+// and its test command the one .ci/run runs.
+func TestReadmeQuickStart(t *testing.T) {
+	block, ok := fencedBlock(readFile(t, "README.md"), "sh")
+	if !ok {
+		t.Fatal("README.md has no ```sh block")
+	}
+	var cmds []string
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		cmd, _, _ := strings.Cut(line, "#")
+		cmds = append(cmds, strings.TrimSpace(cmd))
+	}
+	if len(cmds) != 2 || cmds[0] != "go run ./cmd/dlock demo" || !strings.HasPrefix(cmds[1], "go test ") {
+		t.Fatalf("README.md's quick start is %q, want the demo and the test command", cmds)
+	}
+	ci := "\n" + readFile(t, filepath.Join(".ci", "run")) + "\n"
+	if !strings.Contains(ci, "\n"+cmds[1]+"\n") {
+		t.Errorf(".ci/run does not run README.md's test command %q on a line of its own", cmds[1])
+	}
+}
