@@ -81,6 +81,7 @@ type result struct {
 	CrashHandovers     []int64
 	Commands, Handoffs int // L3
 	Monitored          int // histories with a server-side view (R1, L3, L4 checked)
+	Unparsed           int // MONITOR lines that could not be parsed (the view missed a command)
 	Orphans            []int64
 	Counter            []counterRun   // Counter stock checks
 	Refused            int            // acquires (or Clients) refused as invalid arguments
@@ -138,6 +139,7 @@ func (r *result) Merge(o result) {
 	r.CrashHandovers = append(r.CrashHandovers, o.CrashHandovers...)
 	r.Commands += o.Commands
 	r.Monitored += o.Monitored
+	r.Unparsed += o.Unparsed
 	r.Handoffs += o.Handoffs
 	r.Orphans = append(r.Orphans, o.Orphans...)
 	r.Counter = append(r.Counter, o.Counter...)
@@ -290,6 +292,7 @@ func check(events []event, lines []monLine, p params) result {
 		}
 		ms := analyzeMonitor(lines, keys, owned, from, to)
 		r.add(invR1, ms.Foreign, "%d foreign writes", ms.Foreign)
+		r.Unparsed = ms.Unparsed
 		for _, d := range ms.Details {
 			if len(r.Details) < 20 {
 				r.Details = append(r.Details, d)

@@ -229,6 +229,58 @@ func TestAnalyzeMonitor(t *testing.T) {
 	}
 }
 
+// A MONITOR line that does not parse is kept and counted, and the keys are
+// unknown after it: dropping it would have the replay judge B's acquire
+// against a lock the unreadable command (a DEL, here) had removed.
+func TestMonitorUnparsedLines(t *testing.T) {
+	m := &monitor{clock: &timeBase{zero: 1_000_000_000}, seen: map[string]chan struct{}{}}
+	for _, raw := range []string{
+		`+1.000000 [0 127.0.0.1:5] "evalsha" "s" "3" "k" "f" "q" "A" "100"`,
+		`+1.000000 [0 lua] "SET" "k" "A" "PX" "100"`,
+		`+1.010000 [0 127.0.0.1:5] DEL k`, // unquoted: not MONITOR's format
+		`+1.020000 [0 127.0.0.1:5] "evalsha" "s" "3" "k" "f" "q" "B" "100"`,
+		`+1.020000 [0 lua] "SET" "k" "B" "PX" "100"`,
+	} {
+		m.take(raw, false)
+	}
+	lines := m.lines
+	if len(lines) != 5 || lines[2].Unparsed == "" || len(lines[2].Args) != 0 || lines[2].T != lines[1].T {
+		t.Fatalf("lines %+v", lines)
+	}
+	keys, owned := map[string]bool{"k": true}, map[string]bool{"A": true, "B": true}
+	st := analyzeMonitor(lines, keys, owned, 0, never)
+	if st.Unparsed != 1 || st.Foreign != 0 || st.Commands != 2 {
+		t.Fatalf("%+v", st)
+	}
+	if len(st.Details) != 1 || !strings.Contains(st.Details[0], "could not be parsed") {
+		t.Fatalf("details %q", st.Details)
+	}
+	// What the replay would have concluded without the line.
+	without := append(append([]monLine(nil), lines[:2]...), lines[3:]...)
+	if st := analyzeMonitor(without, keys, owned, 0, never); st.Foreign != 1 {
+		t.Fatalf("without the line: %+v", st)
+	}
+	r := check(nil, lines, defaultParams())
+	if r.Unparsed != 1 || r.Monitored != 1 {
+		t.Fatalf("result %+v", r)
+	}
+	var sum result
+	sum.Merge(r)
+	sum.Merge(r)
+	if sum.Unparsed != 2 {
+		t.Fatalf("merged %d", sum.Unparsed)
+	}
+	if unparsedProblem(r, false) != "" || !strings.Contains(unparsedProblem(r, true), "1 MONITOR lines") {
+		t.Fatalf("strict %q, lenient %q", unparsedProblem(r, true), unparsedProblem(r, false))
+	}
+	if unparsedProblem(check(nil, lines[:2], defaultParams()), true) != "" {
+		t.Fatal("strict mode complains about a clean view")
+	}
+	if f := figures(r); !strings.Contains(f, "MONITOR lines unparsed 1") {
+		t.Fatalf("figures %q", f)
+	}
+}
+
 // A bulk renewal (extend_many) extends many locks in one script call, each
 // for its own token: not a foreign write; one for the wrong token is.
 func TestAnalyzeMonitorBulk(t *testing.T) {

@@ -18,8 +18,10 @@
 // DLOCK_FAULTS_OUT (default $TMPDIR/dlock-faults), with porcupine's HTML
 // visualization when S3 rejected one. DLOCK_FAULTS_STRICT=1 judges the
 // rows whose defect's fix a probe finds missing in the build (they are
-// otherwise shown as pending); DLOCK_FAULTS_REPLAY=file.json with -run
-// TestReplay re-checks a saved history and prints its operations.
+// otherwise shown as pending) and fails a history with MONITOR lines the
+// replay could not parse (otherwise counted in the figures);
+// DLOCK_FAULTS_REPLAY=file.json with -run TestReplay re-checks a saved
+// history and prints its operations.
 //
 // # Faults
 //
@@ -80,7 +82,9 @@
 //     lock key while it holds another token whose TTL has not run out by
 //     the script's clock (read after its EVALSHA's line, before its first
 //     command's: a stalled server runs a script later than its line
-//     says). Each R1 detail quotes the key's latest commands.
+//     says). Each R1 detail quotes the key's latest commands. A MONITOR
+//     line that cannot be parsed leaves the keys' states unknown from
+//     there on; the report counts such lines.
 //   - R2, the holder is told of a loss by its deadline: the lost signal
 //     comes at most R2Slack after the deadline (or after the grant's
 //     return, if that was later), unless the holder's own process was

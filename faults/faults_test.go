@@ -358,7 +358,21 @@ func judge(t *testing.T, sc scenario, r result) string {
 			verdict = "FAIL"
 		}
 	}
+	if msg := unparsedProblem(r, os.Getenv("DLOCK_FAULTS_STRICT") == "1"); msg != "" {
+		t.Errorf("%s/%s: %s", sc.topo, sc.name, msg)
+		verdict = "FAIL: unparsed MONITOR lines"
+	}
 	return verdict
+}
+
+// unparsedProblem is the complaint, in strict mode, about MONITOR lines
+// the replay could not read: R1, L3 and L4 did not see those commands.
+// Otherwise the report only counts them.
+func unparsedProblem(r result, strict bool) string {
+	if !strict || r.Unparsed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d MONITOR lines could not be parsed: R1, L3 and L4 missed those commands", r.Unparsed)
 }
 
 func renderTable(total time.Duration) string {
@@ -459,6 +473,9 @@ func figures(r result) string {
 	}
 	if len(r.Orphans) > 0 {
 		f = append(f, fmt.Sprintf("orphans %d, longest %s", len(r.Orphans), dur(slices.Max(r.Orphans))))
+	}
+	if r.Unparsed > 0 {
+		f = append(f, fmt.Sprintf("MONITOR lines unparsed %d (key states unknown after each)", r.Unparsed))
 	}
 	if len(r.CmdFaults) > 0 {
 		var parts []string

@@ -41,6 +41,9 @@ type monLine struct {
 	Addr string   // the client's address ("lua" for script commands)
 	Args []string // the command and its arguments
 	Gap  bool     // the connection broke before this line: commands may be missing
+	// Unparsed is the raw text of a line that could not be parsed (Args
+	// is empty then): a command the replay cannot see.
+	Unparsed string
 }
 
 // startMonitor connects to addr and starts recording. Commands the server
@@ -114,20 +117,32 @@ func (m *monitor) loop(r *bufio.Reader) {
 			}
 			continue
 		}
-		l, ok := parseMonitorLine(strings.TrimRight(line, "\r\n"), m.clock)
-		if !ok {
-			continue
+		m.take(strings.TrimRight(line, "\r\n"), gap)
+		gap = false
+	}
+}
+
+// take records one line MONITOR sent (gap: the connection broke before
+// it). A line that does not parse is recorded as such (Unparsed), on the
+// time of the line before it: the replay cannot know what it did, and the
+// report counts it.
+func (m *monitor) take(raw string, gap bool) {
+	l, ok := parseMonitorLine(raw, m.clock)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !ok {
+		l = monLine{Unparsed: raw}
+		if n := len(m.lines); n > 0 {
+			l.T = m.lines[n-1].T
 		}
-		l.Gap, gap = gap, false
-		m.mu.Lock()
-		m.lines = append(m.lines, l)
-		if len(l.Args) == 2 && strings.EqualFold(l.Args[0], "echo") {
-			if ch := m.seen[l.Args[1]]; ch != nil {
-				close(ch)
-				delete(m.seen, l.Args[1])
-			}
+	}
+	l.Gap = gap
+	m.lines = append(m.lines, l)
+	if len(l.Args) == 2 && strings.EqualFold(l.Args[0], "echo") {
+		if ch := m.seen[l.Args[1]]; ch != nil {
+			close(ch)
+			delete(m.seen, l.Args[1])
 		}
-		m.mu.Unlock()
 	}
 }
 
@@ -283,6 +298,7 @@ type monStats struct {
 	Details  []string // the first few foreign writes and orphans
 	Orphans  []orphan // values a script set for tokens no grant returned
 	Gaps     int      // connection gaps (restarts)
+	Unparsed int      // lines that could not be parsed (see monLine.Unparsed)
 }
 
 // orphan is a lock key holding the token of a grant nobody received: an
@@ -413,10 +429,22 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 		last = l.T
 		if l.Gap {
 			st.Gaps++
+		}
+		if l.Unparsed != "" {
+			// A command nobody can read: from here on the keys are
+			// unknown, as after a gap.
+			st.Unparsed++
+			detail("monitor: a line could not be parsed, key states unknown after %s: %q", dur(l.T), cut(l.Unparsed, 120))
+		}
+		if l.Gap || l.Unparsed != "" {
 			gapped = true
 			for _, s := range states {
 				s.known = false
 			}
+		}
+		if l.Unparsed != "" {
+			script.active = false
+			continue
 		}
 		cmd := strings.ToUpper(l.Args[0])
 		t, base := l.T, l.T
@@ -663,4 +691,12 @@ func describeLine(l monLine) string {
 		b.WriteString(" " + a)
 	}
 	return b.String()
+}
+
+// cut shortens s to at most n bytes for a report, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
