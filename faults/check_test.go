@@ -281,6 +281,50 @@ func TestMonitorUnparsedLines(t *testing.T) {
 	}
 }
 
+// A top-level command (no script, no token) that writes a lock key while
+// it holds a live token is a foreign write; one that writes nothing, or a
+// key whose validity is in its value (no Redis expiry), is not.
+func TestAnalyzeMonitorTopLevelWrites(t *testing.T) {
+	line := func(t int64, lua bool, args ...string) monLine {
+		l := monLine{T: t, Lua: lua, Args: args, Addr: "127.0.0.1:7"}
+		if lua {
+			l.Addr = "lua"
+		}
+		return l
+	}
+	acquire := func(t int64, key, token, px string) []monLine {
+		set := line(t, true, "SET", key, token, "PX", px)
+		if px == "" {
+			set = line(t, true, "SET", key, token)
+		}
+		return []monLine{line(t, false, "evalsha", "s", "3", key, "f", "q", token, px), set}
+	}
+	var lines []monLine
+	lines = append(lines, acquire(0, "k", "A", "100")...)
+	lines = append(lines, acquire(0, "legacy", "1000", "")...)
+	lines = append(lines,
+		line(10*ms, false, "SET", "k", "X", "NX"),      // writes nothing: fine
+		line(20*ms, false, "DEL", "k"),                 // A's live lock deleted: R1
+		line(25*ms, false, "GETSET", "legacy", "2000"), // no expiry: the legacy takeover, not judged
+		line(26*ms, false, "SETNX", "legacy", "3000"),  // writes nothing
+	)
+	lines = append(lines, acquire(30*ms, "k", "B", "100")...) // k was free: fine
+	lines = append(lines,
+		line(60*ms, false, "PEXPIRE", "k", "1"),          // B's live lock shortened: R1
+		line(90*ms, false, "SET", "k", "Y", "PX", "100"), // expired at 61ms: free
+		line(500*ms, false, "DEL", "k"),                  // Y expired long ago: fine
+	)
+	keys := map[string]bool{"k": true, "legacy": true}
+	st := analyzeMonitor(lines, keys, map[string]bool{"A": true, "B": true, "1000": true}, 0, never)
+	if st.Foreign != 2 {
+		t.Fatalf("foreign %d, want 2: %s", st.Foreign, strings.Join(st.Details, "\n"))
+	}
+	if !strings.Contains(st.Details[0], "top-level DEL k by client 127.0.0.1:7") ||
+		!strings.Contains(st.Details[1], "top-level PEXPIRE k") {
+		t.Fatalf("details:\n%s", strings.Join(st.Details, "\n"))
+	}
+}
+
 // A bulk renewal (extend_many) extends many locks in one script call, each
 // for its own token: not a foreign write; one for the wrong token is.
 func TestAnalyzeMonitorBulk(t *testing.T) {

@@ -82,9 +82,12 @@
 //     lock key while it holds another token whose TTL has not run out by
 //     the script's clock (read after its EVALSHA's line, before its first
 //     command's: a stalled server runs a script later than its line
-//     says). Each R1 detail quotes the key's latest commands. A MONITOR
-//     line that cannot be parsed leaves the keys' states unknown from
-//     there on; the report counts such lines.
+//     says). A command sent outside any script (it carries no token) that
+//     writes a lock key while it holds a token whose Redis TTL has not run
+//     out is foreign too (keys without a TTL, the legacy protocol's, are
+//     not judged). Each R1 detail quotes the key's latest commands. A
+//     MONITOR line that cannot be parsed leaves the keys' states unknown
+//     from there on; the report counts such lines.
 //   - R2, the holder is told of a loss by its deadline: the lost signal
 //     comes at most R2Slack after the deadline (or after the grant's
 //     return, if that was later), unless the holder's own process was

@@ -352,6 +352,8 @@ const recentLines = 12
 // DEL, PEXPIRE, ...) while the key holds another token whose TTL has not
 // run out is a foreign write: release or extend touching another owner, or
 // an acquire overwriting a live lock. ForceRelease ('force') is exempt.
+// A command sent outside any script that writes a lock key while it holds
+// a live token with a Redis expiry is one too (see foreignTopLevel).
 //
 // A script's clock: Redis feeds MONITOR an EVALSHA before the script runs
 // and each command of the script after it ran, and the script judges
@@ -523,6 +525,11 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 			detail("R1: %s %s by a script of token %s (sent %s, running by %s) while it held %s (expiring in %s)%s",
 				cmd, k, short(token), dur(script.t), dur(script.first), short(s.value), dur(s.exp-script.first), quote(k))
 		}
+		if !l.Lua && foreignTopLevel(s, cmd, l) {
+			st.Foreign++
+			detail("R1: top-level %s %s by client %s at %s while it held %s (expiring in %s)%s",
+				cmd, k, l.Addr, dur(l.T), short(s.value), dur(s.exp-l.T), quote(k))
+		}
 		w := when{lo: t, hi: t, base: t, line: l.T}
 		if l.Lua {
 			w.hi, w.base = script.first, base
@@ -533,6 +540,19 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 		endTenure(k, s, last)
 	}
 	return st
+}
+
+// foreignTopLevel reports whether l, a command sent outside any script,
+// writes a lock key that surely held a live token when it ran. A script
+// carries its token; a top-level command carries none, so it is nobody's
+// release or renewal. The command ran before its line (MONITOR feeds it
+// once it ran), so a key live at the line was live when it ran. A SET NX
+// or SETNX on a live key writes nothing. Keys without a Redis expiry are
+// left out: their validity is in their value (the legacy protocol's
+// timestamps, whose top-level GETSET takes over an expired stamp), which
+// the replay does not judge.
+func foreignTopLevel(s *keyState, cmd string, l monLine) bool {
+	return s.live(l.T) && s.exp != 0 && !setNX(cmd, l.Args) && cmd != "SETNX"
 }
 
 // setNX reports whether args are a SET with the NX option (it writes only

@@ -77,8 +77,10 @@ func quickScenarios() []scenario {
 			note: "the same with Options.Barging: every Client's waiters race on each release"},
 		{topo: single, name: "stall, no ctx timeout (canary)", rounds: 1, run: stallNoCtxTimeout,
 			must: []invariant{invL1}, note: "DEBUG SLEEP 1.5s; go-redis without ContextTimeoutEnabled waits its ReadTimeout, not the context"},
-		{topo: single, name: "unchecked release (canary)", rounds: 1, run: uncheckedRelease, must: []invariant{invR1},
+		{topo: single, name: "unchecked release (canary)", rounds: 1, run: uncheckedRelease(false), must: []invariant{invR1},
 			may: []invariant{invS3}, note: "checker canary: an expired holder releases with a DEL that does not compare tokens"},
+		{topo: single, name: "top-level DEL (canary)", rounds: 1, run: uncheckedRelease(true), must: []invariant{invR1},
+			may: []invariant{invS3}, note: "checker canary: the same DEL sent as a plain command, outside any script"},
 		{topo: single, name: "no compensation (canary)", rounds: 1, run: noCompensation, must: []invariant{invL4},
 			note: "checker canary: an acquire whose reply was lost, by a client that does not clean up (TTL 3s)"},
 		{topo: single, name: "renew-jitter", rounds: 1, run: renewJitter,
@@ -791,8 +793,13 @@ func stallNoCtxTimeout(h *harness) {
 
 // uncheckedRelease (checker canary): A's lease runs out, B takes the key,
 // then A "releases" with a script that deletes without comparing tokens,
-// as naive unlock code does. R1 must see it in the server's command log.
-func uncheckedRelease(h *harness) {
+// as naive unlock code does, or (topLevel) with a plain DEL. R1 must see it
+// in the server's command log.
+func uncheckedRelease(topLevel bool) func(h *harness) {
+	return func(h *harness) { uncheckedReleaseRun(h, topLevel) }
+}
+
+func uncheckedReleaseRun(h *harness, topLevel bool) {
 	ctx := h.t.Context()
 	k := h.key("k")
 	a := h.worker(h.lockNode(dlock.Options{}), true)
@@ -806,9 +813,15 @@ func uncheckedRelease(h *harness) {
 	if lb == nil {
 		h.t.Fatal("B could not acquire")
 	}
-	naive := redis.NewScript("return redis.call('DEL', KEYS[1])")
-	if err := naive.Run(ctx, h.client(h.lock.Addr(), true), []string{k}, la.Token()).Err(); err != nil {
-		h.t.Fatal(err)
+	if topLevel {
+		if err := h.client(h.lock.Addr(), true).Del(ctx, k).Err(); err != nil {
+			h.t.Fatal(err)
+		}
+	} else {
+		naive := redis.NewScript("return redis.call('DEL', KEYS[1])")
+		if err := naive.Run(ctx, h.client(h.lock.Addr(), true), []string{k}, la.Token()).Err(); err != nil {
+			h.t.Fatal(err)
+		}
 	}
 	h.nem.Span(kindFault, -1, "unchecked DEL by the expired holder", clock.Now(), clock.Now())
 	_ = b.Release(ctx, lb)
