@@ -50,11 +50,13 @@ func defectScenarios() []scenario {
 	}
 }
 
-// waitQueued waits until k's queue has n waiters (at most 5s).
+// waitQueued waits until k's queue has n waiters, at most 20s: the waiters
+// may be child processes, and a race-enabled test binary can take seconds
+// to start on a loaded machine.
 func (h *harness) waitQueued(k string, n int64) {
 	h.t.Helper()
 	direct := h.client(h.lock.Addr(), true)
-	for end := time.Now().Add(5 * time.Second); direct.LLen(h.t.Context(), "dlock:{"+k+"}:q").Val() < n; sleep(time.Millisecond) {
+	for end := time.Now().Add(20 * time.Second); direct.LLen(h.t.Context(), "dlock:{"+k+"}:q").Val() < n; sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			h.t.Fatalf("fewer than %d waiters queued on %s", n, k)
 		}
