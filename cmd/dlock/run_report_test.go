@@ -136,34 +136,42 @@ func TestRunRedisOutageWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// Both runs, with and without -q, wait through the same outage.
+	var procs []*proc
 	for _, quiet := range []bool{false, true} {
 		key := testKey(t)
 		lk, err := c.TryLock(context.Background(), key, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer func() { _ = lk.Unlock(context.Background()) }()
 		args := []string{"--redis", own.URL(), "run", "-w", "4s", "-E", "0"}
 		if quiet {
 			args = append(args, "-q")
 		}
 		p := startDlock(t, nil, append(args, key, "true")...)
+		procs = append(procs, p)
 		waitFor(t, 20*time.Second, "dlock to queue for the lock", func() bool {
 			info, err := c.Inspect(context.Background(), key)
 			return err == nil && info.Queued > 0
 		})
-		if err := own.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		r := p.wait(60 * time.Second)
-		if err := own.Resume(); err != nil {
-			t.Fatal(err)
-		}
+	}
+	if err := own.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var results []result
+	for _, p := range procs {
+		results = append(results, p.wait(60*time.Second))
+	}
+	if err := own.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
 		expectCode(t, r, 125)
 		expectStderr(t, r, "Redis at "+own.Addr())
 		if strings.Contains(r.stderr, "still held") {
 			t.Errorf("an outage reported as a conflict:\n%v", r)
 		}
-		_ = lk.Unlock(context.Background())
 	}
 }
 

@@ -100,23 +100,29 @@ func TestRunNotAcquired(t *testing.T) {
 	touch := []string{"--", "touch", marker}
 	lk := hold(t, key)
 
-	r := dlockRun(t, nil, onSrv(append([]string{"run", "-n", key}, touch...)...)...)
+	// The five attempts are independent: they run side by side.
+	var ps []*proc
+	for _, args := range [][]string{{"-n"}, {"--no-wait", "-E", "9"}, {"-n", "-q"}, {"-w", "0"}, {"-w", "400ms", "-E", "3"}} {
+		args = append(append([]string{"run"}, args...), key)
+		ps = append(ps, startDlock(t, nil, onSrv(append(args, touch...)...)...))
+	}
+	r := ps[0].wait(60 * time.Second)
 	expectCode(t, r, 1)
 	expectStderr(t, r, "held by another owner")
 
-	r = dlockRun(t, nil, onSrv(append([]string{"run", "--no-wait", "-E", "9", key}, touch...)...)...)
+	r = ps[1].wait(60 * time.Second)
 	expectCode(t, r, 9)
 
-	r = dlockRun(t, nil, onSrv(append([]string{"run", "-n", "-q", key}, touch...)...)...)
+	r = ps[2].wait(60 * time.Second)
 	expectCode(t, r, 1)
 	if r.stderr != "" {
 		t.Errorf("-q printed %q", r.stderr)
 	}
 
-	r = dlockRun(t, nil, onSrv(append([]string{"run", "-w", "0", key}, touch...)...)...)
+	r = ps[3].wait(60 * time.Second)
 	expectCode(t, r, 1)
 
-	r = dlockRun(t, nil, onSrv(append([]string{"run", "-w", "400ms", "-E", "3", key}, touch...)...)...)
+	r = ps[4].wait(60 * time.Second)
 	expectCode(t, r, 3)
 	expectStderr(t, r, "still held after waiting 400ms")
 	if r.elapsed < 400*time.Millisecond {
