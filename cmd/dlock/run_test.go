@@ -387,13 +387,13 @@ func TestRunLostLock(t *testing.T) {
 	})
 }
 
-// TestRunExcludes runs four streams of `dlock run` on one key, 15 each,
+// TestRunExcludes runs four streams of `dlock run` on one key, 10 each,
 // whose commands do an unprotected read-modify-write of a file: with the
-// lock, no update is lost. The read and the write are 100ms apart, so
+// lock, no update is lost. The read and the write are 200ms apart, so
 // that without exclusion runs of different streams overlap often (the
-// same streams each on a key of its own lost 11 of 60 updates with 50ms,
-// on a loaded machine); the runs themselves are few, since each starts two
-// race-enabled binaries (dlock and its guard).
+// same streams each on a key of its own lost 17 of the 40 updates on a
+// loaded machine). The runs are few: each holds the lock while it starts
+// a race-enabled guard binary, so the locked runs take turns for seconds.
 func TestRunExcludes(t *testing.T) {
 	t.Parallel()
 	key := testKey(t)
@@ -402,8 +402,8 @@ func TestRunExcludes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The sleep widens the window between read and write.
-	script := fmt.Sprintf(`n=$(cat %[1]s); sleep 0.1; echo $((n+1)) > %[1]s`, counter)
-	const streams, perStream = 4, 15
+	script := fmt.Sprintf(`n=$(cat %[1]s); sleep 0.2; echo $((n+1)) > %[1]s`, counter)
+	const streams, perStream = 4, 10
 	var wg sync.WaitGroup
 	errs := make(chan string, streams*perStream)
 	for range streams {
