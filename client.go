@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,9 @@ type Client struct {
 	feeds   feeds // election observers' shared reads
 	stats   counters
 	closing chan struct{} // closed by Close
+
+	hookp   atomic.Pointer[Hooks] // the hooks installed now (see hooks)
+	hooksMu sync.Mutex            // serialises AddHooks
 	once    sync.Once
 
 	bgMu   sync.Mutex     // guards bgDone and the Add side of bg
@@ -55,6 +59,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		// A Ring has no connection that hears every shard's hand-offs.
 		c.opts.Barging = true
 	}
+	h := o.Hooks
+	c.hookp.Store(&h)
 	c.pipe = pipelineFor(rdb)
 	c.wd = newWatchdog(c)
 	c.notify = newNotifier(c)
@@ -99,7 +105,7 @@ func (c *Client) Close() error {
 		<-c.wd.done
 		c.wd.batches.Wait() // their round trips were cancelled by stop
 		c.notify.close()
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		defer cancel()
 		held := c.wd.registered()
 		left, errs := c.wd.releaseAll(ctx, held)
@@ -162,7 +168,7 @@ func ambiguous(err error) bool {
 }
 
 // acquired records the end of one acquire call.
-func (c *Client) acquired(key string, start time.Time, attempts int, waited bool, fence uint64, err error) {
+func (c *Client) acquired(ctx context.Context, key string, start time.Time, attempts int, wait, waited bool, fence uint64, err error) {
 	switch {
 	case err == nil:
 		c.stats.acquired.Add(1)
@@ -172,7 +178,7 @@ func (c *Client) acquired(key string, start time.Time, attempts int, waited bool
 	default:
 		c.stats.errors.Add(1)
 	}
-	if h := c.opts.Hooks.Acquire; h != nil {
-		h(AcquireInfo{Key: key, Fence: fence, Wait: time.Since(start), Attempts: attempts, Waited: waited, Err: err})
+	if h := c.hooks().Acquire; h != nil {
+		h(ctx, AcquireInfo{Key: key, Fence: fence, Wait: time.Since(start), Attempts: attempts, Waited: waited, Try: !wait, Err: err})
 	}
 }

@@ -329,7 +329,7 @@ func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 		}
 		return sinceOf(sent, now, ms), nil
 	case codeGone:
-		return time.Time{}, l.lk.l.lose(ErrExpired)
+		return time.Time{}, l.lk.l.lose(l.lk.l.ctx, ErrExpired)
 	case codeWrongType:
 		return time.Time{}, ErrWrongType
 	case codeOlderTerm:

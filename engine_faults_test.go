@@ -243,7 +243,7 @@ func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
 // handed the key to a waiter, is a release, not a loss.
 func TestRetriedUnlockAfterLostReplyIsNotALoss(t *testing.T) {
 	var lost atomic.Int32
-	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { lost.Add(1) }}})
+	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 	b, _ := newClient(t, dlock.Options{})
 	k := key(t)
 	lk, err := a.Lock(t.Context(), k, dlock.WithTTL(time.Minute))

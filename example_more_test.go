@@ -126,18 +126,42 @@ func ExampleFencedDelete() {
 	// <nil>
 }
 
-func ExampleChainHooks() {
+func ExampleClient_AddHooks() {
 	ctx := context.Background()
-	var mine, theirs int
-	h := dlock.ChainHooks(
-		dlock.Hooks{Acquire: func(dlock.AcquireInfo) { mine++ }},
-		dlock.Hooks{Acquire: func(dlock.AcquireInfo) { theirs++ }},
-	)
-	locks, _, done := exampleClientWith(dlock.Options{Hooks: h})
+	locks, _, done := exampleClientWith(dlock.Options{
+		Hooks: dlock.Hooks{Acquire: func(context.Context, dlock.AcquireInfo) { fmt.Println("first") }},
+	})
 	defer done()
-	lock, _ := locks.Lock(ctx, "example:chain")
+	// Later, for example from a metrics or tracing adapter: runs after the
+	// hooks given to New, with the ctx of the call that caused the event.
+	type requestID struct{}
+	locks.AddHooks(dlock.Hooks{
+		Acquire: func(ctx context.Context, i dlock.AcquireInfo) {
+			fmt.Println("second:", ctx.Value(requestID{}), dlock.OutcomeOf(i.Err))
+		},
+	})
+	lock, _ := locks.Lock(context.WithValue(ctx, requestID{}, "req-42"), "example:addhooks")
 	lock.Unlock(ctx)
-	fmt.Println(mine, theirs)
 	// Output:
+	// first
+	// second: req-42 ok
+}
+
+func ExampleOutcomeOf() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+	// Count acquires by outcome, as a metrics adapter would.
+	var byOutcome [dlock.NumOutcomes]int
+	locks.AddHooks(dlock.Hooks{Acquire: func(_ context.Context, i dlock.AcquireInfo) {
+		byOutcome[dlock.OutcomeOf(i.Err)]++
+	}})
+	lock, _ := locks.Lock(ctx, "example:outcome")
+	_, err := locks.TryLock(ctx, "example:outcome")
+	fmt.Println(dlock.OutcomeOf(err))
+	lock.Unlock(ctx)
+	fmt.Println(byOutcome[dlock.OutcomeOK], byOutcome[dlock.OutcomeNotAcquired])
+	// Output:
+	// not_acquired
 	// 1 1
 }

@@ -65,7 +65,7 @@ func TestManyHeldLocks(t *testing.T) {
 	rt := &roundTrips{}
 	rdb.AddHook(rt)
 	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{
-		Lost: func(i dlock.LostInfo) {
+		Lost: func(_ context.Context, i dlock.LostInfo) {
 			firstLoss.CompareAndSwap(0, int64(time.Since(begin)))
 			switch {
 			case errors.Is(i.Cause, dlock.ErrUnreachable):
@@ -76,7 +76,7 @@ func TestManyHeldLocks(t *testing.T) {
 				lostOther.Add(1)
 			}
 		},
-		Behind: func(i dlock.BehindInfo) {
+		Behind: func(_ context.Context, i dlock.BehindInfo) {
 			if behind.Add(1) <= 5 {
 				t.Logf("behind: %+v", i)
 			}

@@ -34,6 +34,9 @@ type lease struct {
 	fence      uint64
 	multi      *multiKeys // a multi-key lock's keys and fences (nil: keys.Lock alone)
 	acquiredAt time.Time
+	// ctx is the acquire call's ctx without its cancellation: the context
+	// of the hooks the watchdog calls (see Hooks).
+	ctx context.Context
 
 	// opMu serialises the renewals and the release of this lease, so a
 	// protocol that rotates the stored value never races itself. The
@@ -140,7 +143,7 @@ func (l *lease) onDeadline() {
 		cause = errors.Join(ErrUnreachable, errors.New("no reply to the renewal before the deadline"))
 	}
 	l.mu.Unlock()
-	l.lose(cause)
+	l.lose(l.ctx, cause)
 }
 
 // renewCall builds the renewal of the lease for ttl. Callers hold opMu.
@@ -165,10 +168,10 @@ func (l *lease) direct() bool {
 // renewed applies the reply of a renewal sent at sent, which stores next
 // in the key if it succeeds. Callers hold opMu. It returns nil, the loss
 // error, or the Redis error (the lease stays held until its deadline).
-func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int64, err error) error {
+func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, next string, code int64, err error) error {
 	defer func() {
-		if h := l.c.opts.Hooks.Renew; h != nil {
-			h(RenewInfo{Key: l.keys.Lock, Fence: l.fence, Err: err})
+		if h := l.c.hooks().Renew; h != nil {
+			h(ctx, RenewInfo{Key: l.keys.Lock, Fence: l.fence, Err: err})
 		}
 	}()
 	l.mu.Lock()
@@ -202,7 +205,7 @@ func (l *lease) renewed(sent time.Time, ttl time.Duration, next string, code int
 		return errRetryAlt
 	}
 	if code != codeOK {
-		err = l.lose(causeOf(code))
+		err = l.lose(ctx, causeOf(code))
 		return err
 	}
 	l.mu.Lock()
@@ -240,14 +243,14 @@ func (l *lease) swapAlt() bool {
 	return true
 }
 
-// renewNow renews the lease once for ttl, by itself (not in a batch).
-// Callers hold opMu.
-func (l *lease) renewNow(ctx context.Context, ttl time.Duration) error {
+// renewNow renews the lease once for ttl, by itself (not in a batch);
+// hctx is the Renew and Lost hooks' context. Callers hold opMu.
+func (l *lease) renewNow(ctx, hctx context.Context, ttl time.Duration) error {
 	for {
 		l.setRenewing()
 		sent := time.Now()
 		next, code, err := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
-		if err = l.renewed(sent, ttl, next, code, err); err != errRetryAlt {
+		if err = l.renewed(hctx, sent, ttl, next, code, err); err != errRetryAlt {
 			return err
 		}
 	}
@@ -264,9 +267,9 @@ func causeOf(code int64) error {
 	}
 }
 
-// lose ends a held lease with cause and returns the loss error. Only the
-// first call has effect.
-func (l *lease) lose(cause error) error {
+// lose ends a held lease with cause and returns the loss error; ctx is the
+// Lost hook's. Only the first call has effect.
+func (l *lease) lose(ctx context.Context, cause error) error {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		err := l.err
@@ -284,8 +287,8 @@ func (l *lease) lose(cause error) error {
 	l.c.stats.lost.Add(1)
 	l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
 		"token", shortToken(value), "cause", cause)
-	if h := l.c.opts.Hooks.Lost; h != nil {
-		h(LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
+	if h := l.c.hooks().Lost; h != nil {
+		h(ctx, LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
 	}
 	if done != nil {
 		close(done)
@@ -306,7 +309,7 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	return l.renewNow(ctx, ttl)
+	return l.renewNow(ctx, ctx, ttl)
 }
 
 // release deletes the lease's key if it still holds our value. It is
@@ -364,14 +367,17 @@ func (l *lease) release(ctx context.Context) error {
 		l.mu.Unlock()
 		err = nil
 	default:
-		err = l.lose(causeOf(code))
+		err = l.lose(ctx, causeOf(code))
 		return err // reported by Lost
 	}
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	}
-	if h := l.c.opts.Hooks.Release; h != nil {
-		h(ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Err: err})
+	if h := l.c.hooks().Release; h != nil {
+		if releasedByClient(ctx) {
+			ctx = l.ctx
+		}
+		h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Err: err})
 	}
 	return err
 }

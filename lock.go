@@ -162,6 +162,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 			return false, time.Millisecond, nil
 		case err == nil && g.Acquired:
 			l = c.newLease(first, keys, cfg)
+			l.ctx = context.WithoutCancel(ctx)
 			l.start(sent, g)
 			return true, 0, nil
 		case err == nil && !wait:
@@ -218,7 +219,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 	if err == nil && c.closed() {
 		// Close ran while we were acquiring: don't hand out a lock nobody
 		// will renew or release.
-		rctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		rctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		_ = l.release(rctx)
 		cancel()
 		err = ErrClosed
@@ -227,7 +228,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 	if err == nil {
 		fence = l.fence
 	}
-	c.acquired(keys.Lock, start, attempts, waited, fence, err)
+	c.acquired(ctx, keys.Lock, start, attempts, wait, waited, fence, err)
 	if err != nil {
 		return nil, err
 	}

@@ -194,7 +194,7 @@ func TestLossDetectedAfterExternalDel(t *testing.T) {
 
 func TestLossDetectedAfterForeignSet(t *testing.T) {
 	var lost atomic.Value
-	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(i dlock.LostInfo) { lost.Store(i) }}})
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(_ context.Context, i dlock.LostInfo) { lost.Store(i) }}})
 	k := key(t)
 	lk, err := c.Lock(t.Context(), k, dlock.WithTTL(1500*time.Millisecond))
 	if err != nil {
@@ -522,7 +522,7 @@ func TestLossWhenRedisUnreachable(t *testing.T) {
 	p := redistest.NewProxy(t, s.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond})
 	var told atomic.Int64 // wall-clock ms when the Lost hook ran
-	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { told.Store(time.Now().UnixMilli()) }}})
+	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { told.Store(time.Now().UnixMilli()) }}})
 	lk, err := c.Lock(t.Context(), "k", dlock.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -666,13 +666,13 @@ func TestCloseReleasesAndStops(t *testing.T) {
 func TestStatsAndHooks(t *testing.T) {
 	var acquires, releases atomic.Int64
 	c, _ := newClient(t, dlock.Options{Hooks: dlock.Hooks{
-		Acquire: func(i dlock.AcquireInfo) {
+		Acquire: func(_ context.Context, i dlock.AcquireInfo) {
 			if i.Err == nil && i.Fence == 0 {
 				t.Error("acquire hook without fence")
 			}
 			acquires.Add(1)
 		},
-		Release: func(dlock.ReleaseInfo) { releases.Add(1) },
+		Release: func(context.Context, dlock.ReleaseInfo) { releases.Add(1) },
 	}})
 	k := key(t)
 	lk, _ := c.Lock(t.Context(), k)

@@ -1,29 +1,165 @@
 package dlock
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
 
 // Hooks are called synchronously from the goroutine that did the work, so
 // they must be quick and must not call back into the Client. Any may be nil.
-// They are the seam metrics and tracing adapters plug into.
+// They are the seam metrics and tracing adapters plug into. Install them in
+// Options.Hooks, or later with [Client.AddHooks].
+//
+// Every hook gets a context first, for the values it carries (a tracing
+// span, a request ID), not for its cancellation:
+//
+//   - Acquire: the ctx given to the call (Lock, TryLock, LockMulti, Do,
+//     RLock, a Semaphore's Acquire...);
+//   - Release: the ctx given to Unlock (Do: its ctx, without its
+//     cancellation); for a lock released by Close, the lock's context;
+//   - Renew: the ctx given to Extend; for a watchdog renewal, the lock's
+//     context;
+//   - Lost: the ctx of the Unlock or Extend call that found the lock lost;
+//     when the watchdog or the lock's deadline found it, the lock's context;
+//   - Behind: context.Background(): no call causes it.
+//
+// A lock's context is the ctx of the call that acquired it, without its
+// cancellation (context.WithoutCancel): it keeps that ctx's values, and so
+// its values stay reachable while the lock is held.
 type Hooks struct {
 	// Acquire is called when a Lock or TryLock call ends, won or not.
-	Acquire func(AcquireInfo)
+	Acquire func(context.Context, AcquireInfo)
 	// Release is called when Unlock has run its release script (or failed
 	// to). It is not called for a lock already reported by Lost.
-	Release func(ReleaseInfo)
+	Release func(context.Context, ReleaseInfo)
 	// Renew is called after each watchdog or Extend renewal attempt.
-	Renew func(RenewInfo)
+	Renew func(context.Context, RenewInfo)
 	// Lost is called once when a held lock is lost, before Done closes.
-	Lost func(LostInfo)
+	Lost func(context.Context, LostInfo)
 	// Behind is called (at most once a second, like the WARN log that
 	// comes with it) when the watchdog sends renewals more than half a
 	// renewal interval late: the Client holds more locks than it can keep
 	// renewed at their TTL on this Redis and CPU, and will lose some if
 	// the backlog grows. It runs on its own goroutine.
-	Behind func(BehindInfo)
+	Behind func(context.Context, BehindInfo)
+}
+
+// AddHooks installs h next to the hooks the Client has: from then on, each
+// event calls the earlier hooks first (Options.Hooks, then earlier AddHooks
+// calls, in order), then h's. Nil fields of h add nothing. It is safe to
+// call while other goroutines use the Client: a call in flight sees either
+// the hooks before or the hooks after. No lock is held while a hook runs.
+// Options().Hooks stays what was given to New.
+func (c *Client) AddHooks(h Hooks) {
+	c.hooksMu.Lock()
+	defer c.hooksMu.Unlock()
+	old := c.hooks()
+	c.hookp.Store(&Hooks{
+		Acquire: chain(old.Acquire, h.Acquire),
+		Release: chain(old.Release, h.Release),
+		Renew:   chain(old.Renew, h.Renew),
+		Lost:    chain(old.Lost, h.Lost),
+		Behind:  chain(old.Behind, h.Behind),
+	})
+}
+
+// noHooks are the hooks of a Client that has none.
+var noHooks = &Hooks{}
+
+// hooks returns the hooks installed now. The Hooks it points to never
+// change: AddHooks replaces them.
+func (c *Client) hooks() *Hooks {
+	if h := c.hookp.Load(); h != nil {
+		return h
+	}
+	return noHooks
+}
+
+// chain returns a func that calls a, then b; nil ones are skipped.
+func chain[T any](a, b func(context.Context, T)) func(context.Context, T) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(ctx context.Context, v T) {
+		a(ctx, v)
+		b(ctx, v)
+	}
+}
+
+// clientReleaseKey marks the context of releases the Client makes on its
+// own (Close): their Release hook gets the lock's context instead.
+type clientReleaseKey struct{}
+
+// clientRelease returns the base context of a release the Client makes on
+// its own.
+func clientRelease() context.Context {
+	return context.WithValue(context.Background(), clientReleaseKey{}, true)
+}
+
+func releasedByClient(ctx context.Context) bool { return ctx.Value(clientReleaseKey{}) != nil }
+
+// Outcome classifies the error an event reports (AcquireInfo.Err,
+// ReleaseInfo.Err, RenewInfo.Err, LostInfo.Cause), for metrics and traces
+// that count events by outcome. Get it with [OutcomeOf].
+type Outcome uint8
+
+// The outcomes, in the order of their values.
+const (
+	OutcomeOK          Outcome = iota // nil: acquired, released or renewed
+	OutcomeNotAcquired                // ErrNotAcquired: TryLock found the key held
+	OutcomeTimeout                    // ErrContextDone: the ctx's deadline passed before the lock was acquired
+	OutcomeCanceled                   // ErrContextDone: the ctx was cancelled before the lock was acquired
+	OutcomeExpired                    // ErrExpired: the lock was lost, its key deleted or expired
+	OutcomeTaken                      // ErrTaken: the lock was lost to another owner
+	OutcomeUnreachable                // ErrUnreachable: the lock was lost, Redis unreachable until its deadline
+	OutcomeError                      // anything else: a Redis error, a closed Client, bad input
+)
+
+// NumOutcomes is the number of Outcome values: an array of this length
+// can be indexed by any Outcome.
+const NumOutcomes = int(OutcomeError) + 1
+
+// OutcomeOf returns the Outcome of err.
+func OutcomeOf(err error) Outcome {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errors.Is(err, ErrNotAcquired):
+		return OutcomeNotAcquired
+	case errors.Is(err, ErrContextDone) && errors.Is(err, context.Canceled):
+		return OutcomeCanceled
+	case errors.Is(err, ErrContextDone):
+		return OutcomeTimeout
+	case errors.Is(err, ErrTaken):
+		return OutcomeTaken
+	case errors.Is(err, ErrUnreachable):
+		return OutcomeUnreachable
+	case errors.Is(err, ErrExpired):
+		return OutcomeExpired
+	default:
+		return OutcomeError
+	}
+}
+
+// Lost reports whether o is the cause of a loss (expired, taken or
+// unreachable).
+func (o Outcome) Lost() bool { return o >= OutcomeExpired && o <= OutcomeUnreachable }
+
+var outcomeNames = [NumOutcomes]string{"ok", "not_acquired", "timeout", "canceled", "expired", "taken", "unreachable", "error"}
+
+// String returns o's name: ok, not_acquired, timeout, canceled, expired,
+// taken, unreachable or error.
+func (o Outcome) String() string {
+	if int(o) < NumOutcomes {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
 // BehindInfo describes a watchdog falling behind.
@@ -40,6 +176,7 @@ type AcquireInfo struct {
 	Wait     time.Duration // from the call to its return
 	Attempts int           // acquire scripts run
 	Waited   bool          // the key was held at least once, so the call waited
+	Try      bool          // a TryLock-like call: one attempt, no waiting
 	Err      error         // nil: acquired
 }
 
@@ -107,48 +244,5 @@ func (c *counters) snapshot() Stats {
 		Held:            c.held.Load(),
 		Waiting:         c.waiting.Load(),
 		AcquireTime:     time.Duration(c.acquireNanos.Load()),
-	}
-}
-
-// ChainHooks returns Hooks that call each of hooks in turn, in the order
-// given, skipping nil ones; a field is nil if all of its hooks are. Use it
-// to install an adapter's hooks (dlockprom, dlockotel) next to your own.
-// Every hook still runs synchronously, so the chain costs the sum of its
-// parts.
-func ChainHooks(hooks ...Hooks) Hooks {
-	var acq []func(AcquireInfo)
-	var rel []func(ReleaseInfo)
-	var ren []func(RenewInfo)
-	var lost []func(LostInfo)
-	var behind []func(BehindInfo)
-	for _, h := range hooks {
-		acq = appendHook(acq, h.Acquire)
-		rel = appendHook(rel, h.Release)
-		ren = appendHook(ren, h.Renew)
-		lost = appendHook(lost, h.Lost)
-		behind = appendHook(behind, h.Behind)
-	}
-	return Hooks{Acquire: chainOf(acq), Release: chainOf(rel), Renew: chainOf(ren), Lost: chainOf(lost),
-		Behind: chainOf(behind)}
-}
-
-func appendHook[T any](fs []func(T), f func(T)) []func(T) {
-	if f == nil {
-		return fs
-	}
-	return append(fs, f)
-}
-
-func chainOf[T any](fs []func(T)) func(T) {
-	switch len(fs) {
-	case 0:
-		return nil
-	case 1:
-		return fs[0]
-	}
-	return func(v T) {
-		for _, f := range fs {
-			f(v)
-		}
 	}
 }

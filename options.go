@@ -94,7 +94,8 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Hooks are called on acquire, release, renewal and loss, for metrics
-	// and tracing adapters. Default: none.
+	// and tracing adapters. Client.AddHooks adds more after New. Default:
+	// none.
 	Hooks Hooks
 }
 

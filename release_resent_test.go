@@ -82,7 +82,7 @@ func TestReleaseResentByRedisClientIsNotALoss(t *testing.T) {
 				rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 				rdb.AddHook(hook)
 				var lost atomic.Int64
-				c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { lost.Add(1) }}})
+				c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 				other, _ := newClient(t, dlock.Options{})
 				k := key(t)
 				opts := append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)
@@ -226,7 +226,7 @@ func TestMultiReleaseResentByRedisClientIsNotALoss(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 			rdb.AddHook(hook)
 			var lost atomic.Int64
-			c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(dlock.LostInfo) { lost.Add(1) }}})
+			c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 			base := key(t)
 			keys := []string{base + ":a", base + ":b", base + ":c"}
 			if oneSlot {

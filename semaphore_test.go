@@ -95,7 +95,7 @@ func TestSemaphoreWakesAsManyAsFreed(t *testing.T) {
 	waiters := make([]*dlock.Client, 2)
 	for i := range waiters {
 		o := opts
-		o.Hooks.Acquire = func(i dlock.AcquireInfo) { attempts.Add(int64(i.Attempts)) }
+		o.Hooks.Acquire = func(_ context.Context, i dlock.AcquireInfo) { attempts.Add(int64(i.Attempts)) }
 		waiters[i], _ = newClient(t, o)
 	}
 	got := make(chan *dlock.Lock, 10)

@@ -294,8 +294,8 @@ func (wd *watchdog) behindLocked(now, lag int64, due []*lease) {
 	go func() { // not under wd.mu: the hook and the logger may be slow
 		wd.c.opts.Logger.Warn("dlock: renewals are falling behind: locks may be lost; hold fewer locks per Client, raise their TTL or give Redis and this process more CPU",
 			"held", info.Held, "waiting", info.Waiting, "late", info.Lag)
-		if h := wd.c.opts.Hooks.Behind; h != nil {
-			h(info)
+		if h := wd.c.hooks().Behind; h != nil {
+			h(context.Background(), info)
 		}
 	}()
 }
@@ -495,8 +495,8 @@ func (wd *watchdog) renew(leases []*lease) {
 		if fences[i] && r.err == nil && r.code == codeOK {
 			l.fencePushed(sents[i], ttls[i])
 		}
-		if l.renewed(sents[i], ttls[i], nexts[i], r.code, r.err) == errRetryAlt {
-			_ = l.renewNow(ctx, ttls[i])
+		if l.renewed(l.ctx, sents[i], ttls[i], nexts[i], r.code, r.err) == errRetryAlt {
+			_ = l.renewNow(ctx, l.ctx, ttls[i])
 		}
 		wd.backoff(l, ttls[i])
 	}
@@ -527,7 +527,7 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 				case <-ctx.Done():
 				}
 			}()
-			_ = l.renewNow(ctx, ttl)
+			_ = l.renewNow(ctx, l.ctx, ttl)
 			wd.backoff(l, ttl)
 			l.opMu.Unlock()
 			wd.requeue(l)

@@ -122,7 +122,7 @@ func TestWatchdogWarnsBehind(t *testing.T) {
 	var warned atomic.Pointer[dlock.BehindInfo]
 	c, _ := newClientOn(t, rdb, dlock.Options{
 		RenewInterval: 400 * time.Millisecond,
-		Hooks: dlock.Hooks{Behind: func(i dlock.BehindInfo) {
+		Hooks: dlock.Hooks{Behind: func(_ context.Context, i dlock.BehindInfo) {
 			if i.Lag >= 200*time.Millisecond {
 				warned.CompareAndSwap(nil, &i)
 			}

@@ -107,11 +107,11 @@ func newNode(rdb redis.UniversalClient, opts dlock.Options, clock *timeBase, rec
 // Close closes the Client, then closers.
 func newNodeWith(opts dlock.Options, clock *timeBase, rec recorder, mk func(dlock.Options) (*dlock.Client, error), closers ...io.Closer) (*node, error) {
 	n := &node{Clock: clock, Rec: rec, closers: closers, held: map[heldKey][]*holding{}, byLock: map[*dlock.Lock]*holding{}}
-	opts.Hooks.Renew = n.onRenew
 	c, err := mk(opts)
 	if err != nil {
 		return nil, err
 	}
+	c.AddHooks(dlock.Hooks{Renew: n.onRenew}) // after opts.Hooks, which it leaves alone
 	n.Locks = c
 	return n, nil
 }
@@ -165,7 +165,7 @@ func (n *node) holdingOf(lk *dlock.Lock) *holding {
 // is not recorded. The hook names a key and a fence; the handles of one
 // reentrant hold share them, so the handle renewed is the one whose
 // deadline moved (or which was lost).
-func (n *node) onRenew(info dlock.RenewInfo) {
+func (n *node) onRenew(_ context.Context, info dlock.RenewInfo) {
 	now := n.Clock.Now()
 	var evs []event
 	n.mu.Lock()
