@@ -175,15 +175,15 @@ func BenchmarkHooks(b *testing.B) {
 			b.ReportAllocs()
 			if name != "default-parallel" {
 				for b.Loop() {
-					h.Acquire(acq)
-					h.Release(rel)
+					h.Acquire(bg, acq)
+					h.Release(bg, rel)
 				}
 				return
 			}
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.Acquire(acq)
-					h.Release(rel)
+					h.Acquire(bg, acq)
+					h.Release(bg, rel)
 				}
 			})
 		})

@@ -9,16 +9,15 @@
 //     the dlock_held and dlock_waiting gauges ([Collector.Track]).
 //
 // It registers nothing itself: register it on the registry you serve.
-// Hooks must be given to dlock.New, so the order is: NewCollector, dlock.New
-// with the Collector's Hooks, Track, Register:
+// Install its Hooks on the Client (with AddHooks, or in dlock.Options at
+// New), Track the Client, Register:
 //
 //	m := dlockprom.NewCollector(dlockprom.Opts{})
-//	locks, err := dlock.New(rdb, dlock.Options{Hooks: m.Hooks()})
-//	...
+//	locks.AddHooks(m.Hooks())
 //	m.Track(locks)
 //	reg.MustRegister(m)
 //
-// One Collector can serve several Clients (install its Hooks in each and
+// One Collector can serve several Clients (add its Hooks to each and
 // Track each): counters and histograms then cover all of them and the gauges
 // are sums. To tell Clients apart instead, give each its own Collector with
 // distinct Opts.ConstLabels.
@@ -34,12 +33,14 @@
 //	dlock_held                      gauge                 locks held now
 //	dlock_waiting                   gauge                 Lock calls waiting now
 //
-// result of dlock_acquire_duration_seconds is one of acquired, busy
-// (TryLock found the key held), timeout (the context's deadline passed),
-// canceled (the context was cancelled) and error (a Redis error, a closed
-// Client, a key that is not a lock, bad input). reason of dlock_lost_total
-// is expired, taken or unreachable; result of dlock_renewals_total is ok,
-// error (a Redis error: the lock stays held until its deadline) or lost.
+// The labels name the event's [dlock.Outcome] (dlock.OutcomeOf of its
+// error). result of dlock_acquire_duration_seconds is one of acquired,
+// busy (TryLock found the key held), timeout (the context's deadline
+// passed), canceled (the context was cancelled) and error (a Redis error,
+// a closed Client, a key that is not a lock, bad input). reason of
+// dlock_lost_total is expired, taken or unreachable; result of
+// dlock_renewals_total is ok, error (a Redis error: the lock stays held
+// until its deadline) or lost.
 // Without Opts.KeyLabel, every one of these label values is exported from
 // the first scrape, at 0.
 //
@@ -67,7 +68,6 @@ package dlockprom
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 
@@ -168,8 +168,8 @@ type Collector struct {
 	sources map[*StatsSource]struct{} // pointer keys: sources need not be comparable
 }
 
-// NewCollector returns a Collector. Install its Hooks in the Client's
-// Options, Track the Client, and register the Collector.
+// NewCollector returns a Collector. Add its Hooks to the Client, Track the
+// Client, and register the Collector.
 func NewCollector(opts Opts) *Collector {
 	durBuckets := opts.DurationBuckets
 	if len(durBuckets) == 0 {
@@ -245,8 +245,8 @@ func NewCollector(opts Opts) *Collector {
 	return c
 }
 
-// Hooks returns the hooks that feed the Collector, for dlock.Options.Hooks.
-// To install other hooks as well, combine them with Chain.
+// Hooks returns the hooks that feed the Collector, for Client.AddHooks
+// (or dlock.Options.Hooks).
 func (c *Collector) Hooks() dlock.Hooks {
 	return dlock.Hooks{
 		Acquire: c.onAcquire,
@@ -256,7 +256,7 @@ func (c *Collector) Hooks() dlock.Hooks {
 	}
 }
 
-// Track adds s (normally the *dlock.Client whose Options carry c's Hooks)
+// Track adds s (normally the *dlock.Client that runs c's Hooks)
 // to the sources of dlock_held and dlock_waiting, which report the sum over
 // all tracked sources. The returned func stops tracking s; call it when the
 // Client is closed for good if the Collector outlives it.
@@ -311,8 +311,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-func (c *Collector) onAcquire(i dlock.AcquireInfo) {
-	result := acquireResult(i.Err)
+func (c *Collector) onAcquire(_ context.Context, i dlock.AcquireInfo) {
+	result := acquireResult[dlock.OutcomeOf(i.Err)]
 	secs := i.Wait.Seconds()
 	if c.keyLabel == nil {
 		c.acquireBy[result].Observe(secs)
@@ -334,7 +334,7 @@ func (c *Collector) onAcquire(i dlock.AcquireInfo) {
 	}
 }
 
-func (c *Collector) onRelease(i dlock.ReleaseInfo) {
+func (c *Collector) onRelease(_ context.Context, i dlock.ReleaseInfo) {
 	// A release that failed on a Redis error leaves the lock held (the
 	// caller may retry); one that found the lock lost was already counted
 	// by onLost, which the core calls first.
@@ -344,8 +344,8 @@ func (c *Collector) onRelease(i dlock.ReleaseInfo) {
 	c.observeHold(i.Key, i.Held.Seconds())
 }
 
-func (c *Collector) onLost(i dlock.LostInfo) {
-	reason := lostReason(i.Cause)
+func (c *Collector) onLost(_ context.Context, i dlock.LostInfo) {
+	reason := lostReason[dlock.OutcomeOf(i.Cause)]
 	c.observeHold(i.Key, i.Held.Seconds())
 	switch {
 	case c.keyLabel == nil && reason >= 0:
@@ -353,12 +353,16 @@ func (c *Collector) onLost(i dlock.LostInfo) {
 	case c.keyLabel == nil:
 		inc(c.lost, reasonOther)
 	default:
-		inc(c.lost, LostReason(i.Cause), c.key(i.Key))
+		r := reasonOther
+		if reason >= 0 {
+			r = lostReasons[reason]
+		}
+		inc(c.lost, r, c.key(i.Key))
 	}
 }
 
-func (c *Collector) onRenew(i dlock.RenewInfo) {
-	result := renewalResult(i.Err)
+func (c *Collector) onRenew(_ context.Context, i dlock.RenewInfo) {
+	result := renewalResult[dlock.OutcomeOf(i.Err)]
 	if c.keyLabel == nil {
 		c.renewBy[result].Inc()
 		return
@@ -393,8 +397,8 @@ func inc(v *prometheus.CounterVec, lvs ...string) {
 	}
 }
 
-// The label values, in the order of the indexes the unexported mappers
-// below return.
+// The label values, indexed by the acquireResult, lostReason and
+// renewalResult of an event's dlock.Outcome.
 var (
 	acquireResults = [...]string{ResultAcquired, ResultBusy, ResultTimeout, ResultCanceled, ResultError}
 	lostReasons    = [...]string{ReasonExpired, ReasonTaken, ReasonUnreachable}
@@ -404,63 +408,17 @@ var (
 // reasonOther is the reason of a loss cause this package does not know.
 const reasonOther = "other"
 
-// AcquireResult maps the error of a Lock or TryLock call (AcquireInfo.Err)
-// to the result label: nil is acquired, dlock.ErrNotAcquired is busy,
-// dlock.ErrContextDone is canceled when joined with context.Canceled and
-// timeout otherwise (context.DeadlineExceeded), anything else is error.
-func AcquireResult(err error) string { return acquireResults[acquireResult(err)] }
-
-func acquireResult(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, dlock.ErrNotAcquired):
-		return 1
-	case errors.Is(err, dlock.ErrContextDone) && errors.Is(err, context.Canceled):
-		return 3
-	case errors.Is(err, dlock.ErrContextDone):
-		return 2
-	default:
-		return 4
+var (
+	acquireResult = [dlock.NumOutcomes]int{
+		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 2, dlock.OutcomeCanceled: 3,
+		dlock.OutcomeExpired: 4, dlock.OutcomeTaken: 4, dlock.OutcomeUnreachable: 4, dlock.OutcomeError: 4,
 	}
-}
-
-// LostReason maps the cause of a loss (LostInfo.Cause) to the reason label:
-// taken (dlock.ErrTaken), unreachable (dlock.ErrUnreachable) or expired
-// (dlock.ErrExpired). A cause the core adds later and this package does not
-// know yet is reported as "other".
-func LostReason(cause error) string {
-	if r := lostReason(cause); r >= 0 {
-		return lostReasons[r]
+	lostReason = [dlock.NumOutcomes]int{ // -1: other
+		dlock.OutcomeOK: -1, dlock.OutcomeNotAcquired: -1, dlock.OutcomeTimeout: -1, dlock.OutcomeCanceled: -1,
+		dlock.OutcomeExpired: 0, dlock.OutcomeTaken: 1, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: -1,
 	}
-	return reasonOther
-}
-
-// lostReason returns the index of cause's reason, -1 for "other".
-func lostReason(cause error) int {
-	switch {
-	case errors.Is(cause, dlock.ErrTaken):
-		return 1
-	case errors.Is(cause, dlock.ErrUnreachable):
-		return 2
-	case errors.Is(cause, dlock.ErrExpired):
-		return 0
-	default:
-		return -1
+	renewalResult = [dlock.NumOutcomes]int{
+		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 1, dlock.OutcomeCanceled: 1,
+		dlock.OutcomeExpired: 2, dlock.OutcomeTaken: 2, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: 1,
 	}
-}
-
-// RenewalResult maps RenewInfo.Err to the result label: nil is ok, a loss
-// (dlock.ErrLost) is lost, anything else (a Redis error) is error.
-func RenewalResult(err error) string { return renewalResults[renewalResult(err)] }
-
-func renewalResult(err error) int {
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, dlock.ErrLost):
-		return 2
-	default:
-		return 1
-	}
-}
+)

@@ -86,8 +86,8 @@ func (s scrape) value(name string, labels ...string) float64 {
 func newInstrumented(t *testing.T, opts dlockprom.Opts, copts dlock.Options) (*dlockprom.Collector, *dlock.Client, *redis.Client) {
 	t.Helper()
 	m := dlockprom.NewCollector(opts)
-	copts.Hooks = m.Hooks()
 	c, rdb := newClient(t, srv.Addr(), copts)
+	c.AddHooks(m.Hooks())
 	m.Track(c)
 	return m, c, rdb
 }
@@ -101,10 +101,10 @@ func TestLint(t *testing.T) {
 			m := dlockprom.NewCollector(opts)
 			// Feed every hook once so that every family has a series.
 			h := m.Hooks()
-			h.Acquire(dlock.AcquireInfo{Key: "a:1", Waited: true})
-			h.Release(dlock.ReleaseInfo{Key: "a:1"})
-			h.Renew(dlock.RenewInfo{Key: "a:1"})
-			h.Lost(dlock.LostInfo{Key: "a:1", Cause: dlock.ErrExpired})
+			h.Acquire(bg, dlock.AcquireInfo{Key: "a:1", Waited: true})
+			h.Release(bg, dlock.ReleaseInfo{Key: "a:1"})
+			h.Renew(bg, dlock.RenewInfo{Key: "a:1"})
+			h.Lost(bg, dlock.LostInfo{Key: "a:1", Cause: dlock.ErrExpired})
 			problems, err := testutil.CollectAndLint(m)
 			if err != nil {
 				t.Fatal(err)
@@ -362,7 +362,7 @@ func TestUnreachable(t *testing.T) {
 		DialTimeout: 100 * time.Millisecond, ReadTimeout: 40 * time.Millisecond, WriteTimeout: 40 * time.Millisecond,
 		ContextTimeoutEnabled: true, MaxRetries: -1,
 	})
-	c, err := dlock.New(rdb, dlock.Options{Hooks: m.Hooks()})
+	c, err := dlock.New(rdb, dlock.Options{Hooks: m.Hooks()}) // at New: the other way in
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestKeyLabel(t *testing.T) {
 	}
 	// A mapper returning invalid UTF-8 must not make the hook panic.
 	bad := dlockprom.NewCollector(dlockprom.Opts{KeyLabel: func(string) string { return "\xff" }})
-	bad.Hooks().Acquire(dlock.AcquireInfo{Key: "k"})
+	bad.Hooks().Acquire(bg, dlock.AcquireInfo{Key: "k"})
 	if got := gather(t, bad).count("dlock_acquire_duration_seconds", "key", "\uFFFD"); got != 1 {
 		t.Errorf("acquire{key=U+FFFD}: %d observations, want 1", got)
 	}
@@ -456,7 +456,9 @@ func TestTrackSums(t *testing.T) {
 	}
 }
 
-func TestMappers(t *testing.T) {
+// TestLabels checks the label every outcome of every event is counted
+// under.
+func TestLabels(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		want string
@@ -469,8 +471,10 @@ func TestMappers(t *testing.T) {
 		{dlock.ErrClosed, "error"},
 		{dlock.ErrEmptyKey, "error"},
 	} {
-		if got := dlockprom.AcquireResult(tc.err); got != tc.want {
-			t.Errorf("AcquireResult(%v) = %q, want %q", tc.err, got, tc.want)
+		m := dlockprom.NewCollector(dlockprom.Opts{})
+		m.Hooks().Acquire(bg, dlock.AcquireInfo{Key: "k", Err: tc.err})
+		if got := gather(t, m).count("dlock_acquire_duration_seconds", "result", tc.want); got != 1 {
+			t.Errorf("acquire error %v: %d under result=%q, want 1", tc.err, got, tc.want)
 		}
 	}
 	for _, tc := range []struct {
@@ -481,10 +485,14 @@ func TestMappers(t *testing.T) {
 		{dlock.ErrTaken, "taken"},
 		{errors.Join(dlock.ErrTaken, dlock.ErrWrongType), "taken"},
 		{errors.Join(dlock.ErrUnreachable, errors.New("i/o timeout")), "unreachable"},
-		{errors.New("new cause"), "other"},
+		{errors.New("new cause"), "other"}, // still counted
 	} {
-		if got := dlockprom.LostReason(tc.cause); got != tc.want {
-			t.Errorf("LostReason(%v) = %q, want %q", tc.cause, got, tc.want)
+		for _, keyLabel := range []func(string) string{nil, func(string) string { return "k" }} {
+			m := dlockprom.NewCollector(dlockprom.Opts{KeyLabel: keyLabel})
+			m.Hooks().Lost(bg, dlock.LostInfo{Key: "k", Cause: tc.cause})
+			if got := gather(t, m).value("dlock_lost_total", "reason", tc.want); got != 1 {
+				t.Errorf("loss cause %v (key label %v): lost{reason=%q} = %v, want 1", tc.cause, keyLabel != nil, tc.want, got)
+			}
 		}
 	}
 	lostErr := fmt.Errorf("%w: %w", dlock.ErrLost, dlock.ErrExpired)
@@ -496,43 +504,44 @@ func TestMappers(t *testing.T) {
 		{errors.New("i/o timeout"), "error"},
 		{lostErr, "lost"},
 	} {
-		if got := dlockprom.RenewalResult(tc.err); got != tc.want {
-			t.Errorf("RenewalResult(%v) = %q, want %q", tc.err, got, tc.want)
+		m := dlockprom.NewCollector(dlockprom.Opts{})
+		m.Hooks().Renew(bg, dlock.RenewInfo{Key: "k", Err: tc.err})
+		if got := gather(t, m).value("dlock_renewals_total", "result", tc.want); got != 1 {
+			t.Errorf("renewal error %v: renewals{result=%q} = %v, want 1", tc.err, tc.want, got)
 		}
-	}
-
-	// A loss with an unknown cause is still counted, as "other".
-	m := dlockprom.NewCollector(dlockprom.Opts{})
-	m.Hooks().Lost(dlock.LostInfo{Key: "k", Cause: errors.New("new cause")})
-	if got := gather(t, m).value("dlock_lost_total", "reason", "other"); got != 1 {
-		t.Errorf("lost{reason=other} = %v, want 1", got)
 	}
 }
 
-func TestChain(t *testing.T) {
+// TestAddHooks: the Collector's hooks, added next to the caller's own,
+// count the Client's events, and both run.
+func TestAddHooks(t *testing.T) {
 	var got []string
 	rec := func(name string) dlock.Hooks {
 		return dlock.Hooks{
-			Acquire: func(i dlock.AcquireInfo) { got = append(got, name+":acquire:"+i.Key) },
-			Lost:    func(i dlock.LostInfo) { got = append(got, name+":lost:"+i.Key) },
+			Acquire: func(_ context.Context, i dlock.AcquireInfo) { got = append(got, name+":acquire") },
+			Lost:    func(_ context.Context, i dlock.LostInfo) { got = append(got, name+":lost") },
 		}
 	}
-	h := dlockprom.Chain(rec("a"), dlock.Hooks{}, rec("b"))
-	if h.Release != nil || h.Renew != nil {
-		t.Error("Chain of nil hooks is not nil")
+	m := dlockprom.NewCollector(dlockprom.Opts{})
+	c, rdb := newClient(t, srv.Addr(), dlock.Options{Hooks: rec("a")})
+	c.AddHooks(m.Hooks())
+	c.AddHooks(rec("b"))
+	k := key(t)
+	lk, err := c.TryLock(t.Context(), k, dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
 	}
-	h.Acquire(dlock.AcquireInfo{Key: "k"})
-	h.Lost(dlock.LostInfo{Key: "k"})
-	want := "a:acquire:k b:acquire:k a:lost:k b:lost:k"
+	rdb.Del(t.Context(), k)
+	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Unlock of a deleted key: %v", err)
+	}
+	want := "a:acquire b:acquire a:lost b:lost"
 	if s := strings.Join(got, " "); s != want {
 		t.Errorf("calls %q, want %q", s, want)
 	}
-	if h := dlockprom.Chain(); h.Acquire != nil || h.Release != nil || h.Renew != nil || h.Lost != nil {
-		t.Error("Chain() is not the zero Hooks")
-	}
-	one := func(dlock.RenewInfo) {}
-	if h := dlockprom.Chain(dlock.Hooks{Renew: one}); h.Renew == nil {
-		t.Error("a single hook was dropped")
+	s := gather(t, m)
+	if s.count("dlock_acquire_duration_seconds", "result", "acquired") != 1 || s.value("dlock_lost_total", "reason", "expired") != 1 {
+		t.Errorf("the Collector missed the acquire or the loss")
 	}
 }
 

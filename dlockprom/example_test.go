@@ -15,18 +15,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The setup: a Collector, a Client with its hooks, Track, register, serve.
+// The setup: a Collector, its hooks added to a Client, Track, register,
+// serve.
 func Example() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
 
-	metrics := dlockprom.NewCollector(dlockprom.Opts{})
-	locks, err := dlock.New(rdb, dlock.Options{Hooks: metrics.Hooks()})
+	locks, err := dlock.New(rdb, dlock.Options{})
 	if err != nil {
 		panic(err)
 	}
 	defer locks.Close()
+	metrics := dlockprom.NewCollector(dlockprom.Opts{})
+	locks.AddHooks(metrics.Hooks())
 	metrics.Track(locks) // dlock_held and dlock_waiting read locks.Stats()
 
 	reg := prometheus.NewRegistry()
@@ -40,14 +42,14 @@ func Example() {
 		panic(err)
 	}
 	_, err = locks.TryLock(ctx, "example:prom:report") // busy: held by lock
-	fmt.Println("second TryLock:", dlockprom.AcquireResult(err))
+	fmt.Println("second TryLock:", dlock.OutcomeOf(err))
 	printMetrics(srv.URL, "dlock_acquire_duration_seconds_count", "dlock_held ")
 	if err := lock.Unlock(ctx); err != nil {
 		panic(err)
 	}
 	printMetrics(srv.URL, "dlock_held ", "dlock_hold_duration_seconds_count")
 	// Output:
-	// second TryLock: busy
+	// second TryLock: not_acquired
 	// dlock_acquire_duration_seconds_count{result="acquired"} 1
 	// dlock_acquire_duration_seconds_count{result="busy"} 1
 	// dlock_acquire_duration_seconds_count{result="canceled"} 0
@@ -95,23 +97,24 @@ func Example_keyLabel() {
 	// dlock_acquire_duration_seconds_count{key="report",result="acquired"} 1
 }
 
-// Chain installs the Collector's hooks next to your own.
-func ExampleChain() {
+// The Collector's hooks run next to your own, in the order installed.
+func Example_ownHooks() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
 
 	metrics := dlockprom.NewCollector(dlockprom.Opts{})
 	mine := dlock.Hooks{
-		Lost: func(i dlock.LostInfo) {
-			fmt.Println("lost", i.Key, "reason:", dlockprom.LostReason(i.Cause))
+		Lost: func(_ context.Context, i dlock.LostInfo) {
+			fmt.Println("lost", i.Key, "reason:", dlock.OutcomeOf(i.Cause))
 		},
 	}
-	locks, err := dlock.New(rdb, dlock.Options{Hooks: dlockprom.Chain(metrics.Hooks(), mine)})
+	locks, err := dlock.New(rdb, dlock.Options{Hooks: metrics.Hooks()})
 	if err != nil {
 		panic(err)
 	}
 	defer locks.Close()
+	locks.AddHooks(mine)
 
 	lock, err := locks.TryLock(ctx, "example:prom:chain", dlock.WithoutRenewal())
 	if err != nil {

@@ -1,6 +1,7 @@
 package dlockprom_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -16,6 +17,9 @@ import (
 // one, on a free loopback port, in its own temporary directory, without
 // persistence, killed by PID at the end.
 var srv *redistest.Server
+
+// bg is the context of hooks called directly.
+var bg = context.Background()
 
 // redisAddr is srv's address; the Examples connect to it.
 var redisAddr string
