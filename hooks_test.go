@@ -195,9 +195,17 @@ func TestHooksGetCallerContext(t *testing.T) {
 	if err := lk.Unlock(tagged(t.Context(), "unlock-lost")); !errors.Is(err, dlock.ErrLost) {
 		t.Fatalf("Unlock of a deleted lock: %v", err)
 	}
+	// Lost, then Release with the loss, both with Unlock's ctx.
 	ev := rec.all()
-	if e := ev[len(ev)-1]; e.kind != "lost" || e.tag != "unlock-lost" {
-		t.Fatalf("last event %+v, want lost with Unlock's ctx", e)
+	if len(ev) < 2 {
+		t.Fatalf("events %+v", ev)
+	}
+	lost, rel := ev[len(ev)-2], ev[len(ev)-1]
+	if lost.kind != "lost" || lost.tag != "unlock-lost" || !errors.Is(lost.err, dlock.ErrExpired) {
+		t.Errorf("event %+v, want lost with Unlock's ctx", lost)
+	}
+	if rel.kind != "release" || rel.tag != "unlock-lost" || !errors.Is(rel.err, dlock.ErrLost) {
+		t.Errorf("last event %+v, want the release with the loss, with Unlock's ctx", rel)
 	}
 }
 

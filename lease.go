@@ -318,6 +318,7 @@ func (l *lease) release(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext
 	}
+	start := time.Now()
 	l.c.wd.remove(l) // no renewals once the caller wants out
 	l.opMu.Lock()
 	defer l.opMu.Unlock()
@@ -367,8 +368,7 @@ func (l *lease) release(ctx context.Context) error {
 		l.mu.Unlock()
 		err = nil
 	default:
-		err = l.lose(ctx, causeOf(code))
-		return err // reported by Lost
+		err = l.lose(ctx, causeOf(code)) // Lost first, then Release with the loss
 	}
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
@@ -377,7 +377,7 @@ func (l *lease) release(ctx context.Context) error {
 		if releasedByClient(ctx) {
 			ctx = l.ctx
 		}
-		h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Err: err})
+		h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Took: time.Since(start), Err: err})
 	}
 	return err
 }

@@ -672,7 +672,12 @@ func TestStatsAndHooks(t *testing.T) {
 			}
 			acquires.Add(1)
 		},
-		Release: func(context.Context, dlock.ReleaseInfo) { releases.Add(1) },
+		Release: func(_ context.Context, i dlock.ReleaseInfo) {
+			if i.Took <= 0 || i.Took > i.Held {
+				t.Errorf("release hook: Took %v, Held %v", i.Took, i.Held)
+			}
+			releases.Add(1)
+		},
 	}})
 	k := key(t)
 	lk, _ := c.Lock(t.Context(), k)

@@ -33,7 +33,9 @@ type Hooks struct {
 	// Acquire is called when a Lock or TryLock call ends, won or not.
 	Acquire func(context.Context, AcquireInfo)
 	// Release is called when Unlock has run its release script (or failed
-	// to). It is not called for a lock already reported by Lost.
+	// to). If the script found the lock lost, Lost reports the loss first
+	// and Release gets the loss error. It is not called for a lock that
+	// was lost before Unlock.
 	Release func(context.Context, ReleaseInfo)
 	// Renew is called after each watchdog or Extend renewal attempt.
 	Renew func(context.Context, RenewInfo)
@@ -185,7 +187,8 @@ type ReleaseInfo struct {
 	Key   string
 	Fence uint64
 	Held  time.Duration // from acquire to release
-	Err   error
+	Took  time.Duration // from the Unlock call to its return
+	Err   error         // nil: released; the loss error (matching ErrLost) if the lock was found lost
 }
 
 // RenewInfo describes one renewal attempt.
