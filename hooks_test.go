@@ -236,6 +236,14 @@ func TestWatchdogHooksGetLockContext(t *testing.T) {
 	if ev[0].kind != "acquire" || ev[0].tag != "acquire" {
 		t.Errorf("first event %+v", ev[0])
 	}
+	// Unlock of the lost lock: a Release event with the loss, Unlock's ctx.
+	if err := lk.Unlock(tagged(t.Context(), "late")); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Unlock of a lost lock: %v", err)
+	}
+	ev = rec.all()
+	if e := ev[len(ev)-1]; e.kind != "release" || e.tag != "late" || !errors.Is(e.err, dlock.ErrTaken) {
+		t.Errorf("last event %+v, want the release with the loss, with Unlock's ctx", e)
+	}
 }
 
 // TestCloseReleaseGetsLockContext: a lock Close releases is reported with

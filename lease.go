@@ -336,6 +336,7 @@ func (l *lease) release(ctx context.Context) error {
 		if errors.Is(lerr, ErrUnreachable) || l.multi != nil && len(l.multi.keys) > 1 {
 			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 		}
+		l.releaseHook(ctx, start, lerr)
 		return lerr
 	}
 
@@ -373,12 +374,7 @@ func (l *lease) release(ctx context.Context) error {
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	}
-	if h := l.c.hooks().Release; h != nil {
-		if releasedByClient(ctx) {
-			ctx = l.ctx
-		}
-		h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Took: time.Since(start), Err: err})
-	}
+	l.releaseHook(ctx, start, err)
 	return err
 }
 

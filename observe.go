@@ -32,10 +32,11 @@ import (
 type Hooks struct {
 	// Acquire is called when a Lock or TryLock call ends, won or not.
 	Acquire func(context.Context, AcquireInfo)
-	// Release is called when Unlock has run its release script (or failed
-	// to). If the script found the lock lost, Lost reports the loss first
-	// and Release gets the loss error. It is not called for a lock that
-	// was lost before Unlock.
+	// Release is called when an Unlock call ends, unless the lock was
+	// released already (or lost while this release was in flight, which
+	// Lost reports). Err is nil (released), a Redis error (the lock
+	// stays held; Unlock may be retried) or the loss error: a loss the
+	// call found is reported by Lost first.
 	Release func(context.Context, ReleaseInfo)
 	// Renew is called after each watchdog or Extend renewal attempt.
 	Renew func(context.Context, RenewInfo)
@@ -92,6 +93,19 @@ func chain[T any](a, b func(context.Context, T)) func(context.Context, T) {
 		a(ctx, v)
 		b(ctx, v)
 	}
+}
+
+// releaseHook calls the Release hook for an Unlock call with ctx, started
+// at start, that returns err.
+func (l *lease) releaseHook(ctx context.Context, start time.Time, err error) {
+	h := l.c.hooks().Release
+	if h == nil {
+		return
+	}
+	if releasedByClient(ctx) {
+		ctx = l.ctx
+	}
+	h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Took: time.Since(start), Err: err})
 }
 
 // clientReleaseKey marks the context of releases the Client makes on its

@@ -29,11 +29,12 @@ func Example() {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	locks, err := dlock.New(rdb, dlock.Options{Hooks: tel.Hooks()})
+	locks, err := dlock.New(rdb, dlock.Options{})
 	if err != nil {
 		panic(err)
 	}
 	defer locks.Close()
+	locks.AddHooks(tel.Hooks())
 	tel.Track(locks)
 
 	ctx, job := tp.Tracer("app").Start(ctx, "nightly-report")
@@ -55,9 +56,10 @@ func Example() {
 	// nightly-report parent=-
 }
 
-// Lock and Unlock through the Telemetry instead of the Client and the Lock;
-// WithKeyAttribute puts the key on the spans.
-func ExampleTelemetry_Lock() {
+// With the Telemetry's hooks installed, every call on the Client is traced,
+// a child of the span its ctx carries; WithKeyAttribute puts the key on the
+// spans.
+func ExampleTelemetry_Hooks() {
 	ctx := context.Background()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -70,27 +72,30 @@ func ExampleTelemetry_Lock() {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	locks, err := dlock.New(rdb, dlock.Options{Hooks: tel.Hooks()})
+	locks, err := dlock.New(rdb, dlock.Options{Hooks: tel.Hooks()}) // or AddHooks later
 	if err != nil {
 		panic(err)
 	}
 	defer locks.Close()
 
-	lock, err := tel.Lock(ctx, locks, "example:otel:invoice-17") // was: locks.Lock(ctx, key)
+	ctx, job := tp.Tracer("app").Start(ctx, "invoice")
+	lock, err := locks.Lock(ctx, "example:otel:invoice-17")
 	if err != nil {
 		panic(err)
 	}
-	_, err = tel.TryLock(ctx, locks, "example:otel:invoice-17") // busy
+	_, err = locks.TryLock(ctx, "example:otel:invoice-17") // busy
 	fmt.Println(err != nil)
-	if err := tel.Unlock(ctx, lock); err != nil { // was: lock.Unlock(ctx)
+	if err := lock.Unlock(ctx); err != nil {
 		panic(err)
 	}
+	job.End()
 	printSpans(spans)
 	// Output:
 	// true
-	// dlock.acquire  parent=-               dlock.key=example:otel:invoice-17 dlock.acquire.mode=lock dlock.acquire.result=acquired dlock.acquire.attempts=1 dlock.acquire.waited=false
-	// dlock.acquire  parent=-               dlock.key=example:otel:invoice-17 dlock.acquire.mode=try dlock.acquire.result=busy dlock.acquire.attempts=1 dlock.acquire.waited=false
-	// dlock.release  parent=-               dlock.key=example:otel:invoice-17 dlock.release.result=ok
+	// dlock.acquire  parent=invoice         dlock.key=example:otel:invoice-17 dlock.acquire.mode=lock dlock.acquire.result=acquired dlock.acquire.attempts=1 dlock.acquire.waited=false
+	// dlock.acquire  parent=invoice         dlock.key=example:otel:invoice-17 dlock.acquire.mode=try dlock.acquire.result=busy dlock.acquire.attempts=1 dlock.acquire.waited=false
+	// dlock.release  parent=invoice         dlock.key=example:otel:invoice-17 dlock.release.result=ok
+	// invoice        parent=-
 }
 
 // printSpans prints the ended spans with their parent's name and their

@@ -60,15 +60,13 @@ func newEnv(t *testing.T, copts dlock.Options, opts ...dlockotel.Option) *env {
 		t.Fatal(err)
 	}
 	e.tel = tel
-	if h := copts.Hooks; h.Acquire == nil && h.Release == nil && h.Renew == nil && h.Lost == nil {
-		copts.Hooks = tel.Hooks()
-	}
 	e.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	c, err := dlock.New(e.rdb, copts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.c = c
+	c.AddHooks(tel.Hooks()) // after copts.Hooks, if any
 	tel.Track(c)
 	t.Cleanup(func() {
 		_ = c.Close()

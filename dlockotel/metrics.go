@@ -31,9 +31,11 @@ type instruments struct {
 	lostC, renewals     metric.Int64Counter
 	handoffs            metric.Int64Counter
 
-	acquireBy map[string][]metric.RecordOption
-	lostBy    map[string][]metric.AddOption
-	renewBy   map[string][]metric.AddOption
+	// Measurement options of each attribute value, indexed like
+	// acquireResults, lostReasons and renewalResults.
+	acquireBy [len(acquireResults)][]metric.RecordOption
+	lostBy    [len(lostReasons)][]metric.AddOption
+	renewBy   [len(renewalResults)][]metric.AddOption
 }
 
 func newInstruments(m metric.Meter, cfg config, observe func() (held, waiting int64)) (*instruments, error) {
@@ -79,48 +81,71 @@ func newInstruments(m metric.Meter, cfg config, observe func() (held, waiting in
 		return nil, err
 	}
 
-	in.acquireBy = make(map[string][]metric.RecordOption)
-	for _, r := range []string{resultAcquired, resultBusy, resultTimeout, resultCanceled, resultError} {
-		in.acquireBy[r] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrAcquireResult.String(r)))}
+	for i, r := range acquireResults {
+		in.acquireBy[i] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attrAcquireResult.String(r)))}
 	}
-	in.lostBy = make(map[string][]metric.AddOption)
-	for _, r := range []string{reasonExpired, reasonTaken, reasonUnreachable, reasonOther} {
-		in.lostBy[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrLostReason.String(r)))}
+	for i, r := range lostReasons {
+		in.lostBy[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrLostReason.String(r)))}
 	}
-	in.renewBy = make(map[string][]metric.AddOption)
-	for _, r := range []string{renewOK, renewError, renewLost} {
-		in.renewBy[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrRenewalResult.String(r)))}
+	for i, r := range renewalResults {
+		in.renewBy[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrRenewalResult.String(r)))}
 	}
 	return &in, nil
 }
 
-// The hooks carry no context; measurements are recorded without one.
-var bg = context.Background()
+// Each measurement is recorded with the hook's ctx.
 
-func (in *instruments) acquired(i dlock.AcquireInfo) {
+func (in *instruments) acquired(ctx context.Context, i dlock.AcquireInfo, o dlock.Outcome) {
 	secs := i.Wait.Seconds()
-	in.acquire.Record(bg, secs, in.acquireBy[acquireResult(i.Err)]...)
+	in.acquire.Record(ctx, secs, in.acquireBy[acquireResult[o]]...)
 	if i.Waited {
-		in.wait.Record(bg, secs)
+		in.wait.Record(ctx, secs)
 		if i.Err == nil {
-			in.handoffs.Add(bg, 1)
+			in.handoffs.Add(ctx, 1)
 		}
 	}
 }
 
-func (in *instruments) released(i dlock.ReleaseInfo) {
+func (in *instruments) released(ctx context.Context, i dlock.ReleaseInfo) {
 	// A failed release leaves the lock held; one that found it lost was
 	// recorded by lost, which the core calls first.
 	if i.Err == nil {
-		in.hold.Record(bg, i.Held.Seconds())
+		in.hold.Record(ctx, i.Held.Seconds())
 	}
 }
 
-func (in *instruments) lost(i dlock.LostInfo) {
-	in.hold.Record(bg, i.Held.Seconds())
-	in.lostC.Add(bg, 1, in.lostBy[lostReason(i.Cause)]...)
+func (in *instruments) lost(ctx context.Context, i dlock.LostInfo, o dlock.Outcome) {
+	in.hold.Record(ctx, i.Held.Seconds())
+	in.lostC.Add(ctx, 1, in.lostBy[lostReason[o]]...)
 }
 
-func (in *instruments) renewed(i dlock.RenewInfo) {
-	in.renewals.Add(bg, 1, in.renewBy[renewalResult(i.Err)]...)
+func (in *instruments) renewed(ctx context.Context, i dlock.RenewInfo, o dlock.Outcome) {
+	in.renewals.Add(ctx, 1, in.renewBy[renewalResult[o]]...)
 }
+
+// The attribute values, indexed by the acquireResult, lostReason and
+// renewalResult of an event's dlock.Outcome (the same as dlockprom's label
+// values).
+var (
+	acquireResults = [...]string{"acquired", "busy", "timeout", "canceled", "error"}
+	lostReasons    = [...]string{"expired", "taken", "unreachable", "other"}
+	renewalResults = [...]string{"ok", "error", "lost"} // also the result of a release
+)
+
+var (
+	acquireResult = [dlock.NumOutcomes]int{
+		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 2, dlock.OutcomeCanceled: 3,
+		dlock.OutcomeExpired: 4, dlock.OutcomeTaken: 4, dlock.OutcomeUnreachable: 4, dlock.OutcomeError: 4,
+	}
+	lostReason = [dlock.NumOutcomes]int{
+		dlock.OutcomeOK: 3, dlock.OutcomeNotAcquired: 3, dlock.OutcomeTimeout: 3, dlock.OutcomeCanceled: 3,
+		dlock.OutcomeExpired: 0, dlock.OutcomeTaken: 1, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: 3,
+	}
+	renewalResult = [dlock.NumOutcomes]int{
+		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 1, dlock.OutcomeCanceled: 1,
+		dlock.OutcomeExpired: 2, dlock.OutcomeTaken: 2, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: 1,
+	}
+)
+
+// lostReasonName is the dlock.lost.reason of a loss with outcome o.
+func lostReasonName(o dlock.Outcome) string { return lostReasons[lostReason[o]] }

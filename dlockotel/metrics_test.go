@@ -30,7 +30,7 @@ func TestMetrics(t *testing.T) {
 	}
 	done := make(chan *dlock.Lock)
 	go func() {
-		lk, err := e.tel.Lock(ctx, e.c, k)
+		lk, err := e.c.Lock(ctx, k)
 		if err != nil {
 			t.Error(err)
 		}

@@ -1,76 +1,58 @@
-// Package dlockotel instruments dlock with OpenTelemetry: spans around lock
-// calls, started from the caller's context, and metrics from the Client's
-// hooks.
+// Package dlockotel instruments dlock with OpenTelemetry: spans and
+// metrics from the Client's hooks, which get the context of the call that
+// caused each event, so the spans are children of the caller's span.
 //
 // # Setup
 //
-// A [Telemetry] has two sides, and both are needed for complete spans:
-//
-//   - its [Telemetry.Hooks], installed in the Client's dlock.Options, see
-//     every acquire, release, renewal and loss, record the metrics, and
-//     give the spans what only the core knows (attempts, whether the call
-//     waited, how long the lock was held) and the lost-lock spans;
-//   - its wrappers [Telemetry.Lock], [Telemetry.TryLock], [Telemetry.Unlock]
-//     and [Telemetry.Do] start the spans. The core's hooks carry no context,
-//     so a span can only be parented to the caller's span by a call that
-//     receives the caller's ctx: replace locks.Lock(ctx, key) with
-//     tel.Lock(ctx, locks, key), lock.Unlock(ctx) with tel.Unlock(ctx, lock),
-//     locks.Do(ctx, key, fn) with tel.Do(ctx, locks, key, fn). The lock
-//     returned is the plain *dlock.Lock.
-//
-// For example:
+// Add a [Telemetry]'s [Telemetry.Hooks] to the Client (or give them to
+// dlock.New in dlock.Options.Hooks) and Track the Client; then call the
+// Client as usual, with a ctx that carries your span:
 //
 //	tel, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
 //	...
-//	locks, err := dlock.New(rdb, dlock.Options{Hooks: tel.Hooks()})
-//	...
+//	locks.AddHooks(tel.Hooks())
 //	tel.Track(locks) // dlock.held and dlock.waiting
-//	err = tel.Do(ctx, locks, "nightly-report", func(ctx context.Context) error { ... })
+//	lock, err := locks.Lock(ctx, "nightly-report")
 //
-// Calls made on the Client directly still feed the metrics and still produce
-// a dlock.lost span if their lock is lost, but get no acquire or release
-// span. Without the hooks installed, the wrappers still make spans, without
-// attempts, waited, hold time and lost-lock spans.
-//
-// Use one Telemetry per Client: the hooks match their events to the
-// wrappers' calls by key (and fence, or the very error value returned), so
-// two Clients on different Redis deployments locking equal keys through one
-// Telemetry could, in rare interleavings, lend one call's attempts to the
-// other's span.
+// [Telemetry.Do] is Client.Do inside a dlock.do span, the parent of
+// everything the call does (fn's spans included).
 //
 // # Spans
 //
-// All spans are internal spans of the tracer named [ScopeName].
+// All spans are internal spans of the tracer named [ScopeName], made by
+// the hooks when the call ends (with its start and end times):
 //
-//	dlock.acquire  Lock or TryLock: dlock.acquire.mode (lock|try), dlock.acquire.result,
+//	dlock.acquire  every Lock or TryLock: dlock.acquire.mode (lock|try), dlock.acquire.result,
 //	               dlock.acquire.wait_duration (s), dlock.acquire.attempts,
 //	               dlock.acquire.waited, dlock.fence (when acquired)
-//	dlock.release  Unlock: dlock.fence, dlock.release.result (ok|lost|error),
-//	               dlock.hold.duration (s)
-//	dlock.do       Do: the parent of its dlock.acquire and dlock.release and of
+//	dlock.release  every Unlock: dlock.fence, dlock.release.result (ok|lost|error),
+//	               dlock.hold.duration (s, when released)
+//	dlock.do       Telemetry.Do: the parent of its dlock.acquire and dlock.release and of
 //	               the spans fn makes from its ctx
 //	dlock.lost     a lock lost while held: dlock.fence, dlock.lost.reason
 //	               (expired|taken|unreachable), dlock.hold.duration (s)
 //
+// Each is a child of the span current in the ctx its hook gets (see
+// dlock.Hooks): for acquire and release, the ctx given to the call; for
+// dlock.lost, the ctx of the Unlock or Extend that found the loss, or else
+// the ctx the lock was acquired with (for Do: the dlock.do span). A call
+// whose ctx carries no span gets no acquire or release span (untraced
+// calls cost no span); a lost lock always gets its dlock.lost span, a root
+// span if its ctx carries none.
+//
 // dlock.acquire.result is acquired, busy (TryLock found the key held),
 // timeout, canceled or error, as in dlockprom. A span's status is Error
 // when its call returned an error, except busy, which is an answer, not a
-// failure.
-//
-// The dlock.lost span is a child of the span that was current in the ctx
-// given to Lock, TryLock or Do (for Do: its dlock.do span), or of the
-// dlock.acquire span if there was none, and links to the dlock.acquire
-// span; a lock taken without the wrappers gets a root dlock.lost span. If
-// that caller's span is still recording (typical for Do), it also gets a
-// "dlock.lost" event.
+// failure. If the span the lost lock's ctx carries is still recording
+// (typical for Do), it also gets a "dlock.lost" event.
 //
 // No span has the lock key unless [WithKeyAttribute] gives a mapping: keys
 // may carry user data.
 //
 // # Metrics
 //
-// Recorded from the hooks on the meter named [ScopeName], whatever calls
-// the Client:
+// Recorded from the hooks on the meter named [ScopeName], with the hook's
+// ctx:
 //
 //	dlock.acquire.duration  histogram, s        dlock.acquire.result
 //	dlock.wait.duration     histogram, s        Lock calls that found the key held and waited
@@ -90,7 +72,6 @@ package dlockotel
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/dlock-go/dlock"
@@ -170,14 +151,13 @@ type Telemetry struct {
 	tracer  trace.Tracer
 	keyAttr func(string) string
 	m       *instruments
-	corr    correlator
 
 	mu      sync.Mutex
 	sources map[*StatsSource]struct{}
 }
 
-// New returns a Telemetry. Install its Hooks in the Client's Options, Track
-// the Client, and call the Client through its wrappers.
+// New returns a Telemetry. Add its Hooks to the Client and Track the
+// Client.
 func New(opts ...Option) (*Telemetry, error) {
 	var cfg config
 	for _, o := range opts {
@@ -202,7 +182,6 @@ func New(opts ...Option) (*Telemetry, error) {
 		keyAttr: cfg.keyAttr,
 		sources: make(map[*StatsSource]struct{}),
 	}
-	t.corr.init()
 	m, err := newInstruments(cfg.mp.Meter(ScopeName), cfg, t.observe)
 	if err != nil {
 		return nil, err
@@ -211,8 +190,8 @@ func New(opts ...Option) (*Telemetry, error) {
 	return t, nil
 }
 
-// Hooks returns the hooks that feed the Telemetry, for dlock.Options.Hooks.
-// To install other hooks as well, combine them with Chain.
+// Hooks returns the hooks that make the Telemetry's spans and metrics, for
+// Client.AddHooks (or dlock.Options.Hooks).
 func (t *Telemetry) Hooks() dlock.Hooks {
 	return dlock.Hooks{
 		Acquire: t.onAcquire,
@@ -222,7 +201,7 @@ func (t *Telemetry) Hooks() dlock.Hooks {
 	}
 }
 
-// Track adds s (normally the *dlock.Client whose Options carry t's Hooks)
+// Track adds s (normally the *dlock.Client that runs t's Hooks)
 // to the sources dlock.held and dlock.waiting observe; they report the sum
 // over all tracked sources. The returned func stops tracking s.
 func (t *Telemetry) Track(s StatsSource) (untrack func()) {
@@ -253,83 +232,23 @@ func (t *Telemetry) observe() (held, waiting int64) {
 	return held, waiting
 }
 
-func (t *Telemetry) onAcquire(i dlock.AcquireInfo) {
-	t.m.acquired(i)
-	t.corr.acquired(i)
+func (t *Telemetry) onAcquire(ctx context.Context, i dlock.AcquireInfo) {
+	o := dlock.OutcomeOf(i.Err)
+	t.m.acquired(ctx, i, o)
+	t.acquireSpan(ctx, i, o)
 }
 
-func (t *Telemetry) onRelease(i dlock.ReleaseInfo) {
-	t.m.released(i)
-	t.corr.released(i)
+func (t *Telemetry) onRelease(ctx context.Context, i dlock.ReleaseInfo) {
+	t.m.released(ctx, i)
+	t.releaseSpan(ctx, i, dlock.OutcomeOf(i.Err))
 }
 
-func (t *Telemetry) onRenew(i dlock.RenewInfo) {
-	t.m.renewed(i)
+func (t *Telemetry) onRenew(ctx context.Context, i dlock.RenewInfo) {
+	t.m.renewed(ctx, i, dlock.OutcomeOf(i.Err))
 }
 
-func (t *Telemetry) onLost(i dlock.LostInfo) {
-	t.m.lost(i)
-	t.lostSpan(i, t.corr.lost(i))
-}
-
-// Label values, shared with dlockprom.
-const (
-	resultAcquired = "acquired"
-	resultBusy     = "busy"
-	resultTimeout  = "timeout"
-	resultCanceled = "canceled"
-	resultError    = "error"
-
-	reasonExpired     = "expired"
-	reasonTaken       = "taken"
-	reasonUnreachable = "unreachable"
-	reasonOther       = "other"
-
-	renewOK    = "ok"
-	renewError = "error"
-	renewLost  = "lost"
-)
-
-// acquireResult maps the error of a Lock or TryLock call to
-// dlock.acquire.result.
-func acquireResult(err error) string {
-	switch {
-	case err == nil:
-		return resultAcquired
-	case errors.Is(err, dlock.ErrNotAcquired):
-		return resultBusy
-	case errors.Is(err, dlock.ErrContextDone) && errors.Is(err, context.Canceled):
-		return resultCanceled
-	case errors.Is(err, dlock.ErrContextDone):
-		return resultTimeout
-	default:
-		return resultError
-	}
-}
-
-// lostReason maps the cause of a loss to dlock.lost.reason.
-func lostReason(cause error) string {
-	switch {
-	case errors.Is(cause, dlock.ErrTaken):
-		return reasonTaken
-	case errors.Is(cause, dlock.ErrUnreachable):
-		return reasonUnreachable
-	case errors.Is(cause, dlock.ErrExpired):
-		return reasonExpired
-	default:
-		return reasonOther
-	}
-}
-
-// renewalResult maps RenewInfo.Err to dlock.renewal.result; it is also the
-// result of a release (ok, lost, error).
-func renewalResult(err error) string {
-	switch {
-	case err == nil:
-		return renewOK
-	case errors.Is(err, dlock.ErrLost):
-		return renewLost
-	default:
-		return renewError
-	}
+func (t *Telemetry) onLost(ctx context.Context, i dlock.LostInfo) {
+	o := dlock.OutcomeOf(i.Cause)
+	t.m.lost(ctx, i, o)
+	t.lostSpan(ctx, i, o)
 }

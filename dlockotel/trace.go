@@ -2,7 +2,6 @@ package dlockotel
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -11,35 +10,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Lock calls c.Lock(ctx, key, opts...) inside a dlock.acquire span, a child
-// of ctx's span. Redis commands traced from ctx (for example by go-redis's
-// redisotel) are children of the acquire span. Release the lock with
-// Unlock to trace the release too.
-func (t *Telemetry) Lock(ctx context.Context, c *dlock.Client, key string, opts ...dlock.LockOption) (*dlock.Lock, error) {
-	return t.acquire(ctx, c, key, true, opts)
-}
-
-// TryLock calls c.TryLock(ctx, key, opts...) inside a dlock.acquire span,
-// like Lock. A busy key (dlock.ErrNotAcquired) does not make the span's
-// status Error.
-func (t *Telemetry) TryLock(ctx context.Context, c *dlock.Client, key string, opts ...dlock.LockOption) (*dlock.Lock, error) {
-	return t.acquire(ctx, c, key, false, opts)
-}
-
-// Unlock calls lk.Unlock(ctx) inside a dlock.release span, a child of ctx's
-// span.
-func (t *Telemetry) Unlock(ctx context.Context, lk *dlock.Lock) error {
-	key := lk.Key()
-	ctx, span := t.tracer.Start(ctx, "dlock.release", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(t.keyAttrs(key, attrFence.Int64(int64(lk.Fence())))...))
+// Do is c.Do inside a dlock.do span, a child of ctx's span: the span is
+// current in the ctx c.Do gets, so the acquire and release spans the hooks
+// make and the spans fn starts from its ctx are its children, and so is a
+// dlock.lost span if the lock is lost while fn runs. It returns c.Do's
+// error.
+func (t *Telemetry) Do(ctx context.Context, c *dlock.Client, key string, fn func(ctx context.Context) error, opts ...dlock.LockOption) error {
+	ctx, span := t.tracer.Start(ctx, "dlock.do", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(t.keyAttrs(key)...))
 	defer span.End()
-	t.corr.beginRelease(key)
-	err := lk.Unlock(ctx)
-	info, ok := t.corr.endRelease(key, err)
-	span.SetAttributes(attrReleaseResult.String(renewalResult(err)))
-	if ok && info.Err == nil {
-		span.SetAttributes(attrHoldDuration.Float64(info.Held.Seconds()))
-	}
+	err := c.Do(ctx, key, fn, opts...)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -47,132 +27,105 @@ func (t *Telemetry) Unlock(ctx context.Context, lk *dlock.Lock) error {
 	return err
 }
 
-// Do is c.Do traced: it runs fn while holding key, inside a dlock.do span
-// (a child of ctx's span) that is the parent of the dlock.acquire span, of
-// the dlock.release span and of every span fn starts from its ctx. It keeps
-// c.Do's contract: fn's ctx is cancelled when the lock is lost, with
-// context.Cause set to the loss error; the lock is released when fn
-// returns, within the Client's Options().ReleaseTimeout, even if ctx is
-// done by then; Do returns the acquire error, or fn's error joined with any
-// loss or release error.
-func (t *Telemetry) Do(ctx context.Context, c *dlock.Client, key string, fn func(ctx context.Context) error, opts ...dlock.LockOption) (err error) {
-	ctx, span := t.tracer.Start(ctx, "dlock.do", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(t.keyAttrs(key)...))
-	defer func() {
-		if err != nil {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}()
-
-	lk, err := t.Lock(ctx, c, key, opts...)
-	if err != nil {
-		return err
+// acquireSpan records a Lock or TryLock call as a dlock.acquire span, a
+// child of the call's ctx's span, from the call's start to now.
+func (t *Telemetry) acquireSpan(ctx context.Context, i dlock.AcquireInfo, o dlock.Outcome) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return // an untraced call: no span, and no cost
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-lk.Done():
-			cancel(lk.Err())
-		case <-stop:
-		}
-	}()
-	ferr := fn(fctx)
-	close(stop)
-	cancel(nil)
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.Options().ReleaseTimeout)
-	defer rcancel()
-	return errors.Join(ferr, t.Unlock(rctx, lk))
+	span, end := t.start(ctx, "dlock.acquire", i.Wait)
+	if !span.IsRecording() {
+		span.End(trace.WithTimestamp(end))
+		return
+	}
+	mode := "lock"
+	if i.Try {
+		mode = "try"
+	}
+	attrs := t.keyAttrs(i.Key,
+		attrMode.String(mode),
+		attrAcquireResult.String(acquireResults[acquireResult[o]]),
+		attrWaitDuration.Float64(i.Wait.Seconds()),
+		attrAttempts.Int(i.Attempts),
+		attrWaited.Bool(i.Waited))
+	if i.Err == nil {
+		attrs = append(attrs, attrFence.Int64(int64(i.Fence)))
+	}
+	status := errStatus(i.Err)
+	if o == dlock.OutcomeNotAcquired {
+		status = "" // busy is an answer, not a failure
+	}
+	finish(span, end, attrs, i.Err, status)
 }
 
-func (t *Telemetry) acquire(ctx context.Context, c *dlock.Client, key string, wait bool, opts []dlock.LockOption) (*dlock.Lock, error) {
-	mode := "try"
-	if wait {
-		mode = "lock"
+// releaseSpan records an Unlock as a dlock.release span, a child of the
+// Unlock's ctx's span.
+func (t *Telemetry) releaseSpan(ctx context.Context, i dlock.ReleaseInfo, o dlock.Outcome) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
 	}
-	caller := trace.SpanFromContext(ctx)
-	start := time.Now()
-	ctx, span := t.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithTimestamp(start), trace.WithAttributes(t.keyAttrs(key, attrMode.String(mode))...))
-	defer span.End()
-
-	t.corr.beginAcquire(key)
-	var lk *dlock.Lock
-	var err error
-	if wait {
-		lk, err = c.Lock(ctx, key, opts...)
-	} else {
-		lk, err = c.TryLock(ctx, key, opts...)
+	span, end := t.start(ctx, "dlock.release", i.Took)
+	if !span.IsRecording() {
+		span.End(trace.WithTimestamp(end))
+		return
 	}
-	var fence uint64
-	if lk != nil {
-		fence = lk.Fence()
-	}
-	info, ok := t.corr.endAcquire(key, fence, err)
-
-	result := acquireResult(err)
-	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, attrAcquireResult.String(result))
-	if ok {
-		attrs = append(attrs,
-			attrWaitDuration.Float64(info.Wait.Seconds()),
-			attrAttempts.Int(info.Attempts),
-			attrWaited.Bool(info.Waited))
-	} else {
-		attrs = append(attrs, attrWaitDuration.Float64(time.Since(start).Seconds()))
-	}
-	if err == nil {
-		attrs = append(attrs, attrFence.Int64(int64(fence)))
-	}
-	span.SetAttributes(attrs...)
-	if err != nil && result != resultBusy {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-
-	// Remember where a loss should be reported, if the hooks are installed
-	// (ok: they saw this acquire, so they will see the loss too).
-	if err == nil && ok {
-		t.corr.hold(key, &heldLock{fence: fence, caller: caller, acquire: span.SpanContext()})
-		if lk.Err() != nil { // lost already, maybe before hold: don't keep it
-			t.corr.forget(key, fence)
-		}
-	}
-	return lk, err
-}
-
-// lostSpan reports a loss: a dlock.lost span, and an event on the span
-// that was current when the lock was taken, if it is still recording.
-func (t *Telemetry) lostSpan(i dlock.LostInfo, h *heldLock) {
 	attrs := t.keyAttrs(i.Key,
 		attrFence.Int64(int64(i.Fence)),
-		attrLostReason.String(lostReason(i.Cause)),
+		attrReleaseResult.String(renewalResults[renewalResult[o]]))
+	if i.Err == nil {
+		attrs = append(attrs, attrHoldDuration.Float64(i.Held.Seconds()))
+	}
+	finish(span, end, attrs, i.Err, errStatus(i.Err))
+}
+
+// lostSpan reports a loss: a dlock.lost span, a child of the span current
+// in the hook's ctx (the lock's: the one current when it was acquired, or
+// the Unlock's or Extend's that found the loss), and an event on that span
+// if it is still recording.
+func (t *Telemetry) lostSpan(ctx context.Context, i dlock.LostInfo, o dlock.Outcome) {
+	attrs := t.keyAttrs(i.Key,
+		attrFence.Int64(int64(i.Fence)),
+		attrLostReason.String(lostReasonName(o)),
 		attrHoldDuration.Float64(i.Held.Seconds()))
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...)}
-	ctx := context.Background()
-	if h != nil {
-		parent := h.caller.SpanContext()
-		if !parent.IsValid() {
-			parent = h.acquire
-		}
-		ctx = trace.ContextWithSpanContext(ctx, parent)
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: h.acquire}))
-		if h.caller.IsRecording() {
-			h.caller.AddEvent("dlock.lost", trace.WithAttributes(attrs...))
-		}
-	} else {
-		opts = append(opts, trace.WithNewRoot())
+	if caller := trace.SpanFromContext(ctx); caller.IsRecording() {
+		caller.AddEvent("dlock.lost", trace.WithAttributes(attrs...))
 	}
-	_, span := t.tracer.Start(ctx, "dlock.lost", opts...)
-	msg := "lock lost"
+	status := "lock lost"
 	if i.Cause != nil {
-		span.RecordError(i.Cause)
-		msg += ": " + i.Cause.Error()
+		status += ": " + i.Cause.Error()
 	}
-	span.SetStatus(codes.Error, msg)
-	span.End()
+	span, end := t.start(ctx, "dlock.lost", 0)
+	finish(span, end, attrs, i.Cause, status)
+}
+
+// start starts a span named name that ends now (the time it returns) and
+// lasted d, a child of ctx's span (a root span if there is none).
+func (t *Telemetry) start(ctx context.Context, name string, d time.Duration) (trace.Span, time.Time) {
+	end := time.Now()
+	_, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(end.Add(-d)))
+	return span, end
+}
+
+// finish sets attrs on span and ends it at end. A non-nil err is recorded
+// on it; a status other than "" makes its status Error, with that
+// description.
+func finish(span trace.Span, end time.Time, attrs []attribute.KeyValue, err error, status string) {
+	span.SetAttributes(attrs...)
+	if err != nil {
+		span.RecordError(err)
+	}
+	if status != "" {
+		span.SetStatus(codes.Error, status)
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// errStatus is the status description of a span whose call returned err.
+func errStatus(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // keyAttrs returns attrs with dlock.key in front if WithKeyAttribute was

@@ -15,14 +15,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// checkClean fails the test if the correlator still tracks anything.
-func checkClean(t *testing.T, tel *dlockotel.Telemetry) {
-	t.Helper()
-	if a, r, h := dlockotel.Pending(tel); a+r+h != 0 {
-		t.Errorf("correlator not empty: %d acquires, %d releases, %d held", a, r, h)
-	}
-}
-
 func childOf(t *testing.T, s sdktrace.ReadOnlySpan, parent trace.SpanContext) {
 	t.Helper()
 	if s.Parent().SpanID() != parent.SpanID() || s.SpanContext().TraceID() != parent.TraceID() {
@@ -34,11 +26,11 @@ func TestLockUnlock(t *testing.T) {
 	e := newEnv(t, dlock.Options{})
 	ctx, op := e.tracer.Start(t.Context(), "operation")
 	k := key(t)
-	lk, err := e.tel.Lock(ctx, e.c, k)
+	lk, err := e.c.Lock(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.tel.Unlock(ctx, lk); err != nil {
+	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	op.End()
@@ -80,25 +72,25 @@ func TestLockUnlock(t *testing.T) {
 	if h, ok := r["dlock.hold.duration"]; !ok || h.AsFloat64() <= 0 {
 		t.Errorf("hold.duration = %v (present %v)", h.AsFloat64(), ok)
 	}
-	checkClean(t, e.tel)
 }
 
 func TestAcquireOutcomes(t *testing.T) {
 	e := newEnv(t, dlock.Options{RetryInterval: 20 * time.Millisecond})
-	ctx := t.Context()
+	ctx, op := e.tracer.Start(t.Context(), "operation")
+	defer op.End()
 	k := key(t)
-	holder, err := e.c.TryLock(ctx, k) // directly: no span
+	holder, err := e.c.TryLock(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// busy: not an error status
-	if _, err := e.tel.TryLock(ctx, e.c, k); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := e.c.TryLock(ctx, k); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("TryLock on a held key: %v", err)
 	}
 	// timeout after waiting
 	tctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	_, err = e.tel.Lock(tctx, e.c, k)
+	_, err = e.c.Lock(tctx, k)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Lock with a deadline: %v", err)
@@ -106,13 +98,13 @@ func TestAcquireOutcomes(t *testing.T) {
 	// canceled before the call
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := e.tel.Lock(cctx, e.c, k); !errors.Is(err, context.Canceled) {
+	if _, err := e.c.Lock(cctx, k); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Lock with a cancelled ctx: %v", err)
 	}
 	// hand-off: waits, then gets it
 	done := make(chan *dlock.Lock)
 	go func() {
-		lk, err := e.tel.Lock(ctx, e.c, k)
+		lk, err := e.c.Lock(ctx, k)
 		if err != nil {
 			t.Error(err)
 		}
@@ -127,13 +119,13 @@ func TestAcquireOutcomes(t *testing.T) {
 	if lk == nil {
 		t.FailNow()
 	}
-	if err := e.tel.Unlock(ctx, lk); err != nil {
+	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	spans := e.ended("dlock.acquire")
-	if len(spans) != 4 {
-		t.Fatalf("%d acquire spans, want 4", len(spans))
+	if len(spans) != 5 {
+		t.Fatalf("%d acquire spans, want 5", len(spans))
 	}
 	type want struct {
 		mode, result string
@@ -143,6 +135,7 @@ func TestAcquireOutcomes(t *testing.T) {
 		fence        bool
 	}
 	for i, w := range []want{
+		{"try", "acquired", codes.Unset, false, 1, true},
 		{"try", "busy", codes.Unset, false, 1, false},
 		{"lock", "timeout", codes.Error, true, 1, false},
 		{"lock", "canceled", codes.Error, false, 0, false},
@@ -170,10 +163,9 @@ func TestAcquireOutcomes(t *testing.T) {
 			t.Errorf("span %d (%s): fence present %v, want %v", i, w.result, ok, w.fence)
 		}
 	}
-	if got := attrs(spans[3])["dlock.acquire.wait_duration"].AsFloat64(); got < 0.03 {
+	if got := attrs(spans[4])["dlock.acquire.wait_duration"].AsFloat64(); got < 0.03 {
 		t.Errorf("hand-off wait_duration %v, want at least 30ms", got)
 	}
-	checkClean(t, e.tel)
 }
 
 func TestDo(t *testing.T) {
@@ -229,12 +221,11 @@ func TestDo(t *testing.T) {
 	if n := len(e.ended("dlock.release")); n != 1 {
 		t.Errorf("%d release spans, want 1", n)
 	}
-	checkClean(t, e.tel)
 }
 
 // TestLostInDo loses the lock while fn runs: fn's ctx is cancelled with the
 // loss as cause, the do span gets a dlock.lost event, and a dlock.lost span
-// hangs from it, linked to the acquire span.
+// hangs from it, next to the acquire span.
 func TestLostInDo(t *testing.T) {
 	e := newEnv(t, dlock.Options{})
 	ctx := t.Context()
@@ -258,9 +249,7 @@ func TestLostInDo(t *testing.T) {
 	do, acq := e.one(t, "dlock.do"), e.one(t, "dlock.acquire")
 	lost := e.one(t, "dlock.lost")
 	childOf(t, lost, do.SpanContext())
-	if l := lost.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != acq.SpanContext().SpanID() {
-		t.Errorf("lost links %v, want the acquire span", l)
-	}
+	childOf(t, acq, do.SpanContext())
 	a := attrs(lost)
 	if a["dlock.lost.reason"].AsString() != "taken" || a["dlock.fence"] != attrs(acq)["dlock.fence"] {
 		t.Errorf("lost attrs %v", lost.Attributes())
@@ -279,7 +268,6 @@ func TestLostInDo(t *testing.T) {
 	if got := attrs(rel)["dlock.release.result"].AsString(); got != "lost" || rel.Status().Code != codes.Error {
 		t.Errorf("release result %q status %v", got, rel.Status())
 	}
-	checkClean(t, e.tel)
 }
 
 // TestLostAfterLock: a lock from Lock expires after the caller's span
@@ -287,7 +275,7 @@ func TestLostInDo(t *testing.T) {
 func TestLostAfterLock(t *testing.T) {
 	e := newEnv(t, dlock.Options{})
 	ctx, op := e.tracer.Start(t.Context(), "operation")
-	lk, err := e.tel.TryLock(ctx, e.c, key(t), dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
+	lk, err := e.c.TryLock(ctx, key(t), dlock.WithTTL(30*time.Millisecond), dlock.WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,14 +286,13 @@ func TestLostAfterLock(t *testing.T) {
 	if got := attrs(lost)["dlock.lost.reason"].AsString(); got != "expired" {
 		t.Errorf("reason %q", got)
 	}
-	if err := e.tel.Unlock(t.Context(), lk); !errors.Is(err, dlock.ErrExpired) {
+	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrExpired) {
 		t.Fatalf("Unlock = %v", err)
 	}
-	checkClean(t, e.tel)
 }
 
-// TestLostUntraced: a lock taken on the Client directly gets a root
-// dlock.lost span.
+// TestLostUntraced: a lock taken with a ctx without a span gets no acquire
+// span, but a root dlock.lost span.
 func TestLostUntraced(t *testing.T) {
 	e := newEnv(t, dlock.Options{})
 	lk, err := e.c.TryLock(t.Context(), key(t), dlock.WithTTL(20*time.Millisecond), dlock.WithoutRenewal())
@@ -317,70 +304,79 @@ func TestLostUntraced(t *testing.T) {
 	if lost.Parent().IsValid() || len(lost.Links()) != 0 {
 		t.Errorf("lost span parent %v links %v, want a root span", lost.Parent(), lost.Links())
 	}
-	checkClean(t, e.tel)
+	if n := len(e.ended("dlock.acquire")); n != 0 {
+		t.Errorf("%d acquire spans for an untraced call", n)
+	}
 }
 
-// TestWithoutHooks: the wrappers work on a Client without the hooks, with
-// what they can see themselves.
-func TestWithoutHooks(t *testing.T) {
-	e := newEnv(t, dlock.Options{Hooks: dlock.Hooks{Renew: func(dlock.RenewInfo) {}}})
-	lk, err := e.tel.TryLock(t.Context(), e.c, key(t))
+// TestOwnHooksToo: the Telemetry's hooks, added after New, run after the
+// Client's own, and both see every event.
+func TestOwnHooksToo(t *testing.T) {
+	var mine []string
+	e := newEnv(t, dlock.Options{Hooks: dlock.Hooks{
+		Acquire: func(_ context.Context, i dlock.AcquireInfo) { mine = append(mine, "acquire") },
+		Release: func(_ context.Context, i dlock.ReleaseInfo) { mine = append(mine, "release") },
+	}})
+	ctx, op := e.tracer.Start(t.Context(), "operation")
+	lk, err := e.c.TryLock(ctx, key(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.tel.Unlock(t.Context(), lk); err != nil {
+	if err := lk.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := attrs(e.one(t, "dlock.acquire"))
-	if _, ok := a["dlock.acquire.attempts"]; ok {
-		t.Error("attempts without hooks")
+	op.End()
+	if got := strings.Join(mine, " "); got != "acquire release" {
+		t.Errorf("own hooks saw %q", got)
 	}
-	if a["dlock.fence"].AsInt64() != int64(lk.Fence()) || a["dlock.acquire.wait_duration"].AsFloat64() <= 0 {
+	a := attrs(e.one(t, "dlock.acquire"))
+	if a["dlock.fence"].AsInt64() != int64(lk.Fence()) || a["dlock.acquire.attempts"].AsInt64() != 1 {
 		t.Errorf("acquire attrs %v", a)
 	}
-	if _, ok := attrs(e.one(t, "dlock.release"))["dlock.hold.duration"]; ok {
-		t.Error("hold.duration without hooks")
-	}
-	checkClean(t, e.tel)
+	childOf(t, e.one(t, "dlock.release"), op.SpanContext())
 }
 
-// TestConcurrentSameKey has many goroutines lock one key through the
-// wrappers, and others lock it directly: every acquire span must carry its
-// own lock's fence and attempts.
+// TestConcurrentSameKey has many goroutines lock one key, each with its
+// own span, and others with none: every acquire span must hang from its
+// caller's span and carry that caller's lock's fence and attempts; the
+// untraced calls make none.
 func TestConcurrentSameKey(t *testing.T) {
 	e := newEnv(t, dlock.Options{})
-	ctx := t.Context()
 	k := key(t)
 	const traced, direct, rounds = 6, 2, 15
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	fences := map[int64]bool{}
+	fences := map[trace.SpanID]map[int64]bool{} // by caller span
 	for range traced {
 		wg.Go(func() {
-			for range rounds {
-				lk, err := e.tel.Lock(ctx, e.c, k)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				fences[int64(lk.Fence())] = true
-				mu.Unlock()
-				if err := e.tel.Unlock(ctx, lk); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	for range direct {
-		wg.Go(func() {
+			ctx, caller := e.tracer.Start(t.Context(), "caller")
+			defer caller.End()
+			mine := map[int64]bool{}
 			for range rounds {
 				lk, err := e.c.Lock(ctx, k)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				_ = lk.Unlock(ctx)
+				mine[int64(lk.Fence())] = true
+				if err := lk.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+			mu.Lock()
+			fences[caller.SpanContext().SpanID()] = mine
+			mu.Unlock()
+		})
+	}
+	for range direct {
+		wg.Go(func() {
+			for range rounds {
+				lk, err := e.c.Lock(t.Context(), k)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = lk.Unlock(t.Context())
 			}
 		})
 	}
@@ -393,33 +389,20 @@ func TestConcurrentSameKey(t *testing.T) {
 	for _, s := range spans {
 		a := attrs(s)
 		f := a["dlock.fence"].AsInt64()
-		if !fences[f] || seen[f] {
-			t.Errorf("acquire span with fence %d: not a traced lock's, or twice", f)
+		if seen[f] {
+			t.Errorf("two acquire spans with fence %d", f)
 		}
 		seen[f] = true
 		if a["dlock.acquire.attempts"].AsInt64() < 1 {
 			t.Errorf("span with fence %d has no attempts", f)
+		}
+		if !fences[s.Parent().SpanID()][f] {
+			t.Errorf("acquire span with fence %d hangs from a caller that did not get that fence", f)
 		}
 	}
 	for _, s := range e.ended("dlock.release") {
 		if _, ok := attrs(s)["dlock.hold.duration"]; !ok {
 			t.Errorf("release span without hold.duration")
 		}
-	}
-	checkClean(t, e.tel)
-}
-
-func TestChain(t *testing.T) {
-	var got []string
-	rec := func(name string) dlock.Hooks {
-		return dlock.Hooks{Release: func(i dlock.ReleaseInfo) { got = append(got, name+":"+i.Key) }}
-	}
-	h := dlockotel.Chain(rec("a"), dlock.Hooks{}, rec("b"))
-	if h.Acquire != nil || h.Renew != nil || h.Lost != nil {
-		t.Error("Chain of nil hooks is not nil")
-	}
-	h.Release(dlock.ReleaseInfo{Key: "k"})
-	if s := strings.Join(got, " "); s != "a:k b:k" {
-		t.Errorf("calls %q", s)
 	}
 }
