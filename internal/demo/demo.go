@@ -149,11 +149,15 @@ type Env struct {
 	Command func(spec string) *exec.Cmd
 }
 
-// Run runs the scenario of o. Its errors: ErrOptions, ErrInexact, ErrRedis
-// (wrapped), the context's error, and a worker's failure.
+// Run runs the scenario of o. Its errors: ErrOptions (also for an Env
+// without RDB, Stdout or Command), ErrInexact, ErrRedis (wrapped), the
+// context's error, and a worker's failure.
 func Run(ctx context.Context, env Env, o Options) error {
 	if err := o.Check(); err != nil {
 		return err
+	}
+	if env.RDB == nil || env.Stdout == nil || env.Command == nil {
+		return &kindError{kind: ErrOptions, msg: "the Env needs RDB, Stdout and Command"}
 	}
 	if o.Modes == nil {
 		o.Modes = scenarioModes[o.Scenario]

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/demo"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -126,6 +127,10 @@ func TestOptionsCheck(t *testing.T) {
 			t.Errorf("Run with %q: got %v", c.want, err)
 		}
 	}
+	// Good options, but nothing to run them with.
+	if err := demo.Run(context.Background(), demo.Env{Stdout: &bytes.Buffer{}}, demo.Defaults()); !errors.Is(err, demo.ErrOptions) {
+		t.Errorf("Run with an empty Env: want ErrOptions, got %v", err)
+	}
 	for in, want := range map[string]string{"flashsale": "flashsale", "Flash-Sale": "flashsale", "sale": "flashsale",
 		"IDs": "ids", "rate-limit": "ratelimit", "election": "election"} {
 		if got, err := demo.Scenario(in); got != want || err != nil {
@@ -156,6 +161,13 @@ func TestWorkBadSpec(t *testing.T) {
 		}
 		if out.Len() > 0 {
 			t.Errorf("Work(%s) said %q before refusing", spec, out.String())
+		}
+	}
+	// No client: dlock's own error, no panic.
+	for _, spec := range []string{`{"scenario":"ids","mode":"lock","ns":"x","ttl":1000000000,"buyers":1}`,
+		`{"scenario":"election","ns":"x","ttl":1000000000,"id":"a","name":"n","act":1000000}`} {
+		if err := demo.Work(context.Background(), nil, spec, strings.NewReader(""), &bytes.Buffer{}); !errors.Is(err, dlock.ErrNilClient) {
+			t.Errorf("Work without a client: want ErrNilClient, got %v", err)
 		}
 	}
 	// A worker whose demo goes away before "go" stops.
