@@ -51,7 +51,7 @@ type Info struct {
 	Queued int64
 	// Holders counts the live leases behind a shared lock (readers) or a
 	// semaphore (permit holders); Permits is the semaphore's permits in use
-	// and Limit its run-time limit (0: none set by SetLimit).
+	// and Limit its run-time limit (0: none set by Semaphore.SetLimit).
 	Holders, Permits, Limit int64
 	// Subscribers counts connections subscribed to the key's wake-up channel
 	// (PUBSUB NUMSUB on the node answering): clients with a Barging or

@@ -20,29 +20,25 @@ func TestReleaseTokenEveryKind(t *testing.T) {
 
 	type kind struct {
 		name  string
-		opt   dlock.LockOption
+		take  primitive
 		bogus []string // values that must not release it
 	}
 	for _, k := range []kind{
-		{"reentrant", dlock.Reentrant("job-42"), []string{"job-42", dlock.ReentrantPrefix + "job-42"}},
-		{"shared", dlock.Shared(), []string{dlock.SharedValue}},
-		{"semaphore", dlock.Semaphore(3), []string{"job-42"}},
+		{"reentrant", reentrant("job-42"), []string{"job-42", dlock.ReentrantPrefix + "job-42"}},
+		{"shared", readers(), []string{dlock.SharedValue}},
+		{"semaphore", permits(3, 1), []string{"job-42"}},
 		{"plain", nil, []string{"job-42"}},
 	} {
 		t.Run(k.name, func(t *testing.T) {
 			key := key(t)
-			opts := []dlock.LockOption{ttl}
-			if k.opt != nil {
-				opts = append(opts, k.opt)
-			}
-			a, err := c.TryLock(ctx, key, opts...)
+			a, err := k.take.TryLock(ctx, c, key, ttl)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Unlock(ctx)
 			var b *dlock.Lock
 			if k.name != "plain" {
-				if b, err = c.TryLock(ctx, key, opts...); err != nil {
+				if b, err = k.take.TryLock(ctx, c, key, ttl); err != nil {
 					t.Fatal(err)
 				}
 				defer b.Unlock(ctx)
@@ -89,13 +85,9 @@ func TestForceReleaseEveryKind(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, _ := newClient(t, dlock.Options{})
-	for _, opt := range []dlock.LockOption{dlock.Reentrant("job-7"), dlock.Shared(), dlock.Semaphore(2), nil} {
+	for _, take := range []primitive{reentrant("job-7"), readers(), permits(2, 1), nil} {
 		key := key(t)
-		opts := []dlock.LockOption{dlock.WithTTL(30 * time.Second)}
-		if opt != nil {
-			opts = append(opts, opt)
-		}
-		a, err := c.TryLock(ctx, key, opts...)
+		a, err := take.TryLock(ctx, c, key, dlock.WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,10 +112,10 @@ func TestAdminAuxKeys(t *testing.T) {
 	ctx := context.Background()
 	c, rdb := newClient(t, dlock.Options{})
 	sem := key(t)
-	if err := c.SetLimit(ctx, sem, 2); err != nil {
+	if err := c.Semaphore(sem, 1).SetLimit(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	lk, err := c.TryLock(ctx, sem, dlock.Semaphore(5), dlock.WithTTL(30*time.Second))
+	lk, err := c.Semaphore(sem, 5).TryAcquire(ctx, 1, dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,9 +205,9 @@ func TestErrorMessagesNameTheValue(t *testing.T) {
 	if !errors.Is(err, dlock.ErrKeyTooLong) || !strings.Contains(err.Error(), "70000 bytes") {
 		t.Errorf("70,000-byte key: %v; want ErrKeyTooLong naming the length", err)
 	}
-	_, err = c.TryLock(ctx, key(t), dlock.Semaphore(0))
-	if !errors.Is(err, dlock.ErrInvalidLimit) || !strings.Contains(err.Error(), "Semaphore(0)") {
-		t.Errorf("Semaphore(0): %v", err)
+	_, err = c.Semaphore(key(t), 0).TryAcquire(ctx, 1)
+	if !errors.Is(err, dlock.ErrInvalidLimit) || !strings.Contains(err.Error(), "limit 0") {
+		t.Errorf("Semaphore limit 0: %v; want ErrInvalidLimit naming the limit", err)
 	}
 	// A deleted key is reported as such, not as "expired".
 	lk, err := c.TryLock(ctx, key(t))

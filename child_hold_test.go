@@ -42,19 +42,19 @@ func runHoldChild() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	opts := []dlock.LockOption{dlock.WithTTL(ttl)}
+	var take primitive
 	switch os.Getenv("DLOCK_TEST_KIND") {
 	case "reentrant":
-		opts = append(opts, dlock.Reentrant(os.Getenv("DLOCK_TEST_OWNER")))
+		take = reentrant(os.Getenv("DLOCK_TEST_OWNER"))
 	case "shared":
-		opts = append(opts, dlock.Shared())
+		take = readers()
 	case "semaphore":
-		opts = append(opts, dlock.Semaphore(limit))
+		take = permits(limit, 1)
 	}
 	ctx := context.Background()
 	var held []*dlock.Lock
 	for range depth {
-		lk, err := c.Lock(ctx, os.Getenv("DLOCK_TEST_KEY"), opts...)
+		lk, err := take.Lock(ctx, c, os.Getenv("DLOCK_TEST_KEY"), dlock.WithTTL(ttl))
 		if err != nil {
 			fmt.Println("error", err)
 			return 1

@@ -183,13 +183,13 @@ func TestSlowWithdrawAfterLostReplyKeepsOneHolder(t *testing.T) {
 func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
 	kinds := []struct {
 		name  string
-		opts  []dlock.LockOption
-		other []dlock.LockOption // what another caller then takes
+		kind  primitive
+		other primitive // what another caller then takes
 	}{
 		{"exclusive", nil, nil},
-		{"reentrant", []dlock.LockOption{dlock.Reentrant("job-a")}, []dlock.LockOption{dlock.Reentrant("job-b")}},
-		{"shared", []dlock.LockOption{dlock.Shared()}, nil},
-		{"semaphore", []dlock.LockOption{dlock.Semaphore(1)}, []dlock.LockOption{dlock.Semaphore(1)}},
+		{"reentrant", reentrant("job-a"), reentrant("job-b")},
+		{"shared", readers(), nil},
+		{"semaphore", permits(1, 1), permits(1, 1)},
 	}
 	for _, kind := range kinds {
 		t.Run(kind.name, func(t *testing.T) {
@@ -197,8 +197,8 @@ func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
 			b, _ := newClient(t, dlock.Options{})
 			k := key(t)
 			// Load the kind's scripts: a late EVALSHA must find its script.
-			for _, opts := range [][]dlock.LockOption{kind.opts, kind.other} {
-				if lk, err := b.TryLock(t.Context(), key(t), opts...); err != nil {
+			for _, kind := range []primitive{kind.kind, kind.other} {
+				if lk, err := kind.TryLock(t.Context(), b, key(t)); err != nil {
 					t.Fatal(err)
 				} else {
 					_ = lk.Unlock(t.Context())
@@ -208,7 +208,7 @@ func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
 			late := inj.Add(faultcmd.Rule{Name: "acquire lands after its clean-up", Action: faultcmd.Late,
 				Match: faultcmd.Match{Key: k, Func: func(c faultcmd.Command) bool { return strings.Contains(c.Script, "acquire") }},
 				Until: faultcmd.Match{Key: k, Func: isRelease}})
-			_, err := a.TryLock(t.Context(), k, append(kind.opts, dlock.WithTTL(time.Minute))...)
+			_, err := kind.kind.TryLock(t.Context(), a, k, dlock.WithTTL(time.Minute))
 			if !errors.Is(err, dlock.ErrUnavailable) {
 				t.Fatalf("TryLock = %v, want ErrUnavailable (lost reply)", err)
 			}
@@ -230,7 +230,7 @@ func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			lk, err := b.TryLock(t.Context(), k, append(kind.other, dlock.WithTTL(time.Minute))...)
+			lk, err := kind.other.TryLock(t.Context(), b, k, dlock.WithTTL(time.Minute))
 			if err != nil {
 				t.Fatalf("after the clean-up and the late acquire, another caller: %v", err)
 			}

@@ -91,13 +91,14 @@ var (
 	// ErrEmptyToken: ReleaseToken was given an empty token.
 	ErrEmptyToken = argError("empty token")
 
-	// ErrInvalidOwner: Reentrant without an owner (none given, none bound
-	// to the context), or with the reserved SharedValue.
+	// ErrInvalidOwner: a Reentrant acquire without an owner (none given,
+	// none bound to the context), or with the reserved SharedValue.
 	ErrInvalidOwner = argError("reentrant owner empty (pass one, or bind one with ContextWithOwner) or reserved")
-	// ErrInvalidLimit: a semaphore limit below 1 (SetLimit: below 0).
+	// ErrInvalidLimit: a semaphore limit below 1 (Semaphore.SetLimit: below 0).
 	ErrInvalidLimit = argError("semaphore limit must be at least 1")
-	// ErrInvalidPermits: Permits below 1 or above the semaphore's limit
-	// (the limit given to Semaphore, or a lower one set with SetLimit).
+	// ErrInvalidPermits: a Semaphore acquire of fewer than 1 permit or more
+	// than the semaphore's limit (the limit given to Client.Semaphore, or a
+	// lower one stored with Semaphore.SetLimit).
 	ErrInvalidPermits = argError("permits must be at least 1 and at most the semaphore's limit")
 	// ErrInvalidCount: a stripe or segment count, or an amount, below 1.
 	ErrInvalidCount = argError("count must be at least 1")

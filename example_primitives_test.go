@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dlock-go/dlock"
 	"github.com/redis/go-redis/v9"
@@ -24,24 +25,25 @@ func exampleClientWith(o dlock.Options) (*dlock.Client, *redis.Client, func()) {
 	return locks, rdb, func() { locks.Close(); rdb.Close() }
 }
 
-func ExampleReentrant() {
+func ExampleClient_Reentrant() {
 	ctx := context.Background()
 	locks, _, done := exampleClient()
 	defer done()
 
 	// job-42 takes the lock, then (in a helper, or a retried step) again.
-	outer, _ := locks.Lock(ctx, "example:reentrant", dlock.Reentrant("job-42"))
-	inner, err := locks.Lock(ctx, "example:reentrant", dlock.Reentrant("job-42"))
+	job := locks.Reentrant("example:reentrant")
+	outer, _ := job.Lock(ctx, "job-42")
+	inner, err := job.Lock(ctx, "job-42")
 	fmt.Println(err, outer.Fence() == inner.Fence())
 
 	// Another owner is excluded until every handle of job-42 is unlocked.
-	_, err = locks.TryLock(ctx, "example:reentrant", dlock.Reentrant("job-7"))
+	_, err = job.TryLock(ctx, "job-7")
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 	inner.Unlock(ctx)
-	_, err = locks.TryLock(ctx, "example:reentrant", dlock.Reentrant("job-7"))
+	_, err = job.TryLock(ctx, "job-7")
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 	outer.Unlock(ctx)
-	other, err := locks.TryLock(ctx, "example:reentrant", dlock.Reentrant("job-7"))
+	other, err := job.TryLock(ctx, "job-7")
 	fmt.Println(err)
 	other.Unlock(ctx)
 	// Output:
@@ -51,44 +53,81 @@ func ExampleReentrant() {
 	// <nil>
 }
 
+func ExampleReentrant_Lock() {
+	locks, _, done := exampleClient()
+	defer done()
+
+	// Everything done under ctx is one owner (owner "" means the
+	// context's): a nested step locks the key again instead of
+	// deadlocking on itself.
+	ctx := dlock.ContextWithOwner(context.Background(), "")
+	step := func(ctx context.Context) error {
+		lk, err := locks.Reentrant("example:owner").Lock(ctx, "")
+		if err != nil {
+			return err
+		}
+		defer lk.Unlock(ctx)
+		fmt.Println("nested")
+		return nil
+	}
+	outer, err := locks.Reentrant("example:owner").Lock(ctx, "")
+	fmt.Println(err)
+	fmt.Println(step(ctx))
+	outer.Unlock(ctx)
+	// Without an owner, given or bound, the call fails before any Redis call.
+	_, err = locks.Reentrant("example:owner").Lock(context.Background(), "")
+	fmt.Println(errors.Is(err, dlock.ErrInvalidOwner))
+	// Output:
+	// <nil>
+	// nested
+	// <nil>
+	// true
+}
+
+func ExampleReentrant_TryLock() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	r := locks.Reentrant("example:reentrant-try")
+	held, _ := r.TryLock(ctx, "job-1")
+	again, err := r.TryLock(ctx, "job-1") // the same owner joins its hold
+	fmt.Println(err)
+	_, err = r.TryLock(ctx, "job-2")
+	var na *dlock.NotAcquiredError
+	fmt.Println(errors.As(err, &na))
+	again.Unlock(ctx)
+	held.Unlock(ctx)
+	// Output:
+	// <nil>
+	// true
+}
+
 func ExampleContextWithOwner() {
 	locks, _, done := exampleClient()
 	defer done()
 
-	// Everything done under ctx is one owner: nested Do calls on the same
-	// key go straight in instead of deadlocking on themselves.
-	ctx := dlock.ContextWithOwner(context.Background(), "")
-	err := locks.Do(ctx, "example:owner", func(ctx context.Context) error {
-		return locks.Do(ctx, "example:owner", func(ctx context.Context) error {
-			fmt.Println("nested")
-			return nil
-		}, dlock.Reentrant(""))
-	}, dlock.Reentrant(""))
-	fmt.Println(err)
-	// Output:
-	// nested
-	// <nil>
-}
-
-func ExampleOwnerFromContext() {
+	// A request binds its owner once; every Reentrant call under it with
+	// owner "" acts as that owner.
 	ctx := dlock.ContextWithOwner(context.Background(), "request-17")
-	owner, ok := dlock.OwnerFromContext(ctx)
-	fmt.Println(owner, ok)
-	_, ok = dlock.OwnerFromContext(context.Background())
-	fmt.Println(ok)
+	a, _ := locks.Reentrant("example:ctx-owner").Lock(ctx, "")
+	b, err := locks.Reentrant("example:ctx-owner").TryLock(ctx, "request-17")
+	fmt.Println(err, a.Fence() == b.Fence())
+	b.Unlock(ctx)
+	a.Unlock(ctx)
 	// Output:
-	// request-17 true
-	// false
+	// <nil> true
 }
 
-func ExampleShared() {
+func ExampleClient_RWLock() {
 	ctx := context.Background()
 	locks, rdb, done := exampleClient()
 	defer done()
 
 	// Readers share the key...
-	r1, _ := locks.Lock(ctx, "example:config", dlock.Shared())
-	r2, err := locks.Lock(ctx, "example:config", dlock.Shared())
+	config := locks.RWLock("example:config")
+	r1, _ := config.RLock(ctx)
+	r2, err := config.RLock(ctx)
 	fmt.Println(err, rdb.Get(ctx, "example:config").Val() == dlock.SharedValue)
 
 	// ...and exclude writers: any exclusive lock on the key.
@@ -96,7 +135,7 @@ func ExampleShared() {
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 	r1.Unlock(ctx)
 	r2.Unlock(ctx)
-	w, err := locks.TryLock(ctx, "example:config")
+	w, err := config.TryLock(ctx)
 	fmt.Println(err, w.Fence() > r2.Fence())
 	w.Unlock(ctx)
 	// Output:
@@ -105,18 +144,79 @@ func ExampleShared() {
 	// <nil> true
 }
 
-func ExampleSemaphore() {
+func ExampleRWLock_RLock() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	r, err := locks.RWLock("example:rlock").RLock(ctx, dlock.WithTTL(30*time.Second))
+	fmt.Println(err)
+	r.Unlock(ctx)
+	// Output:
+	// <nil>
+}
+
+func ExampleRWLock_TryRLock() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	rw := locks.RWLock("example:try-rlock")
+	w, _ := rw.Lock(ctx)
+	_, err := rw.TryRLock(ctx) // a writer holds the key
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	w.Unlock(ctx)
+	r, err := rw.TryRLock(ctx)
+	fmt.Println(err)
+	r.Unlock(ctx)
+	// Output:
+	// true
+	// <nil>
+}
+
+func ExampleRWLock_Lock() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	rw := locks.RWLock("example:wlock")
+	w, err := rw.Lock(ctx) // the same lock as locks.Lock(ctx, "example:wlock")
+	fmt.Println(err)
+	_, err = locks.TryLock(ctx, "example:wlock")
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	w.Unlock(ctx)
+	// Output:
+	// <nil>
+	// true
+}
+
+func ExampleRWLock_TryLock() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	rw := locks.RWLock("example:try-wlock")
+	r, _ := rw.RLock(ctx)
+	_, err := rw.TryLock(ctx) // a reader holds the key
+	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
+	r.Unlock(ctx)
+	// Output:
+	// true
+}
+
+func ExampleClient_Semaphore() {
 	ctx := context.Background()
 	locks, _, done := exampleClient()
 	defer done()
 
 	// At most 2 holders of "example:pool" at a time.
-	a, _ := locks.Lock(ctx, "example:pool", dlock.Semaphore(2))
-	b, _ := locks.Lock(ctx, "example:pool", dlock.Semaphore(2))
-	_, err := locks.TryLock(ctx, "example:pool", dlock.Semaphore(2))
+	pool := locks.Semaphore("example:pool", 2)
+	a, _ := pool.Acquire(ctx, 1)
+	b, _ := pool.Acquire(ctx, 1)
+	_, err := pool.TryAcquire(ctx, 1)
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 	a.Unlock(ctx) // gives a permit back
-	c, err := locks.TryLock(ctx, "example:pool", dlock.Semaphore(2))
+	c, err := pool.TryAcquire(ctx, 1)
 	fmt.Println(err)
 	b.Unlock(ctx)
 	c.Unlock(ctx)
@@ -125,16 +225,36 @@ func ExampleSemaphore() {
 	// <nil>
 }
 
-func ExamplePermits() {
+func ExampleSemaphore_Acquire() {
 	ctx := context.Background()
 	locks, _, done := exampleClient()
 	defer done()
 
 	// A budget of 10 units; a big job takes 7 at once.
-	big, _ := locks.Lock(ctx, "example:budget", dlock.Semaphore(10), dlock.Permits(7))
-	_, err := locks.TryLock(ctx, "example:budget", dlock.Semaphore(10), dlock.Permits(4))
+	budget := locks.Semaphore("example:budget", 10)
+	big, _ := budget.Acquire(ctx, 7)
+	small, err := budget.Acquire(ctx, 3)
+	fmt.Println(err)
+	// More than the limit can never be granted: refused at once.
+	_, err = budget.Acquire(ctx, 11)
+	fmt.Println(errors.Is(err, dlock.ErrInvalidPermits))
+	big.Unlock(ctx)
+	small.Unlock(ctx)
+	// Output:
+	// <nil>
+	// true
+}
+
+func ExampleSemaphore_TryAcquire() {
+	ctx := context.Background()
+	locks, _, done := exampleClient()
+	defer done()
+
+	budget := locks.Semaphore("example:try-budget", 10)
+	big, _ := budget.TryAcquire(ctx, 7)
+	_, err := budget.TryAcquire(ctx, 4)
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
-	small, err := locks.TryLock(ctx, "example:budget", dlock.Semaphore(10), dlock.Permits(3))
+	small, err := budget.TryAcquire(ctx, 3)
 	fmt.Println(err)
 	big.Unlock(ctx)
 	small.Unlock(ctx)
@@ -143,22 +263,23 @@ func ExamplePermits() {
 	// <nil>
 }
 
-func ExampleClient_SetLimit() {
+func ExampleSemaphore_SetLimit() {
 	ctx := context.Background()
 	locks, _, done := exampleClient()
 	defer done()
 
-	a, _ := locks.Lock(ctx, "example:workers", dlock.Semaphore(1))
-	_, err := locks.TryLock(ctx, "example:workers", dlock.Semaphore(1))
+	workers := locks.Semaphore("example:workers", 1)
+	a, _ := workers.Acquire(ctx, 1)
+	_, err := workers.TryAcquire(ctx, 1)
 	fmt.Println(errors.Is(err, dlock.ErrNotAcquired))
 
 	// Raise the limit for every client, at run time.
-	fmt.Println(locks.SetLimit(ctx, "example:workers", 2))
-	b, err := locks.TryLock(ctx, "example:workers", dlock.Semaphore(1))
+	fmt.Println(workers.SetLimit(ctx, 2))
+	b, err := workers.TryAcquire(ctx, 1)
 	fmt.Println(err)
 	a.Unlock(ctx)
 	b.Unlock(ctx)
-	fmt.Println(locks.SetLimit(ctx, "example:workers", 0)) // back to the callers' limit
+	fmt.Println(workers.SetLimit(ctx, 0)) // back to each client's own limit
 	// Output:
 	// true
 	// <nil>

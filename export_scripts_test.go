@@ -18,8 +18,16 @@ type ScriptDriver struct {
 	KeyB  string // free for tests: a key they track
 }
 
+// The kinds NewScriptDriver takes besides the exclusive lock: what
+// RWLock.RLock, Reentrant and Semaphore (one permit) pass to the engine.
+var (
+	ReadersKind   = sharedKind
+	ReentrantKind = reentrantKind
+	SemaphoreKind = func(limit int) LockOption { return semaphoreKind(limit, 1) }
+)
+
 // NewScriptDriver returns a driver for keys (one key, or a same-slot
-// multi-key lock) with opts (Shared, Reentrant, Semaphore or none).
+// multi-key lock) with opts (one of the kinds above, or none).
 func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...LockOption) (*ScriptDriver, error) {
 	cfg, err := c.lockConfig(opts)
 	if err != nil {

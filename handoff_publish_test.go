@@ -49,17 +49,17 @@ func TestHandoffPublishIsNotAToken(t *testing.T) {
 	}
 	// handOff holds k with first, queues waiters with each of then, and
 	// releases: the waiters get k by hand-off. It returns their handles.
-	handOff := func(k string, first []dlock.LockOption, then ...[]dlock.LockOption) []*dlock.Lock {
+	handOff := func(k string, first primitive, then ...primitive) []*dlock.Lock {
 		t.Helper()
-		holder, err := c.TryLock(ctx, k, first...)
+		holder, err := first.TryLock(ctx, c, k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := make([]*dlock.Lock, len(then))
 		errs := make(chan error, len(then))
-		for i, opts := range then {
+		for i, kind := range then {
 			go func() {
-				lk, err := c.Lock(ctx, k, opts...)
+				lk, err := kind.Lock(ctx, c, k)
 				got[i] = lk
 				errs <- err
 			}()
@@ -80,10 +80,9 @@ func TestHandoffPublishIsNotAToken(t *testing.T) {
 	sh := key(t)
 	sem := key(t)
 	handles := map[string][]*dlock.Lock{
-		ex: handOff(ex, nil, nil),
-		sh: handOff(sh, nil, []dlock.LockOption{dlock.Shared()}, []dlock.LockOption{dlock.Shared()}),
-		sem: handOff(sem, []dlock.LockOption{dlock.Semaphore(1)},
-			[]dlock.LockOption{dlock.Semaphore(1)}),
+		ex:  handOff(ex, nil, nil),
+		sh:  handOff(sh, nil, readers(), readers()),
+		sem: handOff(sem, permits(1, 1), permits(1, 1)),
 	}
 	// Every hand-off was published before the waiter confirmed it; give the
 	// subscriber's reader a moment to append the last ones.

@@ -43,13 +43,13 @@ func TestReservedKeysRefused(t *testing.T) {
 			calls := map[string]func() error{
 				"Lock":    func() error { _, err := c.Lock(ctx, name); return err },
 				"TryLock": func() error { _, err := c.TryLock(ctx, name); return err },
-				"Shared":  func() error { _, err := c.TryLock(ctx, name, dlock.Shared()); return err },
+				"Shared":  func() error { _, err := c.RWLock(name).TryRLock(ctx); return err },
 				"Reentrant": func() error {
-					_, err := c.TryLock(ctx, name, dlock.Reentrant("job-1"))
+					_, err := c.Reentrant(name).TryLock(ctx, "job-1")
 					return err
 				},
-				"Semaphore": func() error { _, err := c.TryLock(ctx, name, dlock.Semaphore(2)); return err },
-				"SetLimit":  func() error { return c.SetLimit(ctx, name, 2) },
+				"Semaphore": func() error { _, err := c.Semaphore(name, 2).TryAcquire(ctx, 1); return err },
+				"SetLimit":  func() error { return c.Semaphore(name, 1).SetLimit(ctx, 2) },
 				"LockMulti": func() error { _, err := c.TryLockMulti(ctx, []string{"free-" + lock, name}); return err },
 				"Inspect":   func() error { _, err := c.Inspect(ctx, name); return err },
 				"ForceRelease": func() error {
@@ -138,10 +138,10 @@ func TestEveryKeyDecodes(t *testing.T) {
 	const prefix = "evk"
 	c, rdb := newClient(t, dlock.Options{Prefix: prefix})
 	locks := map[string]bool{}
-	lk := func(k string, opts ...dlock.LockOption) {
+	lk := func(k string, kind primitive) {
 		t.Helper()
 		locks[k] = true
-		l, err := c.TryLock(ctx, k, opts...)
+		l, err := kind.TryLock(ctx, c, k)
 		if err != nil {
 			t.Fatalf("TryLock(%q): %v", k, err)
 		}
@@ -149,13 +149,13 @@ func TestEveryKeyDecodes(t *testing.T) {
 	}
 	// queue puts a waiter on k (with opts) and waits until it is queued;
 	// if giveUp, the waiter then gives up, leaving its tombstone.
-	queue := func(k string, giveUp bool, opts ...dlock.LockOption) {
+	queue := func(k string, giveUp bool, kind primitive) {
 		t.Helper()
 		wctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if l, err := c.Lock(wctx, k, opts...); err == nil {
+			if l, err := kind.Lock(wctx, c, k); err == nil {
 				_ = l.Unlock(context.Background())
 			}
 		}()
@@ -172,19 +172,19 @@ func TestEveryKeyDecodes(t *testing.T) {
 		t.Cleanup(func() { cancel(); <-done })
 	}
 	ex, sh, re, sem, odd, tagged := "evkL:ex", "evkL:sh", "evkL:re", "evkL:sem", "evkL:a}b{", "evkL:{t}x"
-	lk(ex)
-	queue(ex, false)
-	queue(ex, true)
-	lk(sh, dlock.Shared())
-	queue(sh, false)
-	lk(re, dlock.Reentrant("job-1"))
-	if err := c.SetLimit(ctx, sem, 1); err != nil {
+	lk(ex, nil)
+	queue(ex, false, nil)
+	queue(ex, true, nil)
+	lk(sh, readers())
+	queue(sh, false, nil)
+	lk(re, reentrant("job-1"))
+	if err := c.Semaphore(sem, 1).SetLimit(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	lk(sem, dlock.Semaphore(2))
-	queue(sem, false, dlock.Semaphore(2))
-	lk(odd)
-	lk(tagged)
+	lk(sem, permits(2, 1))
+	queue(sem, false, permits(2, 1))
+	lk(odd, nil)
+	lk(tagged, nil)
 	stock, err := c.Counter("evkL:stock", 2)
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Lock is a held lock: exclusive, or (by the option it was taken with) a
-// read lock, a reentrant owner's handle, semaphore permits, or several
-// keys (LockMulti). Its methods are safe for concurrent use by multiple
+// Lock is a held lock: exclusive, or (by what took it) a read lock
+// (RWLock), a reentrant owner's handle (Reentrant), semaphore permits
+// (Semaphore), or several keys (LockMulti). Its methods are safe for concurrent use by multiple
 // goroutines, and on a nil *Lock (or a zero Lock), which is a lock not
 // held: Err, Extend and Unlock return ErrNotHeld, Done is closed, and the
 // rest return zero values.
@@ -74,7 +74,7 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 	case kindReentrant:
 		owner := cfg.owner
 		if owner == "" {
-			owner, _ = OwnerFromContext(ctx)
+			owner, _ = ownerFromContext(ctx)
 		}
 		if owner == "" || owner == SharedValue {
 			return nil, ErrInvalidOwner

@@ -28,8 +28,8 @@ import (
 // overlapping sets ({a,b} and {b,a}) cannot deadlock: both take the lower
 // key first. It returns only with all keys held, or none.
 //
-// Options: WithTTL and WithoutRenewal; Shared, Reentrant, Semaphore and
-// WithProtocol are ErrInvalidOpts, as is a Client with MinReplicas. An
+// Options: WithTTL and WithoutRenewal; WithProtocol is ErrInvalidOpts,
+// as is a Client with MinReplicas. An
 // empty keys is ErrEmptyKey. Hooks and errors name the first key in the
 // canonical order (Keys()[0]).
 func (c *Client) LockMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
@@ -70,7 +70,7 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opt
 		return nil, err
 	}
 	if cfg.kinds != 0 || c.opts.MinReplicas > 0 {
-		return nil, fmt.Errorf("%w: a multi-key lock takes exclusive token locks only (no Shared, Reentrant, Semaphore, WithProtocol or MinReplicas)", ErrInvalidOpts)
+		return nil, fmt.Errorf("%w: a multi-key lock takes exclusive token locks only (no WithProtocol or MinReplicas)", ErrInvalidOpts)
 	}
 	if c.closed() {
 		return nil, ErrClosed

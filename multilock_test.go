@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -265,7 +266,7 @@ func TestMultiBadInput(t *testing.T) {
 	}{
 		{nil, nil, dlock.ErrEmptyKey},
 		{[]string{"a", ""}, nil, dlock.ErrEmptyKey},
-		{[]string{"a"}, []dlock.LockOption{dlock.Shared()}, dlock.ErrInvalidOpts},
+		{[]string{"a"}, []dlock.LockOption{dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Milliseconds}))}, dlock.ErrInvalidOpts},
 		{[]string{"a"}, []dlock.LockOption{dlock.WithTTL(0)}, dlock.ErrInvalidTTL},
 	} {
 		if _, err := c.LockMulti(ctx, tc.keys, tc.opts...); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {

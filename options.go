@@ -231,22 +231,24 @@ func (o *Options) renewEvery(ttl time.Duration) time.Duration {
 	return ttl / 3
 }
 
-// LockOption changes one Lock, TryLock or Do call.
+// LockOption changes one acquire: Client.Lock, TryLock, Do and their
+// Multi forms, and the acquires of RWLock, Semaphore and Reentrant.
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	ttl   time.Duration
 	renew bool
 	proto Protocol
-	// kinds records the options that chose what kind of lock this is
-	// (WithProtocol, Shared, Reentrant, Semaphore); two kinds conflict.
+	// kinds records what kind of lock this is: WithProtocol, or the typed
+	// primitive (RWLock readers, Reentrant, Semaphore) that made the call;
+	// two kinds conflict.
 	kinds   lockKind
 	owner   string // Reentrant's owner ("": the context's)
 	limit   int    // Semaphore's limit
-	permits int    // Permits (0: not given, so 1)
+	permits int    // Semaphore's permits asked
 }
 
-// lockKind is a bit set of the lock kinds an option chose.
+// lockKind is a bit set of the lock kinds a call chose.
 type lockKind uint8
 
 const (
@@ -255,6 +257,13 @@ const (
 	kindReentrant
 	kindSemaphore
 )
+
+// withKind returns opts with set first, in a new slice: the typed
+// primitives choose their kind this way, and the caller's options (which
+// may not choose another kind) apply after it.
+func withKind(opts []LockOption, set LockOption) []LockOption {
+	return append([]LockOption{set}, opts...)
+}
 
 // defaultProto marks "the token lock, configured by the Client".
 var defaultProto Protocol = tokenLock{}
@@ -284,27 +293,21 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		return cfg, fmt.Errorf("%w: WithProtocol(nil)", ErrInvalidOpts)
 	}
 	if cfg.kinds&(cfg.kinds-1) != 0 {
-		return cfg, fmt.Errorf("%w: more than one of WithProtocol, Shared, Reentrant, Semaphore", ErrInvalidOpts)
-	}
-	if cfg.permits != 0 && cfg.kinds != kindSemaphore {
-		return cfg, fmt.Errorf("%w: Permits without Semaphore", ErrInvalidOpts)
+		return cfg, fmt.Errorf("%w: WithProtocol applies to exclusive locks only (Client.Lock, TryLock, Do), not to RWLock readers, Reentrant or Semaphore", ErrInvalidOpts)
 	}
 	if cfg.kinds == kindSemaphore {
 		if cfg.limit < 1 {
-			return cfg, fmt.Errorf("%w: Semaphore(%d)", ErrInvalidLimit, cfg.limit)
-		}
-		if cfg.permits == 0 {
-			cfg.permits = 1
+			return cfg, fmt.Errorf("%w: Semaphore limit %d", ErrInvalidLimit, cfg.limit)
 		}
 		if cfg.permits < 1 || cfg.permits > cfg.limit {
-			return cfg, fmt.Errorf("%w: Permits(%d) with Semaphore(%d)", ErrInvalidPermits, cfg.permits, cfg.limit)
+			return cfg, fmt.Errorf("%w: %d permits asked of a Semaphore of limit %d", ErrInvalidPermits, cfg.permits, cfg.limit)
 		}
 	}
 	if cfg.kinds == kindReentrant && cfg.owner == SharedValue {
 		return cfg, ErrInvalidOwner
 	}
 	if cfg.kinds&^kindProtocol != 0 && c.opts.MinReplicas > 0 {
-		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not Shared, Reentrant or Semaphore)", ErrInvalidOpts)
+		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not RWLock readers, Reentrant or Semaphore)", ErrInvalidOpts)
 	}
 	return cfg, nil
 }

@@ -17,9 +17,9 @@ func primitivePairs() []struct {
 	split bool
 	pair  func(ctx context.Context, c *dlock.Client, k string) error
 } {
-	lockThen := func(opts ...dlock.LockOption) func(context.Context, *dlock.Client, string) error {
+	lockThen := func(kind primitive) func(context.Context, *dlock.Client, string) error {
 		return func(ctx context.Context, c *dlock.Client, k string) error {
-			lk, err := c.TryLock(ctx, k, append(opts, dlock.WithoutRenewal())...)
+			lk, err := kind.TryLock(ctx, c, k, dlock.WithoutRenewal())
 			if err != nil {
 				return err
 			}
@@ -49,22 +49,22 @@ func primitivePairs() []struct {
 		split bool
 		pair  func(ctx context.Context, c *dlock.Client, k string) error
 	}{
-		{"exclusive", false, lockThen()},
-		{"reentrant", false, lockThen(dlock.Reentrant("bench-owner"))},
+		{"exclusive", false, lockThen(nil)},
+		{"reentrant", false, lockThen(reentrant("bench-owner"))},
 		{"reentrant-nested", false, func(ctx context.Context, c *dlock.Client, k string) error {
 			// The pair measured is the inner one; the outer is set up once
 			// per key and kept (keys cycle), so only count the inner.
-			lk, err := c.TryLock(ctx, k, dlock.Reentrant("bench-owner"), dlock.WithoutRenewal())
+			lk, err := c.Reentrant(k).TryLock(ctx, "bench-owner", dlock.WithoutRenewal())
 			if err != nil {
 				return err
 			}
 			return lk.Unlock(ctx)
 		}},
-		{"shared", false, lockThen(dlock.Shared())},
-		{"semaphore", false, lockThen(dlock.Semaphore(3))},
-		{"semaphore-3-permits", false, lockThen(dlock.Semaphore(8), dlock.Permits(3))},
+		{"shared", false, lockThen(readers())},
+		{"semaphore", false, lockThen(permits(3, 1))},
+		{"semaphore-3-permits", false, lockThen(permits(8, 3))},
 		{"striped", false, func(ctx context.Context, c *dlock.Client, k string) error {
-			return lockThen()(ctx, c, stripes.Key(k))
+			return lockThen(nil)(ctx, c, stripes.Key(k))
 		}},
 		{"multi-2-one-slot", false, multi(2, true)},
 		{"multi-4-one-slot", false, multi(4, true)},
@@ -89,7 +89,7 @@ func BenchmarkPrimitives(b *testing.B) {
 			prefix := fmt.Sprintf("bench:%s:%d", p.name, time.Now().UnixNano())
 			if p.name == "reentrant-nested" {
 				for i := range 1024 {
-					if _, err := c.TryLock(ctx, fmt.Sprintf("%s:%d", prefix, i), dlock.Reentrant("bench-owner"), dlock.WithTTL(time.Hour), dlock.WithoutRenewal()); err != nil {
+					if _, err := c.Reentrant(fmt.Sprintf("%s:%d", prefix, i)).TryLock(ctx, "bench-owner", dlock.WithTTL(time.Hour), dlock.WithoutRenewal()); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -126,7 +126,7 @@ func TestPrimitivesRoundTrips(t *testing.T) {
 			ctx := t.Context()
 			k := key(t)
 			if p.name == "reentrant-nested" {
-				if _, err := c.TryLock(ctx, k, dlock.Reentrant("bench-owner")); err != nil {
+				if _, err := c.Reentrant(k).TryLock(ctx, "bench-owner"); err != nil {
 					t.Fatal(err)
 				}
 			}

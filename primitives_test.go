@@ -20,26 +20,26 @@ func TestPrimitivesBarging(t *testing.T) {
 		{"shared behind writer",
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) { return c.Lock(ctx, k) },
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) {
-				return c.Lock(ctx, k, dlock.Shared())
+				return c.RWLock(k).RLock(ctx)
 			}},
 		{"writer behind reader",
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) {
-				return c.Lock(ctx, k, dlock.Shared())
+				return c.RWLock(k).RLock(ctx)
 			},
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) { return c.Lock(ctx, k) }},
 		{"reentrant other owner",
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) {
-				return c.Lock(ctx, k, dlock.Reentrant("a"))
+				return c.Reentrant(k).Lock(ctx, "a")
 			},
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) {
-				return c.Lock(ctx, k, dlock.Reentrant("b"))
+				return c.Reentrant(k).Lock(ctx, "b")
 			}},
 		{"semaphore",
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) {
-				return c.Lock(ctx, k, dlock.Semaphore(1))
+				return c.Semaphore(k, 1).Acquire(ctx, 1)
 			},
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) {
-				return c.Lock(ctx, k, dlock.Semaphore(1))
+				return c.Semaphore(k, 1).Acquire(ctx, 1)
 			}},
 		{"multi",
 			func(ctx context.Context, c *dlock.Client, k string) (*dlock.Lock, error) { return c.Lock(ctx, k) },
@@ -125,8 +125,8 @@ func TestDoMultiCancelsOnLoss(t *testing.T) {
 func TestPrimitivesRefuseMinReplicas(t *testing.T) {
 	c, _ := newClient(t, dlock.Options{MinReplicas: 1})
 	ctx := t.Context()
-	for _, opt := range []dlock.LockOption{dlock.Shared(), dlock.Reentrant("o"), dlock.Semaphore(2)} {
-		if _, err := c.Lock(ctx, "k", opt); !errors.Is(err, dlock.ErrInvalidOpts) {
+	for _, kind := range []primitive{readers(), reentrant("o"), permits(2, 1)} {
+		if _, err := kind.Lock(ctx, c, "k"); !errors.Is(err, dlock.ErrInvalidOpts) {
 			t.Fatalf("Lock = %v, want ErrInvalidOpts", err)
 		}
 	}
@@ -138,11 +138,11 @@ func TestPrimitivesRefuseMinReplicas(t *testing.T) {
 func TestInspectSharedAndSemaphore(t *testing.T) {
 	c, _ := newClient(t, dlock.Options{})
 	k := key(t)
-	r1, err := c.Lock(t.Context(), k, dlock.Shared())
+	r1, err := c.RWLock(k).RLock(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, _ := c.Lock(t.Context(), k, dlock.Shared())
+	r2, _ := c.RWLock(k).RLock(t.Context())
 	info, err := c.Inspect(t.Context(), k)
 	if err != nil || !info.Held || info.Kind != dlock.KindShared || info.Holders != 2 || info.Fence == 0 {
 		t.Fatalf("Inspect of a read-locked key = %+v, %v", info, err)
@@ -151,7 +151,7 @@ func TestInspectSharedAndSemaphore(t *testing.T) {
 	r2.Unlock(t.Context())
 
 	s := key(t)
-	p1, err := c.Lock(t.Context(), s, dlock.Semaphore(3), dlock.Permits(2))
+	p1, err := c.Semaphore(s, 3).Acquire(t.Context(), 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,17 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Reentrant makes Lock, TryLock and Do reentrant for owner: while owner
-// holds the key, another acquire by the same owner succeeds at once (it
-// does not queue behind waiters), and the key is free again only when
-// every one of the owner's handles is unlocked (or has expired). Another
-// owner waits as for any lock.
+// Reentrant is a lock on one key that its owner may take again while it
+// holds it, made by Client.Reentrant: while an owner holds the key,
+// another acquire by the same owner succeeds at once (it does not queue
+// behind waiters), and the key is free again only when every one of the
+// owner's handles is unlocked (or has expired). Another owner waits as for
+// any lock.
 //
 // The owner is any string the caller chooses, naming the work that may
 // nest: a job id, a request id. It is stored in Redis, so two processes
 // acting as the same owner (a retried job) share the hold. With owner ""
-// the owner bound to the call's context by ContextWithOwner is used; a
-// call without either fails with ErrInvalidOwner before any Redis call.
+// the owner bound to the call's context by ContextWithOwner is used.
 //
 // Each acquisition returns its own *Lock (a handle) with its own lease:
 // the watchdog renews every handle, so the key stays held as long as any
@@ -41,18 +41,56 @@ import (
 // its hold; and a recycled id would silently inherit a lock. An explicit
 // owner, or one carried by the context, follows the work instead.
 //
-// Reentrant cannot be combined with WithProtocol, Shared or Semaphore.
-func Reentrant(owner string) LockOption {
+// A Reentrant holds no state of its own: it is safe for concurrent use.
+type Reentrant struct {
+	c   *Client
+	key string
+}
+
+// Reentrant returns the reentrant lock on key. It makes no Redis call and
+// returns no error: a bad key is reported by each method.
+func (c *Client) Reentrant(key string) *Reentrant { return &Reentrant{c: c, key: key} }
+
+// Lock takes the key for owner ("": the owner ContextWithOwner bound to
+// ctx), at once if owner already holds it, else waiting as Client.Lock
+// does. On success, it returns a new handle and a nil error; the key stays
+// held until every handle is unlocked. On failure, it returns a nil *Lock
+// and an error, and holds nothing: ErrInvalidOwner if there is no owner
+// (none given, none bound) or it is SharedValue; ErrNilClient for a nil
+// *Reentrant; otherwise what Client.Lock returns.
+func (r *Reentrant) Lock(ctx context.Context, owner string, opts ...LockOption) (*Lock, error) {
+	return r.acquire(ctx, owner, true, opts)
+}
+
+// TryLock makes exactly one attempt to take the key for owner (""
+// as in Lock). On success, it returns a new handle and a nil error. On
+// failure, it returns a nil *Lock and an error (a *NotAcquiredError
+// matching ErrNotAcquired if another owner holds the key; otherwise as
+// Lock, with ErrNilClient for a nil *Reentrant), and holds nothing.
+func (r *Reentrant) TryLock(ctx context.Context, owner string, opts ...LockOption) (*Lock, error) {
+	return r.acquire(ctx, owner, false, opts)
+}
+
+func (r *Reentrant) acquire(ctx context.Context, owner string, wait bool, opts []LockOption) (*Lock, error) {
+	if r == nil || r.c == nil {
+		return nil, ErrNilClient
+	}
+	opts = withKind(opts, reentrantKind(owner))
+	return r.c.acquire(ctx, r.key, wait, opts)
+}
+
+// reentrantKind makes an acquire take a handle of owner's reentrant hold.
+func reentrantKind(owner string) LockOption {
 	return func(c *lockConfig) { c.kinds, c.owner = c.kinds|kindReentrant, owner }
 }
 
 type ownerKey struct{}
 
 // ContextWithOwner returns a copy of ctx that carries a reentrant owner:
-// Lock, TryLock and Do with Reentrant("") under it, or any context derived
-// from it, act as that owner. With owner "" a fresh random owner id is
-// made, so everything done under the returned context (and only that) is
-// one owner. A nil ctx is taken as context.Background().
+// Reentrant.Lock and TryLock with owner "" under it, or any context
+// derived from it, act as that owner. With owner "" a fresh random owner
+// id is made, so everything done under the returned context (and only
+// that) is one owner. A nil ctx is taken as context.Background().
 func ContextWithOwner(ctx context.Context, owner string) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
@@ -63,8 +101,8 @@ func ContextWithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
 
-// OwnerFromContext returns the owner bound to ctx by ContextWithOwner.
-func OwnerFromContext(ctx context.Context) (string, bool) {
+// ownerFromContext returns the owner bound to ctx by ContextWithOwner.
+func ownerFromContext(ctx context.Context) (string, bool) {
 	if ctx == nil {
 		return "", false
 	}

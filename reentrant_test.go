@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/legacy"
 )
 
 // holdsKey is the hold set of a reentrant lock on a key without braces.
@@ -21,7 +22,7 @@ func TestReentrantDepthAcrossProcesses(t *testing.T) {
 	ctx := t.Context()
 	var mine []*dlock.Lock
 	for range 5 {
-		lk, err := c.Lock(ctx, k, dlock.Reentrant(owner), dlock.WithTTL(2*time.Second))
+		lk, err := c.Reentrant(k).Lock(ctx, owner, dlock.WithTTL(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,12 +46,12 @@ func TestReentrantDepthAcrossProcesses(t *testing.T) {
 	}
 
 	other, _ := newClient(t, dlock.Options{})
-	if _, err := other.TryLock(ctx, k, dlock.Reentrant("job-7")); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := other.Reentrant(k).TryLock(ctx, "job-7"); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("other owner's TryLock = %v", err)
 	}
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		lk, err := other.Lock(ctx, k, dlock.Reentrant("job-7"))
+		lk, err := other.Reentrant(k).Lock(ctx, "job-7")
 		if err != nil {
 			t.Error(err)
 		}
@@ -106,34 +107,44 @@ func TestReentrantContextOwner(t *testing.T) {
 	k := key(t)
 	ctx := dlock.ContextWithOwner(t.Context(), "")
 	depth := 0
+	// hold takes the key as the context's owner and calls enter under it.
 	var enter func(ctx context.Context) error
+	hold := func(ctx context.Context) error {
+		lk, err := c.Reentrant(k).Lock(ctx, "")
+		if err != nil {
+			return err
+		}
+		return errors.Join(enter(ctx), lk.Unlock(ctx))
+	}
 	enter = func(ctx context.Context) error {
 		depth++
 		if depth == 5 {
 			// Another owner (another request) is excluded meanwhile.
 			octx := dlock.ContextWithOwner(t.Context(), "")
-			if _, err := c.TryLock(octx, k, dlock.Reentrant("")); !errors.Is(err, dlock.ErrNotAcquired) {
+			if _, err := c.Reentrant(k).TryLock(octx, ""); !errors.Is(err, dlock.ErrNotAcquired) {
 				t.Errorf("another owner's TryLock = %v", err)
 			}
 			return nil
 		}
-		return c.Do(ctx, k, enter, dlock.Reentrant(""))
+		return hold(ctx)
 	}
-	if err := c.Do(ctx, k, enter, dlock.Reentrant("")); err != nil {
+	if err := hold(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if depth != 5 {
 		t.Fatalf("depth %d", depth)
 	}
 	// Without an owner: refused before any Redis call.
-	if _, err := c.Lock(t.Context(), k, dlock.Reentrant("")); !errors.Is(err, dlock.ErrInvalidOwner) || !errors.Is(err, dlock.ErrInvalidArgument) {
+	if _, err := c.Reentrant(k).Lock(t.Context(), ""); !errors.Is(err, dlock.ErrInvalidOwner) || !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Fatalf("Reentrant without owner = %v", err)
 	}
-	if _, err := c.Lock(t.Context(), k, dlock.Reentrant(dlock.SharedValue)); !errors.Is(err, dlock.ErrInvalidOwner) {
+	if _, err := c.Reentrant(k).Lock(t.Context(), dlock.SharedValue); !errors.Is(err, dlock.ErrInvalidOwner) {
 		t.Fatalf("reserved owner = %v", err)
 	}
-	if _, err := c.Lock(t.Context(), k, dlock.Reentrant("a"), dlock.Shared()); !errors.Is(err, dlock.ErrInvalidOpts) {
-		t.Fatalf("Reentrant+Shared = %v", err)
+	// Only exclusive locks take another protocol.
+	p := legacy.New(legacy.Options{Unit: legacy.Milliseconds})
+	if _, err := c.Reentrant(k).Lock(t.Context(), "a", dlock.WithProtocol(p)); !errors.Is(err, dlock.ErrInvalidOpts) {
+		t.Fatalf("Reentrant with WithProtocol = %v", err)
 	}
 }
 
@@ -145,9 +156,9 @@ func TestReentrantRenewalAndCrashedHandle(t *testing.T) {
 	k := key(t)
 	ctx := t.Context()
 	const ttl = 300 * time.Millisecond
-	a, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(ttl))
-	b, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(ttl))
-	dead, err := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(ttl), dlock.WithoutRenewal())
+	a, _ := c.Reentrant(k).Lock(ctx, "o", dlock.WithTTL(ttl))
+	b, _ := c.Reentrant(k).Lock(ctx, "o", dlock.WithTTL(ttl))
+	dead, err := c.Reentrant(k).Lock(ctx, "o", dlock.WithTTL(ttl), dlock.WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +201,8 @@ func TestReentrantLostSignal(t *testing.T) {
 			// A TTL long enough that the first renewal's reply comes back
 			// before the deadline on a busy machine: the cause is then
 			// what the renewal found, not "no reply in time".
-			a, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(time.Second))
-			b, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithTTL(time.Second))
+			a, _ := c.Reentrant(k).Lock(ctx, "o", dlock.WithTTL(time.Second))
+			b, _ := c.Reentrant(k).Lock(ctx, "o", dlock.WithTTL(time.Second))
 			tc.steal(k)
 			for _, lk := range []*dlock.Lock{a, b} {
 				if err := waitDone(t, lk, 3*time.Second); !errors.Is(err, dlock.ErrLost) || !errors.Is(err, tc.cause) {
@@ -203,10 +214,10 @@ func TestReentrantLostSignal(t *testing.T) {
 	}
 	// A handle of an ended hold does not count in the owner's next hold.
 	k := key(t)
-	old, _ := c.Lock(ctx, k, dlock.Reentrant("o"), dlock.WithoutRenewal(), dlock.WithTTL(100*time.Millisecond))
+	old, _ := c.Reentrant(k).Lock(ctx, "o", dlock.WithoutRenewal(), dlock.WithTTL(100*time.Millisecond))
 	waitDone(t, old, time.Second)
 	time.Sleep(20 * time.Millisecond)
-	cur, err := c.Lock(ctx, k, dlock.Reentrant("o"))
+	cur, err := c.Reentrant(k).Lock(ctx, "o")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +239,7 @@ func TestReentrantInteropWithPlainLock(t *testing.T) {
 	plain, _ := c.Lock(ctx, k)
 	got := make(chan *dlock.Lock, 1)
 	go func() {
-		lk, err := c.Lock(ctx, k, dlock.Reentrant("o"))
+		lk, err := c.Reentrant(k).Lock(ctx, "o")
 		if err != nil {
 			t.Error(err)
 		}

@@ -63,12 +63,12 @@ func (h *resendReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func TestReleaseResentByRedisClientIsNotALoss(t *testing.T) {
 	kinds := []struct {
 		name string
-		opts []dlock.LockOption
+		kind primitive
 	}{
 		{"exclusive", nil},
-		{"shared", []dlock.LockOption{dlock.Shared()}},
-		{"reentrant", []dlock.LockOption{dlock.Reentrant("job-1")}},
-		{"semaphore", []dlock.LockOption{dlock.Semaphore(1)}},
+		{"shared", readers()},
+		{"reentrant", reentrant("job-1")},
+		{"semaphore", permits(1, 1)},
 	}
 	for _, kind := range kinds {
 		for _, queued := range []bool{false, true} {
@@ -85,22 +85,21 @@ func TestReleaseResentByRedisClientIsNotALoss(t *testing.T) {
 				c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 				other, _ := newClient(t, dlock.Options{})
 				k := key(t)
-				opts := append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)
-				lk, err := c.Lock(ctx, k, opts...)
+				lk, err := kind.kind.Lock(ctx, c, k, dlock.WithTTL(5*time.Second))
 				if err != nil {
 					t.Fatal(err)
 				}
 				got := make(chan error, 1)
 				if queued {
-					wopts := append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)
+					waiter := kind.kind
 					if kind.name == "shared" {
-						wopts = []dlock.LockOption{dlock.WithTTL(5 * time.Second)} // a writer waits behind a reader
+						waiter = nil // a writer waits behind a reader
 					}
 					if kind.name == "reentrant" {
-						wopts = append(wopts[:1:1], dlock.Reentrant("job-2"))
+						waiter = reentrant("job-2")
 					}
 					go func() {
-						w, err := other.Lock(ctx, k, wopts...)
+						w, err := waiter.Lock(ctx, other, k, dlock.WithTTL(5*time.Second))
 						if err == nil {
 							defer w.Unlock(context.WithoutCancel(ctx))
 						}
@@ -186,19 +185,19 @@ func TestCounterResentByRedisClientCountsOnce(t *testing.T) {
 func TestForceReleaseIsALossForTheHolder(t *testing.T) {
 	for _, kind := range []struct {
 		name string
-		opts []dlock.LockOption
+		kind primitive
 	}{
 		{"exclusive", nil},
-		{"shared", []dlock.LockOption{dlock.Shared()}},
-		{"reentrant", []dlock.LockOption{dlock.Reentrant("job-1")}},
-		{"semaphore", []dlock.LockOption{dlock.Semaphore(2)}},
+		{"shared", readers()},
+		{"reentrant", reentrant("job-1")},
+		{"semaphore", permits(2, 1)},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
 			ctx := t.Context()
 			c, _ := newClient(t, dlock.Options{})
 			op, _ := newClient(t, dlock.Options{})
 			k := key(t)
-			lk, err := c.Lock(ctx, k, append([]dlock.LockOption{dlock.WithTTL(5 * time.Second)}, kind.opts...)...)
+			lk, err := kind.kind.Lock(ctx, c, k, dlock.WithTTL(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

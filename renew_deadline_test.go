@@ -71,6 +71,12 @@ func TestRenewalDeadlineNotPastStoredExpiry(t *testing.T) {
 	single := func(ctx context.Context, c *dlock.Client, name string, opts []dlock.LockOption) (*dlock.Lock, error) {
 		return c.Lock(ctx, name, opts...)
 	}
+	// as takes one lock of a typed primitive on name.
+	as := func(p primitive) func(ctx context.Context, c *dlock.Client, name string, opts []dlock.LockOption) (*dlock.Lock, error) {
+		return func(ctx context.Context, c *dlock.Client, name string, opts []dlock.LockOption) (*dlock.Lock, error) {
+			return p.Lock(ctx, c, name, opts...)
+		}
+	}
 	// pexpiretime: the key's expiry, as Redis keeps it (a hold's key
 	// expires with its last handle, here the only one). Over several
 	// nodes (redlock), another client needs a majority of them free: the
@@ -101,14 +107,9 @@ func TestRenewalDeadlineNotPastStoredExpiry(t *testing.T) {
 	plain := func(*testing.T, *dlock.Client) []dlock.LockOption { return nil }
 	kinds := []kind{
 		{name: "token", opts: plain, lock: single, free: pexpiretime},
-		{name: "reentrant", lock: single, free: pexpiretime,
-			opts: func(*testing.T, *dlock.Client) []dlock.LockOption {
-				return []dlock.LockOption{dlock.Reentrant("owner")}
-			}},
-		{name: "shared", lock: single, free: pexpiretime,
-			opts: func(*testing.T, *dlock.Client) []dlock.LockOption { return []dlock.LockOption{dlock.Shared()} }},
-		{name: "semaphore", lock: single,
-			opts: func(*testing.T, *dlock.Client) []dlock.LockOption { return []dlock.LockOption{dlock.Semaphore(3)} },
+		{name: "reentrant", opts: plain, lock: as(reentrant("owner")), free: pexpiretime},
+		{name: "shared", opts: plain, lock: as(readers()), free: pexpiretime},
+		{name: "semaphore", opts: plain, lock: as(permits(3, 1)),
 			free: func(ctx context.Context, rdbs []*redis.Client, lk *dlock.Lock) (time.Time, error) {
 				ms, err := rdbs[0].ZScore(ctx, lk.Key(), lk.Token()).Result()
 				return time.UnixMilli(int64(ms)), err

@@ -8,10 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Shared makes Lock, TryLock and Do take the key's read (shared) lock:
-// any number of readers hold it together, and no writer does meanwhile.
-// A writer is any exclusive lock on the same key: Lock, TryLock or Do
-// without Shared (also from other programs, e.g. `dlock run KEY`).
+// RWLock is a readers-writer lock on one key, made by Client.RWLock. Any
+// number of readers (RLock) hold the key together, and no writer does
+// meanwhile. A writer is any exclusive lock on the same key: RWLock.Lock,
+// or Client.Lock, TryLock or Do (also from other programs, e.g.
+// `dlock run KEY`).
 //
 // Each reader holds its own lease, renewed by the watchdog like a lock: a
 // reader whose process died expires alone, after its own TTL, and never
@@ -24,12 +25,68 @@ import (
 // grant draws a fencing token from the key's counter, so a resource can
 // order reads and writes by Fence.
 //
-// Shared cannot be combined with WithProtocol, Reentrant or Semaphore.
-func Shared() LockOption {
-	return func(c *lockConfig) { c.kinds |= kindShared }
+// An RWLock holds no state of its own: it is safe for concurrent use, and
+// any number of them may name one key.
+type RWLock struct {
+	c   *Client
+	key string
 }
 
-// SharedValue is what a key holds while it is read-locked (see Shared).
+// RWLock returns the readers-writer lock on key. It makes no Redis call and
+// returns no error: a bad key is reported by each method.
+func (c *Client) RWLock(key string) *RWLock { return &RWLock{c: c, key: key} }
+
+// RLock takes a read lock on the key, waiting (as Client.Lock does) while a
+// writer holds it or waits ahead in the queue. On success, it returns the
+// held lock and a nil error; release it with Unlock. On failure, it returns
+// a nil *Lock and the error Client.Lock would (ErrContextDone,
+// ErrUnavailable, ErrWrongType, ErrClosed, an ErrInvalidArgument; a nil
+// *RWLock gives ErrNilClient), and holds nothing.
+func (rw *RWLock) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.acquire(ctx, true, true, opts)
+}
+
+// TryRLock makes exactly one attempt to take a read lock on the key. On
+// success, it returns the held lock and a nil error. On failure, it returns
+// a nil *Lock and an error (a *NotAcquiredError matching ErrNotAcquired if
+// a writer holds the key or waits for it; otherwise as RLock, with
+// ErrNilClient for a nil *RWLock), and holds nothing.
+func (rw *RWLock) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.acquire(ctx, true, false, opts)
+}
+
+// Lock takes the key exclusively (the write lock), waiting until no reader
+// and no other writer holds it: the same lock as Client.Lock. On success,
+// it returns the held lock and a nil error. On failure, it returns a nil
+// *Lock and the error Client.Lock would (ErrNilClient for a nil *RWLock),
+// and holds nothing.
+func (rw *RWLock) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.acquire(ctx, false, true, opts)
+}
+
+// TryLock makes exactly one attempt to take the key exclusively, as
+// Client.TryLock. On success, it returns the held lock and a nil error. On
+// failure, it returns a nil *Lock and an error (a *NotAcquiredError
+// matching ErrNotAcquired if the key is held; ErrNilClient for a nil
+// *RWLock), and holds nothing.
+func (rw *RWLock) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.acquire(ctx, false, false, opts)
+}
+
+func (rw *RWLock) acquire(ctx context.Context, read, wait bool, opts []LockOption) (*Lock, error) {
+	if rw == nil || rw.c == nil {
+		return nil, ErrNilClient
+	}
+	if read {
+		opts = withKind(opts, sharedKind())
+	}
+	return rw.c.acquire(ctx, rw.key, wait, opts)
+}
+
+// sharedKind makes an acquire take a read lock.
+func sharedKind() LockOption { return func(c *lockConfig) { c.kinds |= kindShared } }
+
+// SharedValue is what a key holds while it is read-locked (see RWLock).
 // It is also reserved: it cannot be a Reentrant owner.
 const SharedValue = "dlock:shared"
 
@@ -39,7 +96,7 @@ var (
 	sharedAcquireScript = libScript(sharedAcquireSrc)
 )
 
-// sharedLock is the protocol of Shared: a shared hold whose group is
+// sharedLock is the protocol of RWLock's readers: a shared hold whose group is
 // SharedValue (see holds.go). Writers are plain token locks: acquire.lua
 // finds the key held while readers are in; a writer's release hands the
 // key to a queued reader, which turns it into a read phase and lets in the

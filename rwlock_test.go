@@ -45,7 +45,7 @@ func TestSharedReadersConcurrentWriterExclusive(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lk, err := clients[i%4].Lock(ctx, k, dlock.Shared())
+			lk, err := clients[i%4].RWLock(k).RLock(ctx)
 			if err != nil {
 				t.Error(err)
 				all.Done()
@@ -88,7 +88,7 @@ func TestSharedReadersConcurrentWriterExclusive(t *testing.T) {
 					lk.Unlock(ctx)
 					continue
 				}
-				lk, err := c.Lock(ctx, k, dlock.Shared())
+				lk, err := c.RWLock(k).RLock(ctx)
 				if err != nil {
 					t.Error(err)
 					return
@@ -133,7 +133,7 @@ func TestSharedWriterNotStarved(t *testing.T) {
 					return
 				default:
 				}
-				lk, err := c.Lock(ctx, k, dlock.Shared())
+				lk, err := c.RWLock(k).RLock(ctx)
 				if err != nil {
 					t.Error(err)
 					return
@@ -181,7 +181,7 @@ func TestSharedReaderCrashFreesItsShareAfterTTL(t *testing.T) {
 	t.Run("others leave", func(t *testing.T) {
 		k := key(t)
 		child, _ := startHolder(t, "shared", k, "", 1, 0, ttl)
-		other, err := c.Lock(ctx, k, dlock.Shared(), dlock.WithTTL(time.Minute))
+		other, err := c.RWLock(k).RLock(ctx, dlock.WithTTL(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestSharedReaderCrashFreesItsShareAfterTTL(t *testing.T) {
 	t.Run("others stay", func(t *testing.T) {
 		k := key(t)
 		child, _ := startHolder(t, "shared", k, "", 1, 0, ttl)
-		other, err := c.Lock(ctx, k, dlock.Shared(), dlock.WithTTL(300*time.Millisecond))
+		other, err := c.RWLock(k).RLock(ctx, dlock.WithTTL(300*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,8 +254,8 @@ func TestSharedFencingBothSides(t *testing.T) {
 		return lk
 	}
 	for range 3 {
-		r1 := next(c.Lock(ctx, k, dlock.Shared()))
-		r2 := next(c.Lock(ctx, k, dlock.Shared()))
+		r1 := next(c.RWLock(k).RLock(ctx))
+		r2 := next(c.RWLock(k).RLock(ctx))
 		r1.Unlock(ctx)
 		r2.Unlock(ctx)
 		w := next(c.Lock(ctx, k))
@@ -277,7 +277,7 @@ func TestSharedLostSignal(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := key(t)
-			lk, err := c.Lock(ctx, k, dlock.Shared(), dlock.WithTTL(300*time.Millisecond))
+			lk, err := c.RWLock(k).RLock(ctx, dlock.WithTTL(300*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +296,7 @@ func TestSharedInteropAndBatch(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{RetryInterval: time.Minute})
 	ctx := t.Context()
 	k := key(t)
-	r, _ := c.Lock(ctx, k, dlock.Shared())
+	r, _ := c.RWLock(k).RLock(ctx)
 	if v := rdb.Get(ctx, k).Val(); v != dlock.SharedValue {
 		t.Fatalf("key holds %q", v)
 	}
@@ -308,7 +308,7 @@ func TestSharedInteropAndBatch(t *testing.T) {
 	got := make(chan *dlock.Lock, 5)
 	for range 5 {
 		go func() {
-			lk, err := c.Lock(ctx, k, dlock.Shared())
+			lk, err := c.RWLock(k).RLock(ctx)
 			if err != nil {
 				t.Error(err)
 			}

@@ -49,16 +49,16 @@ func runContendChild() int {
 			return c.Lock(ctx, fmt.Sprintf("%s:%d", base, i), dlock.WithTTL(contendTTL))
 		},
 		func(i, g int) (*dlock.Lock, error) {
-			return c.Lock(ctx, fmt.Sprintf("%s:r%d", base, i), dlock.WithTTL(contendTTL), dlock.Reentrant(fmt.Sprintf("o%d-%d", os.Getpid(), g)))
+			return c.Reentrant(fmt.Sprintf("%s:r%d", base, i)).Lock(ctx, fmt.Sprintf("o%d-%d", os.Getpid(), g), dlock.WithTTL(contendTTL))
 		},
 		func(i, _ int) (*dlock.Lock, error) {
-			return c.Lock(ctx, fmt.Sprintf("%s:s%d", base, i), dlock.WithTTL(contendTTL), dlock.Shared())
+			return c.RWLock(fmt.Sprintf("%s:s%d", base, i)).RLock(ctx, dlock.WithTTL(contendTTL))
 		},
 		func(i, _ int) (*dlock.Lock, error) {
 			return c.Lock(ctx, fmt.Sprintf("%s:s%d", base, i), dlock.WithTTL(contendTTL)) // the writers
 		},
 		func(i, _ int) (*dlock.Lock, error) {
-			return c.Lock(ctx, fmt.Sprintf("%s:m%d", base, i), dlock.WithTTL(contendTTL), dlock.Semaphore(2))
+			return c.Semaphore(fmt.Sprintf("%s:m%d", base, i), 2).Acquire(ctx, 1, dlock.WithTTL(contendTTL))
 		},
 		func(i, _ int) (*dlock.Lock, error) {
 			return c.LockMulti(ctx, []string{fmt.Sprintf("%s:%d", base, i), fmt.Sprintf("%s:%d", base, (i+1)%n)}, dlock.WithTTL(contendTTL))

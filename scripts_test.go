@@ -35,7 +35,7 @@ func lateConfirmCases() []lateConfirmCase {
 		{name: "exclusive", keys: one, handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
 			return keyHolds(ctx, rdb, d.Keys().Lock, tok)
 		}},
-		{name: "semaphore", keys: one, opts: []dlock.LockOption{dlock.Semaphore(1)},
+		{name: "semaphore", keys: one, opts: []dlock.LockOption{dlock.SemaphoreKind(1)},
 			handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
 				return rdb.ZScore(ctx, d.Keys().Lock, tok).Err() == nil
 			}},
@@ -122,7 +122,7 @@ func TestLateReaderRejoinsQueue(t *testing.T) {
 	ctx := t.Context()
 	c, rdb := newClient(t, dlock.Options{PickupTimeout: pickup, WaiterLease: time.Minute})
 	k := key(t)
-	reader, err := dlock.NewScriptDriver(ctx, c, []string{k}, dlock.Shared())
+	reader, err := dlock.NewScriptDriver(ctx, c, []string{k}, dlock.ReadersKind())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +185,8 @@ func TestFenceAboveStaleCounter(t *testing.T) {
 	if err := rdb.Set(ctx, c.KeysFor(k).Fence, first-1000, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, opt := range []dlock.LockOption{nil, dlock.Shared(), dlock.Reentrant("o")} {
-		lk, err := c.Lock(ctx, k, opt)
+	for _, kind := range []primitive{nil, readers(), reentrant("o")} {
+		lk, err := kind.Lock(ctx, c, k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +235,7 @@ func TestReentrantJoinsOnlyItsOwnHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Unlock(ctx)
-	if r, err := c.TryLock(ctx, k, dlock.Reentrant(lk.Token())); !errors.Is(err, dlock.ErrNotAcquired) {
+	if r, err := c.Reentrant(k).TryLock(ctx, lk.Token()); !errors.Is(err, dlock.ErrNotAcquired) {
 		if r != nil {
 			r.Unlock(ctx)
 		}
@@ -244,18 +244,18 @@ func TestReentrantJoinsOnlyItsOwnHold(t *testing.T) {
 	legacy := key(t)
 	stamp := "1796101017"
 	rdb.Set(ctx, legacy, stamp, time.Minute)
-	if r, err := c.TryLock(ctx, legacy, dlock.Reentrant(stamp)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if r, err := c.Reentrant(legacy).TryLock(ctx, stamp); !errors.Is(err, dlock.ErrNotAcquired) {
 		if r != nil {
 			r.Unlock(ctx)
 		}
 		t.Fatalf("Reentrant(legacy value): %v; want ErrNotAcquired (two holders)", err)
 	}
 	// The owner's own hold is still joined.
-	a, err := c.TryLock(ctx, key(t)+"r", dlock.Reentrant("job"))
+	a, err := c.Reentrant(key(t)+"r").TryLock(ctx, "job")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.TryLock(ctx, a.Key(), dlock.Reentrant("job"))
+	b, err := c.Reentrant(a.Key()).TryLock(ctx, "job")
 	if err != nil {
 		t.Fatalf("the owner's second handle: %v", err)
 	}
@@ -275,7 +275,7 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 		name string
 		aux  func(k dlock.Keys) string // the auxiliary name to plant on
 		set  func(name string)         // what to plant
-		opts []dlock.LockOption
+		kind primitive
 	}
 	str := func(name string) { rdb.Set(ctx, name, "foreign-value", 0) }
 	hash := func(name string) { rdb.HSet(ctx, name, "f", "v") }
@@ -285,13 +285,13 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	cases := []plant{
 		{"token/fence", aux(":fence"), str, nil},
 		{"token/queue", aux(":q"), str, nil},
-		{"reentrant/fence", aux(":fence"), hash, []dlock.LockOption{dlock.Reentrant("o")}},
-		{"reentrant/holds", aux(":holds"), str, []dlock.LockOption{dlock.Reentrant("o")}},
-		{"shared/readers", aux(":readers"), str, []dlock.LockOption{dlock.Shared()}},
-		{"shared/queue", aux(":q"), hash, []dlock.LockOption{dlock.Shared()}},
-		{"semaphore/limit", aux(":limit"), str, []dlock.LockOption{dlock.Semaphore(2)}},
-		{"semaphore/permits", aux(":permits"), str, []dlock.LockOption{dlock.Semaphore(2)}},
-		{"semaphore/fence", aux(":fence"), str, []dlock.LockOption{dlock.Semaphore(2)}},
+		{"reentrant/fence", aux(":fence"), hash, reentrant("o")},
+		{"reentrant/holds", aux(":holds"), str, reentrant("o")},
+		{"shared/readers", aux(":readers"), str, readers()},
+		{"shared/queue", aux(":q"), hash, readers()},
+		{"semaphore/limit", aux(":limit"), str, permits(2, 1)},
+		{"semaphore/permits", aux(":permits"), str, permits(2, 1)},
+		{"semaphore/fence", aux(":fence"), str, permits(2, 1)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,9 +303,9 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 				var err error
 				var lk *dlock.Lock
 				if try {
-					lk, err = c.TryLock(ctx, k, tc.opts...)
+					lk, err = tc.kind.TryLock(ctx, c, k)
 				} else {
-					lk, err = c.Lock(ctx, k, tc.opts...)
+					lk, err = tc.kind.Lock(ctx, c, k)
 				}
 				if lk != nil {
 					lk.Unlock(ctx)
@@ -337,7 +337,7 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 		k := key(t)
 		limit := aux(":limit")(c.KeysFor(k))
 		str(limit)
-		if err := c.SetLimit(ctx, k, 2); !errors.Is(err, dlock.ErrWrongType) {
+		if err := c.Semaphore(k, 1).SetLimit(ctx, 2); !errors.Is(err, dlock.ErrWrongType) {
 			t.Fatalf("SetLimit over a foreign key: %v; want ErrWrongType", err)
 		}
 		if rdb.Get(ctx, limit).Val() != "foreign-value" {

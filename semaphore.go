@@ -9,13 +9,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Semaphore makes Lock, TryLock and Do take permits of the counting
-// semaphore named by the key, which has limit permits in all: at most
-// limit holders (of one permit each) at a time. Permits(n) takes n at once.
+// Semaphore is a counting semaphore on one key, made by Client.Semaphore:
+// it has limit permits in all, so at most limit holders of one permit each
+// hold it at a time; Acquire(ctx, n) takes n at once.
 //
-// The *Lock returned holds its permits with a lease renewed by the
-// watchdog, like a lock: a holder whose process died gives its permits back
-// after its TTL. Unlock gives them back. Waiters queue FIFO; a release
+// The *Lock an acquire returns holds its permits with a lease renewed by
+// the watchdog, like a lock: a holder whose process died gives its permits
+// back after its TTL. Unlock gives them back. Waiters queue FIFO; a release
 // hands the permits it frees to exactly the waiters they let in (each is
 // woken by its own message), and a waiter asking for more than is free
 // holds up those behind it, so large requests are not starved.
@@ -26,28 +26,69 @@ import (
 //
 // The semaphore's key is a sorted set of its holders (see the package
 // doc), so a plain Lock on it fails with ErrWrongType, and a semaphore on a
-// plain lock's key too. A limit below 1 is ErrInvalidLimit. Semaphore
-// cannot be combined with WithProtocol, Shared or Reentrant.
-func Semaphore(limit int) LockOption {
-	return func(c *lockConfig) { c.kinds, c.limit = c.kinds|kindSemaphore, limit }
+// plain lock's key too. A Semaphore holds no state of its own: it is safe
+// for concurrent use.
+type Semaphore struct {
+	c     *Client
+	key   string
+	limit int
 }
 
-// Permits sets how many permits a Semaphore call takes (and its Unlock
-// gives back). Default: 1. It must be at least 1 and at most the limit
-// (ErrInvalidPermits, before any Redis call). If SetLimit lowered the
-// limit below n, the call fails with ErrInvalidPermits instead of waiting
-// for what can never be granted.
-func Permits(n int) LockOption {
-	return func(c *lockConfig) { c.permits = n }
+// Semaphore returns the counting semaphore on key with limit permits. It
+// makes no Redis call and returns no error: a bad key or a limit below 1
+// (ErrInvalidLimit) is reported by each acquire.
+func (c *Client) Semaphore(key string, limit int) *Semaphore {
+	return &Semaphore{c: c, key: key, limit: limit}
 }
 
-// SetLimit changes the limit of the semaphore key for every client, now:
-// the permits a raise frees go to the queued waiters at once (as many as
-// fit); after a cut, holders keep their permits and newcomers wait until
-// enough are given back. The limit is stored without a TTL. Limit 0
-// removes it: each caller's Semaphore limit applies again. A negative
-// limit is ErrInvalidLimit; a key that is not a semaphore, ErrWrongType.
-func (c *Client) SetLimit(ctx context.Context, key string, limit int) error {
+// Acquire takes n permits, waiting (as Client.Lock does) until they are
+// free or ctx ends. On success, it returns a lock holding the n permits and
+// a nil error; its Unlock gives them back. On failure, it returns a nil
+// *Lock and an error, and holds nothing: ErrInvalidLimit for a limit below
+// 1; ErrInvalidPermits for n below 1 or above the limit (or above a lower
+// limit stored with SetLimit, instead of waiting for what can never be
+// granted); ErrNilClient for a nil *Semaphore; otherwise what Client.Lock
+// returns.
+func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
+	return s.acquire(ctx, n, true, opts)
+}
+
+// TryAcquire makes exactly one attempt to take n permits. On success, it
+// returns a lock holding them and a nil error. On failure, it returns a nil
+// *Lock and an error (a *NotAcquiredError matching ErrNotAcquired if fewer
+// than n are free or others wait ahead; otherwise as Acquire, with
+// ErrNilClient for a nil *Semaphore), and holds nothing.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
+	return s.acquire(ctx, n, false, opts)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOption) (*Lock, error) {
+	if s == nil || s.c == nil {
+		return nil, ErrNilClient
+	}
+	opts = withKind(opts, semaphoreKind(s.limit, n))
+	return s.c.acquire(ctx, s.key, wait, opts)
+}
+
+// semaphoreKind makes an acquire take n permits of a semaphore of limit.
+func semaphoreKind(limit, n int) LockOption {
+	return func(c *lockConfig) { c.kinds, c.limit, c.permits = c.kinds|kindSemaphore, limit, n }
+}
+
+// SetLimit changes the limit of the semaphore for every client, now: the
+// permits a raise frees go to the queued waiters at once (as many as fit);
+// after a cut, holders keep their permits and newcomers wait until enough
+// are given back. The limit is stored without a TTL. Limit 0 removes it:
+// each client's own limit applies again. On success, it returns nil. On
+// failure, it returns an error and changes nothing: ErrInvalidLimit for a
+// negative limit, ErrWrongType if the key is not a semaphore's,
+// ErrNilClient for a nil *Semaphore, ErrUnavailable wrapping a Redis error,
+// or another ErrInvalidArgument (a nil context, a bad key).
+func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
+	if s == nil || s.c == nil {
+		return ErrNilClient
+	}
+	c, key := s.c, s.key
 	if ctx == nil {
 		return ErrNilContext
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +31,7 @@ func TestSemaphoreMaxConcurrency(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 5 {
-				lk, err := clients[i%4].Lock(ctx, k, dlock.Semaphore(3))
+				lk, err := clients[i%4].Semaphore(k, 3).Acquire(ctx, 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -57,17 +58,17 @@ func TestSemaphoreCrashedHolderPermitReturns(t *testing.T) {
 	ctx := t.Context()
 	c, _ := newClient(t, dlock.Options{})
 	k := key(t)
-	mine, err := c.Lock(ctx, k, dlock.Semaphore(2))
+	mine, err := c.Semaphore(k, 2).Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mine.Unlock(ctx)
 	child, _ := startHolder(t, "semaphore", k, "", 1, 2, ttl)
-	if _, err := c.TryLock(ctx, k, dlock.Semaphore(2)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := c.Semaphore(k, 2).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("third permit of 2: %v", err)
 	}
 	crashed := child.crash(t)
-	lk, err := c.Lock(ctx, k, dlock.Semaphore(2))
+	lk, err := c.Semaphore(k, 2).Acquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestSemaphoreWakesAsManyAsFreed(t *testing.T) {
 	defer cancel()
 	opts := dlock.Options{RetryInterval: time.Minute, WaiterLease: time.Minute}
 	holder, rdb := newClient(t, opts)
-	big, err := holder.Lock(ctx, k, dlock.Semaphore(3), dlock.Permits(3), dlock.WithTTL(time.Minute))
+	big, err := holder.Semaphore(k, 3).Acquire(ctx, 3, dlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestSemaphoreWakesAsManyAsFreed(t *testing.T) {
 	got := make(chan *dlock.Lock, 10)
 	for i := range 10 {
 		go func() {
-			lk, err := waiters[i%2].Lock(ctx, k, dlock.Semaphore(3), dlock.WithTTL(time.Minute))
+			lk, err := waiters[i%2].Semaphore(k, 3).Acquire(ctx, 1, dlock.WithTTL(time.Minute))
 			if err == nil {
 				got <- lk
 			}
@@ -154,11 +155,11 @@ func TestSemaphoreSetLimit(t *testing.T) {
 	k := key(t)
 	ctx := t.Context()
 	c, rdb := newClient(t, dlock.Options{RetryInterval: time.Minute})
-	first, _ := c.Lock(ctx, k, dlock.Semaphore(1))
+	first, _ := c.Semaphore(k, 1).Acquire(ctx, 1)
 	got := make(chan *dlock.Lock, 3)
 	for i := range 3 {
 		go func() {
-			lk, err := c.Lock(ctx, k, dlock.Semaphore(1))
+			lk, err := c.Semaphore(k, 1).Acquire(ctx, 1)
 			if err != nil {
 				t.Error(err)
 			}
@@ -166,7 +167,7 @@ func TestSemaphoreSetLimit(t *testing.T) {
 		}()
 		waitQueued(t, rdb, k, int64(i+1))
 	}
-	if err := c.SetLimit(ctx, k, 3); err != nil {
+	if err := c.Semaphore(k, 1).SetLimit(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
 	var in []*dlock.Lock
@@ -183,10 +184,10 @@ func TestSemaphoreSetLimit(t *testing.T) {
 	}
 	// Cut to 1: holders keep theirs; the waiter waits until 1 is left... and
 	// a request above the new limit fails instead of waiting forever.
-	if err := c.SetLimit(ctx, k, 1); err != nil {
+	if err := c.Semaphore(k, 1).SetLimit(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Lock(ctx, k, dlock.Semaphore(3), dlock.Permits(2)); !errors.Is(err, dlock.ErrInvalidPermits) {
+	if _, err := c.Semaphore(k, 3).Acquire(ctx, 2); !errors.Is(err, dlock.ErrInvalidPermits) {
 		t.Fatalf("2 permits under a limit of 1 = %v", err)
 	}
 	first.Unlock(ctx)
@@ -203,7 +204,7 @@ func TestSemaphoreSetLimit(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("waiter never got in")
 	}
-	if err := c.SetLimit(ctx, k, 0); err != nil { // back to each caller's limit
+	if err := c.Semaphore(k, 1).SetLimit(ctx, 0); err != nil { // back to each caller's limit
 		t.Fatal(err)
 	}
 	if rdb.Exists(ctx, "dlock:{"+k+"}:limit").Val() != 0 {
@@ -215,14 +216,14 @@ func TestSemaphorePermitsAndBadInput(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	ctx := t.Context()
 	k := key(t)
-	two, err := c.Lock(ctx, k, dlock.Semaphore(3), dlock.Permits(2))
+	two, err := c.Semaphore(k, 3).Acquire(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.TryLock(ctx, k, dlock.Semaphore(3), dlock.Permits(2)); !errors.Is(err, dlock.ErrNotAcquired) {
+	if _, err := c.Semaphore(k, 3).TryAcquire(ctx, 2); !errors.Is(err, dlock.ErrNotAcquired) {
 		t.Fatalf("2 more of 3 = %v", err)
 	}
-	one, err := c.TryLock(ctx, k, dlock.Semaphore(3))
+	one, err := c.Semaphore(k, 3).TryAcquire(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,35 +236,45 @@ func TestSemaphorePermitsAndBadInput(t *testing.T) {
 		t.Fatal("semaphore keys left with no holder")
 	}
 	// A plain lock and a semaphore on one key: WRONGTYPE, both ways.
-	sem, _ := c.Lock(ctx, k, dlock.Semaphore(3))
+	sem, _ := c.Semaphore(k, 3).Acquire(ctx, 1)
 	if _, err := c.TryLock(ctx, k); !errors.Is(err, dlock.ErrWrongType) {
 		t.Fatalf("plain lock on a semaphore = %v", err)
 	}
 	sem.Unlock(ctx)
 	plain, _ := c.Lock(ctx, k)
-	if _, err := c.Lock(ctx, k, dlock.Semaphore(3)); !errors.Is(err, dlock.ErrWrongType) {
+	if _, err := c.Semaphore(k, 3).Acquire(ctx, 1); !errors.Is(err, dlock.ErrWrongType) {
 		t.Fatalf("semaphore on a plain lock = %v", err)
 	}
-	if err := c.SetLimit(ctx, k, 2); !errors.Is(err, dlock.ErrWrongType) {
+	if err := c.Semaphore(k, 1).SetLimit(ctx, 2); !errors.Is(err, dlock.ErrWrongType) {
 		t.Fatalf("SetLimit on a plain lock = %v", err)
 	}
 	plain.Unlock(ctx)
 
+	legacyProto := dlock.WithProtocol(legacy.New(legacy.Options{Unit: legacy.Milliseconds}))
 	for _, tc := range []struct {
-		want error
-		opts []dlock.LockOption
+		want     error
+		limit, n int
+		opts     []dlock.LockOption
 	}{
-		{dlock.ErrInvalidLimit, []dlock.LockOption{dlock.Semaphore(0)}},
-		{dlock.ErrInvalidPermits, []dlock.LockOption{dlock.Semaphore(3), dlock.Permits(4)}},
-		{dlock.ErrInvalidPermits, []dlock.LockOption{dlock.Semaphore(3), dlock.Permits(-1)}},
-		{dlock.ErrInvalidOpts, []dlock.LockOption{dlock.Permits(2)}},
-		{dlock.ErrInvalidOpts, []dlock.LockOption{dlock.Semaphore(3), dlock.Shared()}},
+		{dlock.ErrInvalidLimit, 0, 1, nil},
+		{dlock.ErrInvalidLimit, -1, 1, nil},
+		{dlock.ErrInvalidPermits, 3, 4, nil},
+		{dlock.ErrInvalidPermits, 3, -1, nil},
+		{dlock.ErrInvalidPermits, 3, 0, nil},
+		{dlock.ErrInvalidOpts, 3, 1, []dlock.LockOption{legacyProto}}, // only exclusive locks take a protocol
 	} {
-		if _, err := c.Lock(ctx, k, tc.opts...); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
-			t.Errorf("got %v, want %v", err, tc.want)
+		for _, try := range []bool{false, true} {
+			s := c.Semaphore(k, tc.limit)
+			acquire := s.Acquire
+			if try {
+				acquire = s.TryAcquire
+			}
+			if _, err := acquire(ctx, tc.n, tc.opts...); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
+				t.Errorf("limit %d, %d permits, try %v: got %v, want %v", tc.limit, tc.n, try, err, tc.want)
+			}
 		}
 	}
-	if err := c.SetLimit(ctx, k, -1); !errors.Is(err, dlock.ErrInvalidLimit) {
+	if err := c.Semaphore(k, 1).SetLimit(ctx, -1); !errors.Is(err, dlock.ErrInvalidLimit) {
 		t.Fatalf("SetLimit(-1) = %v", err)
 	}
 }
@@ -272,8 +283,8 @@ func TestSemaphoreLostSignal(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	ctx := t.Context()
 	k := key(t)
-	lk, _ := c.Lock(ctx, k, dlock.Semaphore(2), dlock.WithTTL(300*time.Millisecond))
-	other, _ := c.Lock(ctx, k, dlock.Semaphore(2), dlock.WithTTL(300*time.Millisecond))
+	lk, _ := c.Semaphore(k, 2).Acquire(ctx, 1, dlock.WithTTL(300*time.Millisecond))
+	other, _ := c.Semaphore(k, 2).Acquire(ctx, 1, dlock.WithTTL(300*time.Millisecond))
 	rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: lk.Token()}) // its lease ended in Redis (a long pause)
 	if err := waitDone(t, lk, time.Second); !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrExpired) {
 		t.Fatalf("Err = %v, want ErrLost+ErrExpired", err)

@@ -17,18 +17,18 @@ func TestGrantedWaitersLeaveNoLease(t *testing.T) {
 	a, _ := newClient(t, dlock.Options{})
 	b, _ := newClient(t, dlock.Options{})
 	prefix := key(t)
-	kinds := [][]dlock.LockOption{nil, {dlock.Shared()}, {dlock.Semaphore(1)}}
+	kinds := []primitive{nil, readers(), permits(1, 1)}
 	const keys, perKey = 6, 6
 	var wg sync.WaitGroup
 	var holders []*dlock.Lock
 	r := srv.Client(t)
 	for k := range keys {
 		name := fmt.Sprintf("%s:%d", prefix, k)
-		opts := kinds[k%len(kinds)]
+		kind := kinds[k%len(kinds)]
 		if k%len(kinds) == 1 {
-			opts = nil // the shared kind's waiters here are writers
+			kind = nil // the shared kind's waiters here are writers
 		}
-		holder, err := a.Lock(t.Context(), name, opts...)
+		holder, err := kind.Lock(t.Context(), a, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +40,7 @@ func TestGrantedWaitersLeaveNoLease(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				lk, err := c.Lock(t.Context(), name, opts...)
+				lk, err := kind.Lock(t.Context(), c, name)
 				if err != nil {
 					t.Error(err)
 					return

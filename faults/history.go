@@ -40,7 +40,7 @@ const (
 	kindPause  opKind = "pause"   // the nemesis stopped a process (Proc) from Call to T
 	kindFault  opKind = "fault"   // the nemesis injected a fault (Note) from Call to T
 	kindMark   opKind = "mark"    // a progress marker of a worker (Note), for the harness
-	// kindSetLimit: Client.SetLimit of a semaphore key (Limit; 0 removes it).
+	// kindSetLimit: dlock.Semaphore.SetLimit of a semaphore key (Limit; 0 removes it).
 	kindSetLimit opKind = "setlimit"
 )
 

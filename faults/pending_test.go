@@ -68,7 +68,7 @@ func pendingReentrantIdentity(t *testing.T) string {
 		return ""
 	}
 	defer func() { _ = lk.Unlock(context.WithoutCancel(ctx)) }()
-	r, err := c.TryLock(ctx, k, dlock.Reentrant(lk.Token()))
+	r, err := c.Reentrant(k).TryLock(ctx, lk.Token())
 	if err == nil {
 		_ = r.Unlock(ctx)
 		return "a reentrant owner equal to a token joins its lock"

@@ -183,7 +183,7 @@ func setLimit(ctx context.Context, h *harness, n *node, proc int, seq *atomic.Ui
 	id := uint64(proc+1)<<40 | 1<<38 | seq.Add(1)
 	h.hist.Record(event{Type: evInvoke, ID: id, Proc: proc, T: clock.Now(), Kind: kindSetLimit, Key: key, Limit: limit})
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
-	err := n.Locks.SetLimit(sctx, key, limit)
+	err := n.Locks.Semaphore(key, 1).SetLimit(sctx, limit)
 	cancel()
 	e := event{Type: evOK, ID: id, Proc: proc, T: clock.Now(), Kind: kindSetLimit, Key: key, Limit: limit}
 	switch {

@@ -50,33 +50,52 @@ type holding struct {
 	lost  bool  // a failed renewal was recorded (n.mu)
 }
 
-// grantSpec is the kind of grant an acquire asks for, with the options that
-// ask for it; it is recorded on the grant for the checker.
+// grantSpec is the kind of grant an acquire asks for; it is recorded on
+// the grant for the checker, and chooses the typed dlock call that asks
+// for it.
 type grantSpec struct {
 	Mode    string // modeExclusive, modeShared or modeSemaphore
 	Owner   string // a reentrant owner ("": not reentrant)
 	Limit   int    // a semaphore's limit
 	Permits int    // a semaphore grant's permits (default 1)
-	Opts    []dlock.LockOption
 }
 
 // exclusiveSpec is a plain lock.
 func exclusiveSpec() grantSpec { return grantSpec{} }
 
-// sharedSpec is a read lock (dlock.Shared).
-func sharedSpec() grantSpec {
-	return grantSpec{Mode: modeShared, Opts: []dlock.LockOption{dlock.Shared()}}
-}
+// sharedSpec is a read lock (dlock.RWLock's RLock).
+func sharedSpec() grantSpec { return grantSpec{Mode: modeShared} }
 
 // semSpec is permits of a semaphore of limit (dlock.Semaphore).
 func semSpec(limit, permits int) grantSpec {
-	return grantSpec{Mode: modeSemaphore, Limit: limit, Permits: permits,
-		Opts: []dlock.LockOption{dlock.Semaphore(limit), dlock.Permits(permits)}}
+	return grantSpec{Mode: modeSemaphore, Limit: limit, Permits: permits}
 }
 
 // reentrantSpec is a reentrant handle of owner (dlock.Reentrant).
-func reentrantSpec(owner string) grantSpec {
-	return grantSpec{Owner: owner, Opts: []dlock.LockOption{dlock.Reentrant(owner)}}
+func reentrantSpec(owner string) grantSpec { return grantSpec{Owner: owner} }
+
+// take acquires key on c as the kind of grant s describes; with wait
+// false, in one attempt.
+func (s grantSpec) take(ctx context.Context, c *dlock.Client, key string, wait bool, opts []dlock.LockOption) (*dlock.Lock, error) {
+	switch {
+	case s.Mode == modeShared && wait:
+		return c.RWLock(key).RLock(ctx, opts...)
+	case s.Mode == modeShared:
+		return c.RWLock(key).TryRLock(ctx, opts...)
+	case s.Mode == modeSemaphore:
+		n := max(s.Permits, 1)
+		if wait {
+			return c.Semaphore(key, s.Limit).Acquire(ctx, n, opts...)
+		}
+		return c.Semaphore(key, s.Limit).TryAcquire(ctx, n, opts...)
+	case s.Owner != "" && wait:
+		return c.Reentrant(key).Lock(ctx, s.Owner, opts...)
+	case s.Owner != "":
+		return c.Reentrant(key).TryLock(ctx, s.Owner, opts...)
+	case wait:
+		return c.Lock(ctx, key, opts...)
+	}
+	return c.TryLock(ctx, key, opts...)
 }
 
 // group is how the history names a reentrant hold: namespaced, so that an
@@ -243,12 +262,9 @@ func (w *worker) Acquire(ctx context.Context, key string, ttl time.Duration, wai
 
 // AcquireSpec is Acquire of the kind of grant spec describes.
 func (w *worker) AcquireSpec(ctx context.Context, key string, ttl time.Duration, wait bool, spec grantSpec, opts ...dlock.LockOption) *dlock.Lock {
-	opts = append(append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), spec.Opts...), opts...)
+	opts = append(append([]dlock.LockOption{dlock.WithTTL(ttl)}, w.LockOpts...), opts...)
 	return w.acquire(ctx, []string{key}, ttl, wait, spec, func() (*dlock.Lock, error) {
-		if wait {
-			return w.Node.Locks.Lock(ctx, key, opts...)
-		}
-		return w.Node.Locks.TryLock(ctx, key, opts...)
+		return spec.take(ctx, w.Node.Locks, key, wait, opts)
 	})
 }
 

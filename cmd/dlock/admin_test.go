@@ -37,7 +37,7 @@ func TestReleaseEveryKind(t *testing.T) {
 	ctx := context.Background()
 	// A reentrant hold: its owner id is no token.
 	key := testKey(t)
-	lk, err := c.TryLock(ctx, key, dlock.Reentrant("job-42"), dlock.WithTTL(30*time.Second))
+	lk, err := c.Reentrant(key).TryLock(ctx, "job-42", dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestReleaseEveryKind(t *testing.T) {
 	// A semaphore: --force frees every holder.
 	sem := testKey(t)
 	for range 2 {
-		if _, err := c.TryLock(ctx, sem, dlock.Semaphore(2), dlock.WithTTL(30*time.Second)); err != nil {
+		if _, err := c.Semaphore(sem, 2).TryAcquire(ctx, 1, dlock.WithTTL(30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,10 +90,10 @@ func TestStatusTokensAndAux(t *testing.T) {
 	// A semaphore with a limit: listed once, as a semaphore, with its limit
 	// key among its aux keys; the limit key is not a lock.
 	sem := testKey(t)
-	if err := c.SetLimit(ctx, sem, 2); err != nil {
+	if err := c.Semaphore(sem, 1).SetLimit(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	slk, err := c.TryLock(ctx, sem, dlock.Semaphore(5), dlock.WithTTL(30*time.Second))
+	slk, err := c.Semaphore(sem, 5).TryAcquire(ctx, 1, dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestRunOnSemaphoreNamesKind(t *testing.T) {
 	t.Parallel()
 	c, _ := lib(t)
 	sem := testKey(t)
-	lk, err := c.TryLock(context.Background(), sem, dlock.Semaphore(3), dlock.WithTTL(30*time.Second))
+	lk, err := c.Semaphore(sem, 3).TryAcquire(context.Background(), 1, dlock.WithTTL(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

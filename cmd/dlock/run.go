@@ -204,12 +204,6 @@ func (a *app) cmdRun(args []string) int {
 		return code
 	}
 	lockOpts := []dlock.LockOption{dlock.WithTTL(f.ttl.d)}
-	switch {
-	case f.shared:
-		lockOpts = append(lockOpts, dlock.Shared())
-	case f.limit > 0:
-		lockOpts = append(lockOpts, dlock.Semaphore(f.limit))
-	}
 	switch f.protocol {
 	case "token":
 	case "legacy":
@@ -392,6 +386,25 @@ func unwrapExec(err error) error {
 	return err
 }
 
+// lockAs takes key as the flags say: a read lock (--shared), a permit of
+// a semaphore (--limit), or else the exclusive lock; with try, in one
+// attempt.
+func lockAs(ctx context.Context, c *dlock.Client, key string, f *runFlags, try bool, opts []dlock.LockOption) (*dlock.Lock, error) {
+	switch {
+	case f.shared && try:
+		return c.RWLock(key).TryRLock(ctx, opts...)
+	case f.shared:
+		return c.RWLock(key).RLock(ctx, opts...)
+	case f.limit > 0 && try:
+		return c.Semaphore(key, f.limit).TryAcquire(ctx, 1, opts...)
+	case f.limit > 0:
+		return c.Semaphore(key, f.limit).Acquire(ctx, 1, opts...)
+	case try:
+		return c.TryLock(ctx, key, opts...)
+	}
+	return c.Lock(ctx, key, opts...)
+}
+
 // acquire takes the lock as the flags say. It returns the lock, or nil and
 // the exit code (having printed why).
 // probe, if not nil, checks that Redis answers.
@@ -412,11 +425,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 	start := time.Now()
 	go func() {
 		var r result
-		if try {
-			r.lk, r.err = c.TryLock(actx, key, opts...)
-		} else {
-			r.lk, r.err = c.Lock(actx, key, opts...)
-		}
+		r.lk, r.err = lockAs(actx, c, key, f, try, opts)
 		done <- r
 	}()
 	var r result
