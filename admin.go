@@ -68,7 +68,7 @@ func (c *Client) auxNames(ks Keys) []string {
 		switch a.suffix {
 		case wakeSuffix, electedSuffix:
 		case guardSuffix:
-			out = append(out, GuardKey(ks.Lock))
+			out = append(out, guardKey(ks.Lock))
 		default:
 			out = append(out, auxOf(ks, a.suffix))
 		}

@@ -189,7 +189,7 @@ type Leadership struct {
 
 // Term returns the leader's term: its lock's fencing token, higher than
 // every earlier leader's. Pass it to the resources the leader writes
-// (FencedSet) so that a deposed leader's late writes are refused.
+// (package fenced) so that a deposed leader's late writes are refused.
 func (l *Leadership) Term() uint64 { return l.lk.Fence() }
 
 // Value returns the value this leader published last.

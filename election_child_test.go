@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,7 +29,7 @@ func init() {
 // runElectChild campaigns in the election DLOCK_TEST_KEY as DLOCK_TEST_ID
 // with TTL DLOCK_TEST_TTL and prints "campaigning", then "leading <term>".
 // While it leads it acts every 10ms: it checks its leadership (Err) and
-// then writes its id to the resource DLOCK_TEST_KEY+":res" with FencedSet,
+// then writes its id to the resource DLOCK_TEST_KEY+":res" with fenced.Set,
 // printing "acted <term> ok" or "acted <term> refused". When it finds the
 // leadership lost it prints "lost <term>" and exits 0. A "resign" line on
 // stdin resigns ("resigned").
@@ -80,11 +81,11 @@ func runElectChild() int {
 			fmt.Println("lost", l.Term())
 			return 0
 		}
-		err := dlock.FencedSet(ctx, rdb, name+":res", l.Term(), id+":"+strconv.FormatUint(l.Term(), 10), id)
+		err := fenced.Set(ctx, rdb, name+":res", l.Term(), id+":"+strconv.FormatUint(l.Term(), 10), id)
 		switch {
 		case err == nil:
 			fmt.Println("acted", l.Term(), "ok")
-		case errors.Is(err, dlock.ErrStaleFence):
+		case errors.Is(err, fenced.ErrStale):
 			fmt.Println("acted", l.Term(), "refused")
 		default:
 			fmt.Println("error", err)
@@ -256,7 +257,7 @@ func TestElectionChildPausedLeader(t *testing.T) {
 			t.Fatalf("a after its resume: %q before finding the loss", l)
 		}
 	}
-	last, err := dlock.LastFence(t.Context(), rdb, name+":res")
+	last, err := fenced.Last(t.Context(), rdb, name+":res")
 	if err != nil || last != termOf(t, lb) {
 		t.Fatalf("resource's last fence %d (%v), want b's %s", last, err, lb)
 	}

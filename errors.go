@@ -210,35 +210,6 @@ func ctxDone(ctx interface{ Err() error }) error {
 	return errors.Join(ErrContextDone, ctx.Err())
 }
 
-// ErrStaleFence: a fenced write was refused because the resource has
-// already accepted a newer fence (or the same fence from another owner).
-// The writer's lock is no longer valid: it must stop acting as the holder.
-// FencedSet and FencedDelete return it as a *StaleFenceError.
-var ErrStaleFence = errors.New("dlock: stale fence: the resource has accepted a newer one")
-
-// StaleFenceError reports a fenced write refused by the resource. It
-// matches ErrStaleFence.
-type StaleFenceError struct {
-	Key   string // the resource key
-	Fence uint64 // the fence the caller wrote with
-	Last  uint64 // the fence the resource had accepted last (>= Fence)
-}
-
-func (e *StaleFenceError) Error() string {
-	if e.Last == e.Fence {
-		return fmt.Sprintf("%v: %q already accepted fence %d from another owner", ErrStaleFence, e.Key, e.Last)
-	}
-	return fmt.Sprintf("%v: %q accepted fence %d, caller has %d", ErrStaleFence, e.Key, e.Last, e.Fence)
-}
-
-func (e *StaleFenceError) Is(target error) bool { return target == ErrStaleFence }
-
-// Bad input of the fenced-resource helpers (fence.go).
-var (
-	errZeroFence  = argError("fence 0: the lock's protocol has no fencing tokens")
-	errEmptyOwner = argError("empty owner")
-)
-
 // ttlError is an ErrInvalidTTL naming the TTL given and the range that
 // works (min 0: none does, with these options).
 type ttlError struct {

@@ -91,41 +91,6 @@ func ExampleClient_Close() {
 	// true
 }
 
-func ExampleLastFence() {
-	ctx := context.Background()
-	locks, rdb, done := exampleClient()
-	defer done()
-
-	lock, _ := locks.Lock(ctx, "example:lastfence")
-	defer lock.Unlock(ctx)
-	_ = dlock.FencedSet(ctx, rdb, "example:report", lock.Fence(), lock.Token(), "v1")
-	last, _ := dlock.LastFence(ctx, rdb, "example:report")
-	fmt.Println(last == lock.Fence(), dlock.GuardKey("example:report"))
-	rdb.Del(ctx, "example:report", dlock.GuardKey("example:report"))
-	// Output:
-	// true dlock:{example:report}:guard
-}
-
-func ExampleFencedDelete() {
-	ctx := context.Background()
-	locks, rdb, done := exampleClient()
-	defer done()
-
-	old, _ := locks.Lock(ctx, "example:fdel")
-	old.Unlock(ctx)
-	lock, _ := locks.Lock(ctx, "example:fdel")
-	defer lock.Unlock(ctx)
-	_ = dlock.FencedSet(ctx, rdb, "example:fdel-res", lock.Fence(), lock.Token(), "v")
-	// The earlier holder, come back late, cannot delete it.
-	err := dlock.FencedDelete(ctx, rdb, "example:fdel-res", old.Fence(), old.Token())
-	fmt.Println(errors.Is(err, dlock.ErrStaleFence), rdb.Exists(ctx, "example:fdel-res").Val())
-	fmt.Println(dlock.FencedDelete(ctx, rdb, "example:fdel-res", lock.Fence(), lock.Token()))
-	rdb.Del(ctx, dlock.GuardKey("example:fdel-res"))
-	// Output:
-	// true 1
-	// <nil>
-}
-
 func ExampleClient_AddHooks() {
 	ctx := context.Background()
 	locks, _, done := exampleClientWith(dlock.Options{

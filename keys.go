@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/dlock-go/dlock/internal/keyrules"
 )
 
 // The auxiliary names of a lock on key K under prefix P are
@@ -21,7 +23,7 @@ const (
 	permitsSuffix = ":permits" // hash: a semaphore's holders -> permits, "#used"
 	limitSuffix   = ":limit"   // string: a semaphore's SetLimit limit (no TTL)
 	countSuffix   = ":count"   // string: a Counter segment's count (no TTL)
-	guardSuffix   = ":guard"   // hash: FencedSet's guard record (always DefaultPrefix)
+	guardSuffix   = ":guard"   // hash: a fenced resource's guard record (always DefaultPrefix)
 	leaderSuffix  = ":leader"  // list: an election's leader records, newest first
 	electedSuffix = ":elected" // pub/sub channel: an election's leader changed
 )
@@ -41,7 +43,7 @@ const (
 	AuxPermits AuxKind = "permits" // <P>:{K}:permits
 	AuxLimit   AuxKind = "limit"   // <P>:{K}:limit
 	AuxCount   AuxKind = "count"   // <P>:{K}:count
-	AuxGuard   AuxKind = "guard"   // dlock:{K}:guard (FencedSet, DefaultPrefix)
+	AuxGuard   AuxKind = "guard"   // dlock:{K}:guard (package fenced, DefaultPrefix)
 	AuxLeader  AuxKind = "leader"  // <P>:{K}:leader, an election's leader history
 	AuxElected AuxKind = "elected" // <P>:{K}:elected (a pub/sub channel)
 )
@@ -87,8 +89,8 @@ func decodeAux(prefix, name string) (key string, kind AuxKind, ok bool) {
 
 // AuxKeyOf reports whether name is one of the auxiliary keys or channels
 // this Client derives from a lock key (its fence, queue, a waiter's lease,
-// wake-up channel, hold sets, semaphore state, Counter count, or FencedSet
-// guard record), and if so, of which lock key and of what kind. Lock keys
+// wake-up channel, hold sets, semaphore state, Counter count, or the guard
+// record of a resource written with package fenced), and if so, of which lock key and of what kind. Lock keys
 // that are such names are refused (ErrReservedKey). It makes no Redis call.
 func (c *Client) AuxKeyOf(name string) (key string, kind AuxKind, ok bool) {
 	return auxKeyOf(c.opts.Prefix, name)
@@ -100,10 +102,22 @@ func auxKeyOf(prefix, name string) (key string, kind AuxKind, ok bool) {
 	if key, kind, ok = decodeAux(prefix, name); ok || prefix == DefaultPrefix {
 		return key, kind, ok
 	}
-	if k, ok := keyOfAux(DefaultPrefix, guardSuffix, name); ok && GuardKey(k) == name {
+	if k, ok := keyOfAux(DefaultPrefix, guardSuffix, name); ok && guardKey(k) == name {
 		return k, AuxGuard, true
 	}
 	return "", "", false
+}
+
+// guardKey names the guard record package fenced keeps for the resource
+// key: like an auxiliary key of a lock on key under DefaultPrefix, so it
+// is in key's Cluster slot and reserved (no lock may be taken on it).
+func guardKey(key string) string { return auxBase(DefaultPrefix, key) + guardSuffix }
+
+// The key rules package fenced shares (see internal/keyrules).
+func init() {
+	keyrules.ValidKey = func(key string) error { return validKey(DefaultPrefix, key) }
+	keyrules.GuardKey = guardKey
+	keyrules.Unavailable = unavailable
 }
 
 // tokenLen is the length of newToken's tokens.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 )
 
 // auxNames returns every auxiliary name a lock on key has under c's prefix,
@@ -20,7 +21,7 @@ func auxNames(c *dlock.Client, key string) map[dlock.AuxKind]string {
 		dlock.AuxWaiter:  ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
 		dlock.AuxReaders: base + ":readers", dlock.AuxHolds: base + ":holds",
 		dlock.AuxPermits: base + ":permits", dlock.AuxLimit: base + ":limit",
-		dlock.AuxCount: base + ":count", dlock.AuxGuard: dlock.GuardKey(key),
+		dlock.AuxCount: base + ":count", dlock.AuxGuard: fenced.GuardKey(key),
 		dlock.AuxLeader: base + ":leader", dlock.AuxElected: base + ":elected",
 	}
 }
@@ -193,7 +194,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	locks["evkL:stock:0"], locks["evkL:stock:1"] = true, true
-	if err := dlock.FencedSet(ctx, rdb, "evkL:res", 1, "me", "v"); err != nil {
+	if err := fenced.Set(ctx, rdb, "evkL:res", 1, "me", "v"); err != nil {
 		t.Fatal(err)
 	}
 	locks["evkL:res"] = true
@@ -208,11 +209,11 @@ func TestEveryKeyDecodes(t *testing.T) {
 	t.Cleanup(func() { _ = leader.Resign(context.Background()) })
 	locks["evkL:elect"] = true
 	t.Cleanup(func() {
-		rdb.Del(context.Background(), "evkL:res", dlock.GuardKey("evkL:res"), c.KeysFor("evkL:stock:0").Fence)
+		rdb.Del(context.Background(), "evkL:res", fenced.GuardKey("evkL:res"), c.KeysFor("evkL:stock:0").Fence)
 	})
 
 	var names []string
-	for _, pattern := range []string{prefix + "*", dlock.GuardKey("evkL:res")} {
+	for _, pattern := range []string{prefix + "*", fenced.GuardKey("evkL:res")} {
 		iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 		for iter.Next(ctx) {
 			names = append(names, iter.Val())

@@ -12,7 +12,7 @@ func init() {
 	for name, s := range map[string]*redis.Script{
 		"acquire": acquireScript, "extend": extendScript, "release": releaseScript,
 		"extend_many": extendManyScript, "release_many": releaseManyScript,
-		"shared_acquire": sharedAcquireScript, "guard": guardScript,
+		"shared_acquire":    sharedAcquireScript,
 		"semaphore_acquire": semaphoreAcquireScript, "semaphore_extend": semaphoreExtendScript,
 		"semaphore_release": semaphoreReleaseScript, "semaphore_limit": semaphoreLimitScript,
 		"reentrant_acquire": reentrantAcquireScript,

@@ -36,7 +36,7 @@ var invariants = []invariant{invS1, invS2, invS3, invR1, invR2, invL1, invL2, in
 
 // params are the bounds a history is checked against.
 type params struct {
-	FencedResource bool          // the resource is written with dlock.FencedSet
+	FencedResource bool          // the resource is written with fenced.Set
 	L1Slack        time.Duration // how far past its context deadline a Lock may return
 	R2Slack        time.Duration // how far past the deadline the loss signal may come
 	L2Bound        time.Duration // crash → next grant (TTL + retry + ε)

@@ -41,7 +41,7 @@
 //
 // A worker (worker.go) takes locks through a recorded dlock Client (a node) and
 // writes to a protected resource, a key on a separate redis-server that
-// is never faulted, with dlock.FencedSet or, for the canaries, a plain SET.
+// is never faulted, with fenced.Set or, for the canaries, a plain SET.
 // Every step is an invoke event and an ok, fail or info (unknown outcome)
 // event: Lock/TryLock (with the context's deadline), every watchdog
 // renewal (from the Renew hook; its send time is recovered from the new

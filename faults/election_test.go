@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -163,8 +164,8 @@ func electionHistory(t *testing.T, serverFaults bool) {
 						break
 					}
 					h.act(electAct{at: at, term: l.Term(), who: who})
-					err := dlock.FencedSet(ctx, res, resource, l.Term(), who+":"+strconv.FormatUint(l.Term(), 10), who)
-					if err != nil && !errors.Is(err, dlock.ErrStaleFence) {
+					err := fenced.Set(ctx, res, resource, l.Term(), who+":"+strconv.FormatUint(l.Term(), 10), who)
+					if err != nil && !errors.Is(err, fenced.ErrStale) {
 						h.mu.Lock()
 						h.errs = append(h.errs, "resource: "+err.Error())
 						h.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -201,20 +202,20 @@ func holderPause(fenced bool) func(h *harness) {
 
 // resourceDelay: the holder's write travels through a proxy that delays it
 // beyond the holder's lease; a new holder writes meanwhile.
-func resourceDelay(fenced bool) func(h *harness) {
+func resourceDelay(useFence bool) func(h *harness) {
 	return func(h *harness) {
 		ctx := h.t.Context()
 		k := h.key("k")
 		px := redistest.NewProxy(h.t, resSrv.Addr())
 		slow := h.client(px.Addr(), false)
 		// Connect and load the guard script before the delay.
-		if err := dlock.FencedSet(ctx, slow, "fk:warm:"+h.t.Name(), 1, "warm", ""); err != nil {
+		if err := fenced.Set(ctx, slow, "fk:warm:"+h.t.Name(), 1, "warm", ""); err != nil {
 			h.t.Fatal(err)
 		}
 		const delay, ttl = 450 * time.Millisecond, 300 * time.Millisecond
 		px.SetLatency(delay)
-		a := &worker{Proc: h.nextProc(), Node: h.lockNode(dlock.Options{}), Res: slow, Fenced: fenced}
-		b := h.worker(h.lockNode(dlock.Options{}), fenced)
+		a := &worker{Proc: h.nextProc(), Node: h.lockNode(dlock.Options{}), Res: slow, Fenced: useFence}
+		b := h.worker(h.lockNode(dlock.Options{}), useFence)
 		actx, cancel := context.WithTimeout(ctx, time.Second)
 		lk := a.Acquire(actx, k, ttl, true, dlock.WithoutRenewal())
 		cancel()
@@ -332,9 +333,9 @@ func naiveHold(h *harness, w *worker, rdb *redis.Client, k string, ttl time.Dura
 	// naive deadline.
 	id = w.id()
 	w.rec(event{Type: evInvoke, ID: id, T: clock.Now(), Kind: kindWrite, Key: k, Fence: uint64(f), Owner: token})
-	err = dlock.FencedSet(ctx, h.res, resKey(k), uint64(f), token, resourceValue(uint64(f), token))
+	err = fenced.Set(ctx, h.res, resKey(k), uint64(f), token, resourceValue(uint64(f), token))
 	e := event{Type: evOK, ID: id, T: clock.Now(), Kind: kindWrite, Key: k}
-	if errors.Is(err, dlock.ErrStaleFence) {
+	if errors.Is(err, fenced.ErrStale) {
 		e.Type = evFail
 	} else if err != nil {
 		e.Type = evInfo

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -230,7 +231,7 @@ type worker struct {
 	Proc   int
 	Node   *node
 	Res    redis.UniversalClient // the resource's server; nil: no resource
-	Fenced bool                  // write with dlock.FencedSet (else a plain SET)
+	Fenced bool                  // write with fenced.Set (else a plain SET)
 	// BeforeWrite, if set, runs after the validity check and before write
 	// i of a hold: where a pause or a delay hurts most.
 	BeforeWrite func(lk *dlock.Lock, i int)
@@ -386,7 +387,7 @@ func parseResourceValue(v string) (uint64, string) {
 }
 
 // Write writes lk's fence and identity to the resource of each of lk's
-// keys: with dlock.FencedSet if the worker is fenced, else with a plain
+// keys: with fenced.Set if the worker is fenced, else with a plain
 // SET (a resource that trusts the lock). A refused stale write is a Fail,
 // an error an Info. A reader reads instead; a semaphore permit does
 // nothing (its holders share no register).
@@ -419,13 +420,13 @@ func (w *worker) writeKey(ctx context.Context, key string, fence uint64, owner s
 	w.rec(event{Type: evInvoke, ID: id, T: w.now(), Kind: kindWrite, Key: key, Fence: fence, Owner: owner})
 	var err error
 	if w.Fenced {
-		err = dlock.FencedSet(ctx, w.Res, resKey(key), fence, owner, resourceValue(fence, owner))
+		err = fenced.Set(ctx, w.Res, resKey(key), fence, owner, resourceValue(fence, owner))
 	} else {
 		err = w.Res.Set(ctx, resKey(key), resourceValue(fence, owner), 0).Err()
 	}
 	e := event{Type: evOK, ID: id, T: w.now(), Kind: kindWrite, Key: key}
 	switch {
-	case errors.Is(err, dlock.ErrStaleFence):
+	case errors.Is(err, fenced.ErrStale):
 		e.Type, e.Err = evFail, "stale"
 	case err != nil:
 		e.Type, e.Err = evInfo, errText(err)

@@ -1,7 +1,6 @@
-package dlock_test
+package fenced_test
 
 import (
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
@@ -15,24 +14,25 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 	"github.com/redis/go-redis/v9"
 )
 
-func TestFencedSetRules(t *testing.T) {
-	_, rdb := newClient(t, dlock.Options{})
+func TestSetRules(t *testing.T) {
+	rdb := srv.Client(t)
 	ctx := t.Context()
 	k := key(t)
 	set := func(fence uint64, owner, value string) error {
-		return dlock.FencedSet(ctx, rdb, k, fence, owner, value)
+		return fenced.Set(ctx, rdb, k, fence, owner, value)
 	}
 	expectStale := func(err error, fence, last uint64) {
 		t.Helper()
-		var se *dlock.StaleFenceError
-		if !errors.Is(err, dlock.ErrStaleFence) || !errors.As(err, &se) {
-			t.Fatalf("err = %v, want a *StaleFenceError", err)
+		var se *fenced.StaleError
+		if !errors.Is(err, fenced.ErrStale) || !errors.As(err, &se) {
+			t.Fatalf("err = %v, want a *fenced.StaleError", err)
 		}
 		if se.Key != k || se.Fence != fence || se.Last != last {
-			t.Fatalf("StaleFenceError = %+v, want fence %d last %d", se, fence, last)
+			t.Fatalf("StaleError = %+v, want fence %d last %d", se, fence, last)
 		}
 	}
 	value := func(want string) {
@@ -42,8 +42,8 @@ func TestFencedSetRules(t *testing.T) {
 		}
 	}
 
-	if f, err := dlock.LastFence(ctx, rdb, k); err != nil || f != 0 {
-		t.Fatalf("LastFence of a fresh key = %d, %v", f, err)
+	if f, err := fenced.Last(ctx, rdb, k); err != nil || f != 0 {
+		t.Fatalf("Last of a fresh key = %d, %v", f, err)
 	}
 	if err := set(9, "a", "v9"); err != nil {
 		t.Fatal(err)
@@ -60,19 +60,19 @@ func TestFencedSetRules(t *testing.T) {
 	}
 	expectStale(set(9, "a", "late"), 9, 10)
 	value("v10")
-	if f, err := dlock.LastFence(ctx, rdb, k); err != nil || f != 10 {
-		t.Fatalf("LastFence = %d, %v", f, err)
+	if f, err := fenced.Last(ctx, rdb, k); err != nil || f != 10 {
+		t.Fatalf("Last = %d, %v", f, err)
 	}
 
 	// Delete follows the same rule, and the record stays: an older holder
 	// cannot bring the key back.
-	expectStale(dlock.FencedDelete(ctx, rdb, k, 7, "c"), 7, 10)
+	expectStale(fenced.Delete(ctx, rdb, k, 7, "c"), 7, 10)
 	value("v10")
-	if err := dlock.FencedDelete(ctx, rdb, k, 11, "c"); err != nil {
+	if err := fenced.Delete(ctx, rdb, k, 11, "c"); err != nil {
 		t.Fatal(err)
 	}
 	if rdb.Exists(ctx, k).Val() != 0 {
-		t.Fatal("FencedDelete left the key")
+		t.Fatal("Delete left the key")
 	}
 	expectStale(set(10, "b", "resurrected"), 10, 11)
 	if rdb.Exists(ctx, k).Val() != 0 {
@@ -81,63 +81,63 @@ func TestFencedSetRules(t *testing.T) {
 
 	// The record keeps a hash of the owner, never the owner (a lock token
 	// is a secret that can release the lock).
-	rec := rdb.HGetAll(ctx, dlock.GuardKey(k)).Val()
+	rec := rdb.HGetAll(ctx, fenced.GuardKey(k)).Val()
 	sum := sha1.Sum([]byte("c"))
 	if rec["fence"] != "11" || rec["owner"] != hex.EncodeToString(sum[:]) {
 		t.Fatalf("guard record = %v", rec)
 	}
 }
 
-func TestFencedSetExtremeFences(t *testing.T) {
-	_, rdb := newClient(t, dlock.Options{})
+func TestSetExtremeFences(t *testing.T) {
+	rdb := srv.Client(t)
 	ctx := t.Context()
 	k := key(t)
 	// Decimal strings of different lengths and the uint64 limits compare
 	// exactly (no float rounding: 2^64-1 and 2^64-2 differ).
 	for _, f := range []uint64{1, 9, 10, 99, 100, 1 << 53, 1<<53 + 1, math.MaxUint64 - 1, math.MaxUint64} {
-		if err := dlock.FencedSet(ctx, rdb, k, f, "o"+strconv.FormatUint(f, 10), "x"); err != nil {
+		if err := fenced.Set(ctx, rdb, k, f, "o"+strconv.FormatUint(f, 10), "x"); err != nil {
 			t.Fatalf("fence %d: %v", f, err)
 		}
 		if f == 1 {
 			continue
 		}
-		if err := dlock.FencedSet(ctx, rdb, k, f-1, "other", "x"); !errors.Is(err, dlock.ErrStaleFence) {
+		if err := fenced.Set(ctx, rdb, k, f-1, "other", "x"); !errors.Is(err, fenced.ErrStale) {
 			t.Fatalf("fence %d after %d: %v", f-1, f, err)
 		}
 	}
-	if f, _ := dlock.LastFence(ctx, rdb, k); f != math.MaxUint64 {
-		t.Fatalf("LastFence = %d", f)
+	if f, _ := fenced.Last(ctx, rdb, k); f != math.MaxUint64 {
+		t.Fatalf("Last = %d", f)
 	}
 }
 
-func TestFencedSetBadInput(t *testing.T) {
-	_, rdb := newClient(t, dlock.Options{})
+func TestBadInput(t *testing.T) {
+	rdb := srv.Client(t)
 	ctx := t.Context()
 	for name, err := range map[string]error{
 		//lint:ignore SA1012 the nil-context error is what is tested
-		"nil ctx":     dlock.FencedSet(nil, rdb, "k", 1, "o", "v"),
-		"nil client":  dlock.FencedSet(ctx, (*redis.Client)(nil), "k", 1, "o", "v"),
-		"empty key":   dlock.FencedSet(ctx, rdb, "", 1, "o", "v"),
-		"long key":    dlock.FencedSet(ctx, rdb, strings.Repeat("k", dlock.MaxKeyLength+1), 1, "o", "v"),
-		"fence 0":     dlock.FencedSet(ctx, rdb, "k", 0, "o", "v"),
-		"empty owner": dlock.FencedDelete(ctx, rdb, "k", 1, ""),
+		"nil ctx":     fenced.Set(nil, rdb, "k", 1, "o", "v"),
+		"nil client":  fenced.Set(ctx, (*redis.Client)(nil), "k", 1, "o", "v"),
+		"empty key":   fenced.Set(ctx, rdb, "", 1, "o", "v"),
+		"long key":    fenced.Set(ctx, rdb, strings.Repeat("k", dlock.MaxKeyLength+1), 1, "o", "v"),
+		"fence 0":     fenced.Set(ctx, rdb, "k", 0, "o", "v"),
+		"empty owner": fenced.Delete(ctx, rdb, "k", 1, ""),
 	} {
 		if !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if _, err := dlock.LastFence(ctx, nil, "k"); !errors.Is(err, dlock.ErrNilClient) {
-		t.Errorf("LastFence(nil client) = %v", err)
+	if _, err := fenced.Last(ctx, nil, "k"); !errors.Is(err, dlock.ErrNilClient) {
+		t.Errorf("Last(nil client) = %v", err)
 	}
 
 	// A guard record that is not a hash is not ours: left alone.
 	k := key(t)
-	rdb.Set(ctx, dlock.GuardKey(k), "not a record", 0)
-	if err := dlock.FencedSet(ctx, rdb, k, 1, "o", "v"); !errors.Is(err, dlock.ErrWrongType) {
-		t.Fatalf("FencedSet over a string record = %v", err)
+	rdb.Set(ctx, fenced.GuardKey(k), "not a record", 0)
+	if err := fenced.Set(ctx, rdb, k, 1, "o", "v"); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Set over a string record = %v", err)
 	}
-	if _, err := dlock.LastFence(ctx, rdb, k); !errors.Is(err, dlock.ErrWrongType) {
-		t.Fatalf("LastFence over a string record = %v", err)
+	if _, err := fenced.Last(ctx, rdb, k); !errors.Is(err, dlock.ErrWrongType) {
+		t.Fatalf("Last over a string record = %v", err)
 	}
 	if rdb.Exists(ctx, k).Val() != 0 {
 		t.Fatal("written despite a foreign record")
@@ -146,18 +146,18 @@ func TestFencedSetBadInput(t *testing.T) {
 	// Redis down: ErrUnavailable.
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	defer dead.Close()
-	if err := dlock.FencedSet(ctx, dead, "k", 1, "o", "v"); !errors.Is(err, dlock.ErrUnavailable) {
-		t.Fatalf("FencedSet on a dead server = %v", err)
+	if err := fenced.Set(ctx, dead, "k", 1, "o", "v"); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Set on a dead server = %v", err)
 	}
 }
 
 func TestGuardKeyShareSlot(t *testing.T) {
 	for _, k := range []string{"orders:1", "user:{42}:lock", "a}b{", "{}x", "{", "}", "{{a}}", "ünï"} {
-		if g := dlock.GuardKey(k); dlock.Slot(g) != dlock.Slot(k) || g == k {
+		if g := fenced.GuardKey(k); dlock.Slot(g) != dlock.Slot(k) || g == k {
 			t.Errorf("GuardKey(%q) = %q: slot %d, key slot %d", k, g, dlock.Slot(g), dlock.Slot(k))
 		}
 	}
-	if g := dlock.GuardKey("orders:1"); g != "dlock:{orders:1}:guard" {
+	if g := fenced.GuardKey("orders:1"); g != "dlock:{orders:1}:guard" {
 		t.Errorf("GuardKey = %q", g)
 	}
 }
@@ -165,8 +165,8 @@ func TestGuardKeyShareSlot(t *testing.T) {
 // Concurrent writers with random fences: no write is accepted after a
 // write with a larger fence has completed, and the value left is the one
 // of the largest accepted fence.
-func TestFencedSetConcurrent(t *testing.T) {
-	_, rdb := newClient(t, dlock.Options{})
+func TestSetConcurrent(t *testing.T) {
+	rdb := srv.Client(t)
 	ctx := t.Context()
 	k := key(t)
 	type write struct {
@@ -186,14 +186,14 @@ func TestFencedSetConcurrent(t *testing.T) {
 			for range 50 {
 				f := 1 + r.Uint64N(200)
 				in := tick()
-				err := dlock.FencedSet(ctx, rdb, k, f, fmt.Sprint("owner-", f), strconv.FormatUint(f, 10))
+				err := fenced.Set(ctx, rdb, k, f, fmt.Sprint("owner-", f), strconv.FormatUint(f, 10))
 				out := tick()
 				switch {
 				case err == nil:
 					mu.Lock()
 					accepted = append(accepted, write{f, in, out})
 					mu.Unlock()
-				case !errors.Is(err, dlock.ErrStaleFence):
+				case !errors.Is(err, fenced.ErrStale):
 					t.Error(err)
 					return
 				}
@@ -210,7 +210,7 @@ func TestFencedSetConcurrent(t *testing.T) {
 			}
 		}
 	}
-	last, err := dlock.LastFence(ctx, rdb, k)
+	last, err := fenced.Last(ctx, rdb, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,8 +221,13 @@ func TestFencedSetConcurrent(t *testing.T) {
 
 // The scenario fencing exists for: a holder pauses past its lease, a new
 // holder writes, the old one wakes up and writes. The resource refuses it.
-func TestFencedSetRefusesPausedHolder(t *testing.T) {
-	c, rdb := newClient(t, dlock.Options{})
+func TestSetRefusesPausedHolder(t *testing.T) {
+	rdb := srv.Client(t)
+	c, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	ctx := t.Context()
 	k := key(t)
 	res := "resource:" + k
@@ -230,7 +235,7 @@ func TestFencedSetRefusesPausedHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dlock.FencedSet(ctx, rdb, res, old.Fence(), old.Token(), "old 1"); err != nil {
+	if err := fenced.Set(ctx, rdb, res, old.Fence(), old.Token(), "old 1"); err != nil {
 		t.Fatal(err)
 	}
 	// "Pause": no renewal, the lease runs out, a new holder takes over.
@@ -242,49 +247,14 @@ func TestFencedSetRefusesPausedHolder(t *testing.T) {
 	if cur.Fence() <= old.Fence() {
 		t.Fatalf("fences %d then %d", old.Fence(), cur.Fence())
 	}
-	if err := dlock.FencedSet(ctx, rdb, res, cur.Fence(), cur.Token(), "new"); err != nil {
+	if err := fenced.Set(ctx, rdb, res, cur.Fence(), cur.Token(), "new"); err != nil {
 		t.Fatal(err)
 	}
-	err = dlock.FencedSet(ctx, rdb, res, old.Fence(), old.Token(), "old 2")
-	if !errors.Is(err, dlock.ErrStaleFence) {
-		t.Fatalf("late write of the old holder = %v, want ErrStaleFence", err)
+	err = fenced.Set(ctx, rdb, res, old.Fence(), old.Token(), "old 2")
+	if !errors.Is(err, fenced.ErrStale) {
+		t.Fatalf("late write of the old holder = %v, want ErrStale", err)
 	}
 	if v := rdb.Get(ctx, res).Val(); v != "new" {
 		t.Fatalf("resource = %q", v)
 	}
-}
-
-// ExampleFencedSet shows a holder that paused past its lease being refused
-// by the resource. The resource checks the fence and records it in the
-// same step; with SQL the same check is one statement:
-//
-//	UPDATE reports SET body = $3, fence = $1 WHERE id = $2 AND fence < $1
-//
-// and zero rows updated means the writer is stale.
-func ExampleFencedSet() {
-	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
-	locks, _ := dlock.New(rdb, dlock.Options{})
-	defer locks.Close()
-
-	// The old holder's lease runs out while it is paused (no renewal here,
-	// to make the pause easy to show).
-	old, _ := locks.Lock(ctx, "example:report-lock", dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
-	time.Sleep(100 * time.Millisecond)
-
-	// The new holder writes with its fence.
-	cur, _ := locks.Lock(ctx, "example:report-lock")
-	defer cur.Unlock(ctx)
-	err := dlock.FencedSet(ctx, rdb, "example:report", cur.Fence(), cur.Token(), "written by the current holder")
-	fmt.Println("current holder:", err)
-
-	// The old holder wakes up and writes: refused.
-	err = dlock.FencedSet(ctx, rdb, "example:report", old.Fence(), old.Token(), "stale write")
-	fmt.Println("old holder stale:", errors.Is(err, dlock.ErrStaleFence))
-	fmt.Println(rdb.Get(ctx, "example:report").Val())
-	// Output:
-	// current holder: <nil>
-	// old holder stale: true
-	// written by the current holder
 }
