@@ -252,17 +252,7 @@ func auxOf(k Keys, suffix string) string {
 
 // hashTag returns the part of key Redis Cluster hashes: the text between the
 // first '{' and the first '}' after it, if non-empty; else "".
-func hashTag(key string) string {
-	s := strings.IndexByte(key, '{')
-	if s < 0 {
-		return ""
-	}
-	e := strings.IndexByte(key[s+1:], '}')
-	if e <= 0 {
-		return ""
-	}
-	return key[s+1 : s+1+e]
-}
+func hashTag(key string) string { return keyrules.HashTag(key) }
 
 // Slot returns the Redis Cluster hash slot (0..16383) of key, honouring hash
 // tags as Redis does.

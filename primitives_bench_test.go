@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/stripe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +44,7 @@ func primitivePairs() []struct {
 			return lk.Unlock(ctx)
 		}
 	}
-	stripes, _ := dlock.NewStripes("bench:stripes", 1024)
+	stripes, _ := stripe.New("bench:stripes", 1024)
 	return []struct {
 		name  string
 		split bool

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/stripe"
 )
 
 // With Barging (forced on a Ring) every primitive still waits by wake-up,
@@ -85,7 +86,7 @@ func TestPrimitivesBarging(t *testing.T) {
 func TestStripeLostSignal(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	ctx := t.Context()
-	s, _ := dlock.NewStripes(key(t), 4)
+	s, _ := stripe.New(key(t), 4)
 	lk, err := c.Lock(ctx, s.Key("sku:1"), dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@
 // package does.
 package keyrules
 
+import "strings"
+
 var (
 	// ValidKey checks key as package dlock checks a lock key under the
 	// default prefix: not empty, not too long, and not one of the
@@ -22,3 +24,21 @@ var (
 	Unavailable func(err error) error
 )
 
+// ValidStripes checks the name and count of a set of n stripes as package
+// dlock does: ErrInvalidCount for n < 1, ErrEmptyKey or ErrKeyTooLong for
+// the name with the stripe suffix. Set by package dlock.
+var ValidStripes func(name string, n int) error
+
+// HashTag returns the part of key Redis Cluster hashes: the text between
+// the first '{' and the first '}' after it, if non-empty; else "".
+func HashTag(key string) string {
+	s := strings.IndexByte(key, '{')
+	if s < 0 {
+		return ""
+	}
+	e := strings.IndexByte(key[s+1:], '}')
+	if e <= 0 {
+		return ""
+	}
+	return key[s+1 : s+1+e]
+}

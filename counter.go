@@ -5,87 +5,19 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 
+	"github.com/dlock-go/dlock/internal/keyrules"
+	"github.com/dlock-go/dlock/internal/stripes"
 	"github.com/redis/go-redis/v9"
 )
-
-// Stripes maps any number of logical keys onto a fixed set of n lock keys
-// (stripes), so a program can lock per item (per user, per SKU) without a
-// Redis key per item, or split one hot item's lock into several (seed
-// 003's 分段锁). Stripe i is named "<name>:<i>". A Stripes is a pure
-// mapping: lock its keys with any Client call (Lock, Shared, Semaphore,
-// LockMulti...). It is safe for concurrent use.
-//
-// A logical key maps to stripe FNV-1a-64(h) mod n, where h is the key's
-// hash tag if it has one (the text between the first '{' and the next
-// '}'), else the whole key: keys that share a hash tag (meant to live
-// together in a Cluster) share a stripe. Other programs can compute the
-// same mapping. If name has a hash tag, every stripe is in one Cluster
-// slot (a LockMulti over stripes is one script); otherwise the stripes
-// spread over slots.
-//
-// Two unrelated logical keys may share a stripe: they then exclude each
-// other. More stripes, fewer such collisions; use LockMulti (with Keys)
-// to hold several logical keys without deadlock.
-type Stripes struct {
-	name string
-	n    int
-}
-
-// NewStripes returns n stripes named after name. Errors: ErrEmptyKey or
-// ErrKeyTooLong for the name (with the stripe suffix), ErrInvalidCount for
-// n < 1.
-func NewStripes(name string, n int) (Stripes, error) {
-	if n < 1 {
-		return Stripes{}, ErrInvalidCount
-	}
-	if name == "" {
-		return Stripes{}, ErrEmptyKey
-	}
-	if err := validKey("", name+":"+strconv.Itoa(n-1)); err != nil {
-		return Stripes{}, err
-	}
-	return Stripes{name: name, n: n}, nil
-}
-
-// Len returns the number of stripes (1 for the zero Stripes).
-func (s Stripes) Len() int { return max(s.n, 1) }
-
-// Index returns the stripe of key, in [0, Len()).
-func (s Stripes) Index(key string) int {
-	h := fnv.New64a()
-	if t := hashTag(key); t != "" {
-		key = t
-	}
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum64() % uint64(s.Len()))
-}
-
-// Stripe returns the lock key of stripe i ("<name>:<i>").
-func (s Stripes) Stripe(i int) string { return s.name + ":" + strconv.Itoa(i) }
-
-// Key returns the lock key of the stripe key maps to.
-func (s Stripes) Key(key string) string { return s.Stripe(s.Index(key)) }
-
-// Keys returns the distinct stripe keys of keys, sorted: pass them to
-// LockMulti to hold all of the logical keys at once.
-func (s Stripes) Keys(keys ...string) []string {
-	out := make([]string, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, s.Key(k))
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
 
 // Counter is a non-negative count (a stock) split over segments, each
 // with its own lock, so that takers on different segments work in
 // parallel instead of queueing on one lock: a segmented lock, 分段锁, as in a
-// flash sale. Segment i's lock is stripe i of Stripes(name, n) and its
+// flash sale. Segment i's lock is stripe i of stripe.New(name, n)
+// ("<name>:<i>") and its
 // count lives beside it, in the lock key's slot
 // ("<prefix>:{<name>:<i>}:count", no TTL). All users of a Counter must use
 // the same name and segment count. It is safe for concurrent use.
@@ -95,18 +27,31 @@ func (s Stripes) Keys(keys ...string) []string {
 // nothing: the count never goes below zero and nothing is sold twice.
 type Counter struct {
 	c    *Client
-	segs Stripes
+	segs stripes.Set
 }
 
 // Counter returns the counter name split over segments segments. Errors
-// as NewStripes. It makes no Redis call.
+// as stripe.New's: ErrInvalidCount for segments < 1, ErrEmptyKey or
+// ErrKeyTooLong for the name. It makes no Redis call.
 func (c *Client) Counter(name string, segments int) (*Counter, error) {
-	s, err := NewStripes(name, segments)
-	if err != nil {
+	if err := validStripes(name, segments); err != nil {
 		return nil, err
 	}
-	return &Counter{c: c, segs: s}, nil
+	return &Counter{c: c, segs: stripes.Make(name, segments)}, nil
 }
+
+// validStripes checks the name and count of n stripes (see stripe.New).
+func validStripes(name string, n int) error {
+	if n < 1 {
+		return ErrInvalidCount
+	}
+	if name == "" {
+		return ErrEmptyKey
+	}
+	return validKey("", name+":"+strconv.Itoa(n-1))
+}
+
+func init() { keyrules.ValidStripes = validStripes }
 
 var (
 	//go:embed scripts/counter_add.lua
