@@ -56,8 +56,8 @@ func (c *Client) Reentrant(key string) *Reentrant { return &Reentrant{c: c, key:
 // does. On success, it returns a new handle and a nil error; the key stays
 // held until every handle is unlocked. On failure, it returns a nil *Lock
 // and an error, and holds nothing: ErrInvalidOwner if there is no owner
-// (none given, none bound) or it is SharedValue; ErrNilClient for a nil
-// *Reentrant; otherwise what Client.Lock returns.
+// (none given, none bound) or it is SharedValue; otherwise what
+// Client.Lock returns. On a nil *Reentrant it returns ErrNilClient.
 func (r *Reentrant) Lock(ctx context.Context, owner string, opts ...LockOption) (*Lock, error) {
 	return r.acquire(ctx, owner, true, opts)
 }
@@ -66,7 +66,7 @@ func (r *Reentrant) Lock(ctx context.Context, owner string, opts ...LockOption) 
 // as in Lock). On success, it returns a new handle and a nil error. On
 // failure, it returns a nil *Lock and an error (a *NotAcquiredError
 // matching ErrNotAcquired if another owner holds the key; otherwise as
-// Lock, with ErrNilClient for a nil *Reentrant), and holds nothing.
+// Lock), and holds nothing. On a nil *Reentrant it returns ErrNilClient.
 func (r *Reentrant) TryLock(ctx context.Context, owner string, opts ...LockOption) (*Lock, error) {
 	return r.acquire(ctx, owner, false, opts)
 }

@@ -40,8 +40,9 @@ func (c *Client) RWLock(key string) *RWLock { return &RWLock{c: c, key: key} }
 // writer holds it or waits ahead in the queue. On success, it returns the
 // held lock and a nil error; release it with Unlock. On failure, it returns
 // a nil *Lock and the error Client.Lock would (ErrContextDone,
-// ErrUnavailable, ErrWrongType, ErrClosed, an ErrInvalidArgument; a nil
-// *RWLock gives ErrNilClient), and holds nothing.
+// ErrUnavailable, ErrWrongType, ErrClosed, or an ErrInvalidArgument, such
+// as ErrInvalidOpts for WithProtocol), and holds nothing. On a nil *RWLock
+// it returns ErrNilClient.
 func (rw *RWLock) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, true, true, opts)
 }
@@ -49,8 +50,8 @@ func (rw *RWLock) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) 
 // TryRLock makes exactly one attempt to take a read lock on the key. On
 // success, it returns the held lock and a nil error. On failure, it returns
 // a nil *Lock and an error (a *NotAcquiredError matching ErrNotAcquired if
-// a writer holds the key or waits for it; otherwise as RLock, with
-// ErrNilClient for a nil *RWLock), and holds nothing.
+// a writer holds the key or waits for it; otherwise as RLock), and holds
+// nothing. On a nil *RWLock it returns ErrNilClient.
 func (rw *RWLock) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, true, false, opts)
 }
@@ -58,8 +59,8 @@ func (rw *RWLock) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, erro
 // Lock takes the key exclusively (the write lock), waiting until no reader
 // and no other writer holds it: the same lock as Client.Lock. On success,
 // it returns the held lock and a nil error. On failure, it returns a nil
-// *Lock and the error Client.Lock would (ErrNilClient for a nil *RWLock),
-// and holds nothing.
+// *Lock and the error Client.Lock would, and holds nothing. On a nil
+// *RWLock it returns ErrNilClient.
 func (rw *RWLock) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, false, true, opts)
 }
@@ -67,8 +68,8 @@ func (rw *RWLock) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 // TryLock makes exactly one attempt to take the key exclusively, as
 // Client.TryLock. On success, it returns the held lock and a nil error. On
 // failure, it returns a nil *Lock and an error (a *NotAcquiredError
-// matching ErrNotAcquired if the key is held; ErrNilClient for a nil
-// *RWLock), and holds nothing.
+// matching ErrNotAcquired if the key is held), and holds nothing. On a nil
+// *RWLock it returns ErrNilClient.
 func (rw *RWLock) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, false, false, opts)
 }

@@ -47,8 +47,8 @@ func (c *Client) Semaphore(key string, limit int) *Semaphore {
 // *Lock and an error, and holds nothing: ErrInvalidLimit for a limit below
 // 1; ErrInvalidPermits for n below 1 or above the limit (or above a lower
 // limit stored with SetLimit, instead of waiting for what can never be
-// granted); ErrNilClient for a nil *Semaphore; otherwise what Client.Lock
-// returns.
+// granted); otherwise what Client.Lock returns. On a nil *Semaphore it
+// returns ErrNilClient.
 func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
 	return s.acquire(ctx, n, true, opts)
 }
@@ -56,8 +56,8 @@ func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...LockOption) (*Lo
 // TryAcquire makes exactly one attempt to take n permits. On success, it
 // returns a lock holding them and a nil error. On failure, it returns a nil
 // *Lock and an error (a *NotAcquiredError matching ErrNotAcquired if fewer
-// than n are free or others wait ahead; otherwise as Acquire, with
-// ErrNilClient for a nil *Semaphore), and holds nothing.
+// than n are free or others wait ahead; otherwise as Acquire), and holds
+// nothing. On a nil *Semaphore it returns ErrNilClient.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...LockOption) (*Lock, error) {
 	return s.acquire(ctx, n, false, opts)
 }
@@ -80,10 +80,10 @@ func semaphoreKind(limit, n int) LockOption {
 // after a cut, holders keep their permits and newcomers wait until enough
 // are given back. The limit is stored without a TTL. Limit 0 removes it:
 // each client's own limit applies again. On success, it returns nil. On
-// failure, it returns an error and changes nothing: ErrInvalidLimit for a
-// negative limit, ErrWrongType if the key is not a semaphore's,
-// ErrNilClient for a nil *Semaphore, ErrUnavailable wrapping a Redis error,
-// or another ErrInvalidArgument (a nil context, a bad key).
+// failure, it returns an error: ErrInvalidLimit for a negative limit and
+// ErrWrongType if the key is not a semaphore's (changing nothing),
+// ErrUnavailable wrapping a Redis error, or another ErrInvalidArgument (a
+// nil context, a bad key). On a nil *Semaphore it returns ErrNilClient.
 func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 	if s == nil || s.c == nil {
 		return ErrNilClient
