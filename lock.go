@@ -11,10 +11,10 @@ import (
 
 // Lock is a held lock: exclusive, or (by what took it) a read lock
 // (RWLock), a reentrant owner's handle (Reentrant), semaphore permits
-// (Semaphore), or several keys (LockMulti). Its methods are safe for concurrent use by multiple
-// goroutines, and on a nil *Lock (or a zero Lock), which is a lock not
-// held: Err, Extend and Unlock return ErrNotHeld, Done is closed, and the
-// rest return zero values.
+// (Semaphore), or several keys (LockMulti). Its methods are safe for
+// concurrent use by multiple goroutines, and on a nil *Lock (or a zero
+// Lock), which is a lock not held: Err, Extend and Unlock return
+// ErrNotHeld, Done is closed, and the rest return zero values.
 type Lock struct {
 	l *lease
 }

@@ -29,9 +29,8 @@ import (
 // key first. It returns only with all keys held, or none.
 //
 // Options: WithTTL and WithoutRenewal; WithProtocol is ErrInvalidOpts,
-// as is a Client with MinReplicas. An
-// empty keys is ErrEmptyKey. Hooks and errors name the first key in the
-// canonical order (Keys()[0]).
+// as is a Client with MinReplicas. An empty keys is ErrEmptyKey. Hooks
+// and errors name the first key in the canonical order (Keys()[0]).
 func (c *Client) LockMulti(ctx context.Context, keys []string, opts ...LockOption) (*Lock, error) {
 	return c.acquireMulti(ctx, keys, true, opts)
 }
