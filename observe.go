@@ -16,8 +16,8 @@ import (
 // Every hook gets a context first, for the values it carries (a tracing
 // span, a request ID), not for its cancellation:
 //
-//   - Acquire: the ctx given to the call (Lock, TryLock, LockMulti, Do,
-//     RLock, a Semaphore's Acquire...);
+//   - Acquire: the ctx given to the acquiring call (Lock, TryLock, Do,
+//     LockMulti and every other call that takes a lock);
 //   - Release: the ctx given to Unlock (Do: its ctx, without its
 //     cancellation); for a lock released by Close, the lock's context;
 //   - Renew: the ctx given to Extend; for a watchdog renewal, the lock's
