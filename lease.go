@@ -80,7 +80,7 @@ type lease struct {
 }
 
 func (c *Client) newLease(proto Protocol, keys Keys, cfg lockConfig) *lease {
-	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl}
+	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl, ctx: context.Background()}
 }
 
 // start makes the lease live after an acquire sent at sent succeeded.
