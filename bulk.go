@@ -20,14 +20,12 @@ import (
 // Calls a bulk script cannot serve (other primitives, multi-key locks,
 // a Leave) and groups of one go out as they are, in the same pipeline.
 var (
-	//go:embed scripts/lib/extend.lua
-	libExtendSrc string
 	//go:embed scripts/extend_many.lua
 	extendManySrc string
 	//go:embed scripts/release_many.lua
 	releaseManySrc string
 
-	extendManyScript  = redis.NewScript(libExtendSrc + "\n" + extendManySrc)
+	extendManyScript  = libScript(extendManySrc)
 	releaseManyScript = libScript(releaseManySrc)
 )
 
@@ -151,7 +149,7 @@ const fenceMargin = 5 * time.Second
 // outlives what this renewal buys by fenceMargin: the renewal then runs
 // two commands, not three. It reports whether c still pushes it. The
 // counter only has to outlive the lock (`dlock list` finds locks by it);
-// fencing stays monotonic even if it expires (see lib/fence.lua).
+// fencing stays monotonic even if it expires (see internal/lualib/fence.lua).
 // Callers hold opMu.
 func (l *lease) leanFence(c *Call, sent time.Time, ttl time.Duration) bool {
 	if bulkOf(*c) != extendManyScript {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Leader election is a lock held for as long as the leader lives: the
@@ -30,10 +28,10 @@ import (
 var (
 	//go:embed scripts/elect_publish.lua
 	electPublishSrc    string
-	electPublishScript = redis.NewScript(electPublishSrc)
+	electPublishScript = libScript(electPublishSrc)
 	//go:embed scripts/elect_read.lua
 	electReadSrc    string
-	electReadScript = redis.NewScript(electReadSrc)
+	electReadScript = libScript(electReadSrc)
 )
 
 // MaxLeaderValue is the longest value a leader may publish, in bytes.

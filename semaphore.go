@@ -111,8 +111,6 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 }
 
 var (
-	//go:embed scripts/lib/semaphore.lua
-	libSemaphoreSrc string
 	//go:embed scripts/semaphore_acquire.lua
 	semaphoreAcquireSrc string
 	//go:embed scripts/semaphore_extend.lua
@@ -122,15 +120,15 @@ var (
 	//go:embed scripts/semaphore_limit.lua
 	semaphoreLimitSrc string
 
-	semaphoreAcquireScript = libScript(semaphoreAcquireSrc, libSemaphoreSrc)
-	semaphoreExtendScript  = libScript(semaphoreExtendSrc, libSemaphoreSrc)
-	semaphoreReleaseScript = libScript(semaphoreReleaseSrc, libSemaphoreSrc)
-	semaphoreLimitScript   = libScript(semaphoreLimitSrc, libSemaphoreSrc)
+	semaphoreAcquireScript = libScript(semaphoreAcquireSrc)
+	semaphoreExtendScript  = libScript(semaphoreExtendSrc)
+	semaphoreReleaseScript = libScript(semaphoreReleaseSrc)
+	semaphoreLimitScript   = libScript(semaphoreLimitSrc)
 )
 
 // semaphore is the protocol of Semaphore: each holder is a member of the
 // key's sorted set, scored with the end of its lease; its permit count is
-// in a hash beside it (scripts/lib/semaphore.lua).
+// in a hash beside it (internal/lualib/semaphore.lua).
 type semaphore struct {
 	queueMode
 	limit, permits int

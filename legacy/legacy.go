@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,9 +99,9 @@ var (
 	//go:embed scripts/restore.lua
 	restoreSrc string
 
-	renewScript   = redis.NewScript(renewSrc)
-	releaseScript = redis.NewScript(releaseSrc)
-	restoreScript = redis.NewScript(restoreSrc)
+	renewScript   = lualib.Script(renewSrc)
+	releaseScript = lualib.Script(releaseSrc)
+	restoreScript = lualib.Script(restoreSrc)
 )
 
 func (p *Protocol) now() time.Time {

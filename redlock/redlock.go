@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,10 +32,10 @@ var (
 	//go:embed scripts/release.lua
 	releaseSrc string
 
-	acquireScript = redis.NewScript(acquireSrc)
-	fenceScript   = redis.NewScript(fenceSrc)
-	renewScript   = redis.NewScript(renewSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	acquireScript = lualib.Script(acquireSrc)
+	fenceScript   = lualib.Script(fenceSrc)
+	renewScript   = lualib.Script(renewSrc)
+	releaseScript = lualib.Script(releaseSrc)
 )
 
 var (

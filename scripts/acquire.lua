@@ -1,10 +1,10 @@
 -- acquire.lua: take a lock (SET NX PX semantics) with FIFO queueing, or
 -- confirm a lock handed to us, and draw the grant's fencing token.
--- Uses lib/fence.lua and lib/queue.lua (prepended).
+-- Uses lualib/fence.lua and lualib/queue.lua (prepended).
 --
 -- KEYS[1]  the lock key: holds the owner's token, with a PX TTL
 -- KEYS[2]  the fence counter (same Cluster slot as KEYS[1])
--- KEYS[3]  the wait queue (see lib/queue.lua): waiter tokens, oldest first,
+-- KEYS[3]  the wait queue (see lualib/queue.lua): waiter tokens, oldest first,
 --          each live waiter with a lease key KEYS[3]..':'..token
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the lock TTL in milliseconds
@@ -24,7 +24,7 @@
 -- Returns {1, fence}  acquired (or the key already held our token: a hand-off
 --                     being confirmed, or a retried acquire). The key's TTL is
 --                     set to ARGV[2]. fence = max(counter + 1, TIME in µs)
---                     (see lib/fence.lua). A waiter's lease key is deleted.
+--                     (see lualib/fence.lua). A waiter's lease key is deleted.
 --         {0, pttl}   not acquired; pttl = the holder's remaining TTL in ms
 --                     (-1: no TTL; -2: the key is free but waiters are ahead)
 --         {-2, 0}     KEYS[1], KEYS[2] or KEYS[3] exists with another type
@@ -32,7 +32,7 @@
 local token, mode = ARGV[1], ARGV[4]
 local K, F, Q = KEYS[1], KEYS[2], KEYS[3]
 if q_dead(Q, token) then
-  return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
+  return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
 local c = fence_read(F)

@@ -32,14 +32,14 @@
 local token, term, rev, value = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 
 local cur = redis.pcall('GET', KEYS[1])
-if type(cur) == 'table' and cur.err then
+if is_err(cur) then
   return {-2, ''}
 end
 if cur ~= token then
   return {0, ''}
 end
 local head = redis.pcall('LINDEX', KEYS[2], 0)
-if type(head) == 'table' and head.err then
+if is_err(head) then
   return {-2, ''}
 end
 

@@ -11,7 +11,7 @@
 --         {-2}  KEYS[1] or KEYS[2] is of another type
 local cur = redis.pcall('GET', KEYS[1])
 local recs = redis.pcall('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)
-if (type(cur) == 'table' and cur.err) or recs.err then
+if is_err(cur) or is_err(recs) then
   return {-2}
 end
 local t = redis.call('TIME')

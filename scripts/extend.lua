@@ -15,9 +15,9 @@
 --         -1  a key holds another owner's token: the lock is lost
 --         -2  a key exists but is not a string
 -- Nothing is extended unless every key holds our token. Uses
--- lib/extend.lua (prepended).
+-- lualib/owner.lua (prepended).
 for i = 1, #KEYS, 2 do
-  local code = ext_check(KEYS[i], ARGV[1])
+  local code = owner_check(KEYS[i], ARGV[1])
   if code ~= 1 then
     return code
   end

@@ -7,7 +7,7 @@
 -- ARGV     triples: ARGV[3i-2] lease i's token, ARGV[3i-1] its new TTL in
 --          milliseconds, ARGV[3i] its fence counter's TTL in milliseconds,
 --          or 0 to leave the counter's TTL alone (the engine pushes it out
---          every few seconds, not at every renewal: see lib/extend.lua)
+--          every few seconds, not at every renewal: see lualib/owner.lua)
 --
 -- Returns  an array: element i is lease i's reply, as extend.lua's:
 --           1  extended (the key held the lease's token)
@@ -21,7 +21,7 @@
 local out = {}
 for i = 1, #KEYS / 2 do
   local k = KEYS[2 * i - 1]
-  local code = ext_check(k, ARGV[3 * i - 2])
+  local code = owner_check(k, ARGV[3 * i - 2])
   if code == 1 then
     ext_apply(k, KEYS[2 * i], ARGV[3 * i - 1], ARGV[3 * i])
   end

@@ -1,8 +1,9 @@
 -- holds_extend.lua: renew one handle of a shared hold: a reentrant owner's
--- handle or a reader's. Uses lib/fence.lua and lib/holds.lua (prepended).
+-- handle or a reader's. Uses lualib/fence.lua, lualib/owner.lua and
+-- lualib/holds.lua (prepended).
 --
 -- KEYS[1]  the lock key: holds ARGV[4] while the hold lasts
--- KEYS[2]  the hold set (lib/holds.lua): handle token -> lease end (ms)
+-- KEYS[2]  the hold set (lualib/holds.lua): handle token -> lease end (ms)
 -- KEYS[3]  the fence counter, kept at least ARGV[3] ms more
 -- ARGV[1]  the handle's token
 -- ARGV[2]  the new TTL of the handle in milliseconds
@@ -20,15 +21,12 @@
 --         -1  the lock key holds something else: another owner has it
 --         -2  the lock key exists but is not a string, or the hold set
 --             is not a sorted set: nothing was written
-local v = redis.pcall('GET', KEYS[1])
-if is_err(v) or not h_count(KEYS[2]) then
+local code = owner_check(KEYS[1], ARGV[4])
+if code == -2 or not h_count(KEYS[2]) then
   return -2
 end
-if not v then
-  return 0
-end
-if v ~= ARGV[4] then
-  return -1
+if code ~= 1 then
+  return code
 end
 local now = now_ms()
 if not h_live(KEYS[2], ARGV[1], now) then

@@ -1,12 +1,12 @@
 -- holds_release.lua: release one handle of a shared hold (a reentrant
 -- owner's or a reader's); when it was the last live one, free the lock key
 -- or hand it to the first live waiter. Also: take a waiter out of the
--- queue, passing on whatever reached it too late. Uses lib/queue.lua and
--- lib/holds.lua (prepended).
+-- queue, passing on whatever reached it too late. Uses lualib/queue.lua and
+-- lualib/holds.lua (prepended).
 --
 -- KEYS[1]  the lock key: holds ARGV[5] while the hold lasts
--- KEYS[2]  the wait queue (lib/queue.lua)
--- KEYS[3]  the hold set (lib/holds.lua)
+-- KEYS[2]  the wait queue (lualib/queue.lua)
+-- KEYS[3]  the hold set (lualib/holds.lua)
 -- ARGV[1]  the handle's (or leaving waiter's) token
 -- ARGV[2]  the key's wake-up channel ('released' when freed, nobody queued)
 -- ARGV[3]  the pickup time in ms of a hand-off

@@ -1,7 +1,7 @@
 -- multi_acquire.lua: take several exclusive locks in one slot at once.
 -- Each key is a token lock (acquire.lua's layout), so single-key lockers
 -- and multi-key lockers of the same keys exclude each other and share the
--- queues. Uses lib/fence.lua and lib/queue.lua (prepended).
+-- queues. Uses lualib/fence.lua and lualib/queue.lua (prepended).
 --
 -- KEYS     triples, in the canonical order (sorted): KEYS[3i-2] a lock key,
 --          KEYS[3i-1] its fence counter, KEYS[3i] its wait queue
@@ -32,7 +32,7 @@ local queued = mode == 'q1' or mode == 'q'
 local n = #KEYS / 3
 for i = 1, n do
   if q_dead(KEYS[3 * i], token) then
-    return {0, -2, i} -- a withdrawn token (lib/queue.lua): never granted again
+    return {0, -2, i} -- a withdrawn token (lualib/queue.lua): never granted again
   end
 end
 local vals, fences = {}, {}

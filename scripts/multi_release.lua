@@ -1,7 +1,7 @@
 -- multi_release.lua: release every key of a multi-key lock (in one slot)
 -- that holds our token, handing each to its first live waiter; also take
 -- the token out of every key's queue (a waiter that gives up, or holds
--- some keys and waits for the next). Uses lib/queue.lua (prepended).
+-- some keys and waits for the next). Uses lualib/queue.lua (prepended).
 --
 -- KEYS     pairs: KEYS[2i-1] a lock key, KEYS[2i] its wait queue
 -- ARGV[1]  the caller's token
@@ -11,7 +11,7 @@
 --           goes on: just take the token out of every queue; otherwise
 --           ('0' a release, '1' a waiter leaving or an abandoned acquire)
 --           the token is done: leave a tombstone in every queue
---           (lib/queue.lua), and count a key that no longer holds the token
+--           (lualib/queue.lua), and count a key that no longer holds the token
 --           but already had its tombstone as released (this release ran
 --           before and lost its reply; the Redis client re-sent it)
 --

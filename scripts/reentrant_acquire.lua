@@ -1,13 +1,14 @@
 -- reentrant_acquire.lua: take a reentrant lock for an owner, or join the
 -- owner's current hold (no queueing: the owner already holds it), or
--- confirm a hand-off. Uses lib/fence.lua, lib/queue.lua, lib/holds.lua.
+-- confirm a hand-off. Uses lualib/fence.lua, lualib/queue.lua and
+-- lualib/holds.lua (prepended).
 --
 -- KEYS[1]  the lock key: holds the hold's value (ARGV[7]) as a plain
 --          string, expiring with the owner's last handle, so SET NX clients
 --          and dlock's other locks on the key are excluded by it
 -- KEYS[2]  the fence counter
--- KEYS[3]  the wait queue (lib/queue.lua)
--- KEYS[4]  the hold set (lib/holds.lua): one member per handle; the hold
+-- KEYS[3]  the wait queue (lualib/queue.lua)
+-- KEYS[4]  the hold set (lualib/holds.lua): one member per handle; the hold
 --          count is its size
 -- ARGV[1]  the handle's token (also its queue token)
 -- ARGV[2]  the handle's TTL in milliseconds
@@ -29,7 +30,7 @@
 local token, ttl, mode, owner = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[7]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if q_dead(Q, token) then
-  return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
+  return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
 local v = redis.pcall('GET', K)

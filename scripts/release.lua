@@ -1,10 +1,10 @@
 -- release.lua: release a lock we own and hand it to the first live waiter;
 -- or take a waiter out of the queue (it gave up), passing on a hand-off
 -- that reached it too late; or (an operator's steal) release whoever holds
--- it. Uses lib/queue.lua (prepended).
+-- it. Uses lualib/queue.lua (prepended).
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the wait queue (see lib/queue.lua)
+-- KEYS[2]  the wait queue (see lualib/queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the key's wake-up channel: 'released' is published on it when
 --          the key is freed with nobody queued (barging waiters listen)
@@ -14,7 +14,7 @@
 --
 -- The hand-off (q_handoff): the key is set to the next live waiter's token
 -- with a PX of ARGV[3], the waiter's lease is marked handed (see
--- lib/queue.lua's pickup state), and the waiter is told on its own
+-- lualib/queue.lua's pickup state), and the waiter is told on its own
 -- channel (q_notify: the SHA1 of its token, never the token). Waiters whose lease expired are skipped. A shared or reentrant
 -- waiter converts such a hand-off into its own kind of hold when it
 -- confirms it.

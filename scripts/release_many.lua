@@ -1,6 +1,6 @@
 -- release_many.lua: Close's bulk release: release.lua's holder release
 -- (ARGV[4] '0') for many single-key locks in one call, each on its own.
--- Uses lib/queue.lua (prepended).
+-- Uses lualib/queue.lua (prepended).
 --
 -- KEYS     pairs: KEYS[2i-1] lock i's key, KEYS[2i] its wait queue. On a
 --          Cluster every key of one call is in one slot (the engine groups

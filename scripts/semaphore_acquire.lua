@@ -1,12 +1,12 @@
 -- semaphore_acquire.lua: take n permits of a semaphore, or confirm permits
--- handed to us. Uses lib/*.lua and lib/semaphore.lua (prepended).
+-- handed to us. Uses internal/lualib (prepended).
 --
--- KEYS[1]  S: the holders (sorted set, see lib/semaphore.lua); it is the
+-- KEYS[1]  S: the holders (sorted set, see lualib/semaphore.lua); it is the
 --          semaphore's own key, so a plain lock on it fails (WRONGTYPE)
 -- KEYS[2]  P: permits per holder (hash)
 -- KEYS[3]  L: the limit set by SetLimit, if any
 -- KEYS[4]  the fence counter
--- KEYS[5]  Q: the wait queue (lib/queue.lua)
+-- KEYS[5]  Q: the wait queue (lualib/queue.lua)
 -- ARGV[1]  the caller's token (also its queue token)
 -- ARGV[2]  the TTL of the caller's permits in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds
@@ -31,7 +31,7 @@
 local token, ttl, mode, n = ARGV[1], tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[7])
 local S, P, L, F, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if q_dead(Q, token) then
-  return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
+  return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
 local mine = redis.pcall('ZSCORE', S, token)

@@ -1,5 +1,5 @@
 -- semaphore_extend.lua: renew a holder's permits.
--- Uses lib/*.lua and lib/semaphore.lua (prepended).
+-- Uses internal/lualib (prepended).
 --
 -- KEYS[1]  S: the holders (sorted set)
 -- KEYS[2]  P: permits per holder (hash)

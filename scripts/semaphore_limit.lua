@@ -1,6 +1,6 @@
 -- semaphore_limit.lua: change a semaphore's limit at run time, and hand
 -- the permits a raise frees to the queued waiters they let in.
--- Uses lib/*.lua and lib/semaphore.lua (prepended).
+-- Uses internal/lualib (prepended).
 --
 -- KEYS[1]  S: the holders (sorted set)
 -- KEYS[2]  P: permits per holder (hash)

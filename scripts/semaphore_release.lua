@@ -1,6 +1,6 @@
 -- semaphore_release.lua: give a holder's permits back and hand them to the
 -- queued waiters they let in (exactly as many as fit); or take a waiter
--- out of the queue. Uses lib/*.lua and lib/semaphore.lua (prepended).
+-- out of the queue. Uses internal/lualib (prepended).
 --
 -- KEYS[1]  S: the holders (sorted set)
 -- KEYS[2]  P: permits per holder (hash)

@@ -1,13 +1,13 @@
 -- shared_acquire.lua: take a read (shared) lock: start a read phase, join
 -- the current one, or confirm a hand-off. Writers are exclusive locks on
--- the same key (acquire.lua). Uses lib/fence.lua, lib/queue.lua and
--- lib/holds.lua (prepended).
+-- the same key (acquire.lua). Uses lualib/fence.lua, lualib/queue.lua and
+-- lualib/holds.lua (prepended).
 --
 -- KEYS[1]  the lock key: a writer's token, or ARGV[8] during a read phase
 --          (expiring with the last reader's lease)
 -- KEYS[2]  the fence counter
--- KEYS[3]  the wait queue (lib/queue.lua), shared by readers and writers
--- KEYS[4]  the readers' hold set (lib/holds.lua): reader token -> lease end
+-- KEYS[3]  the wait queue (lualib/queue.lua), shared by readers and writers
+-- KEYS[4]  the readers' hold set (lualib/holds.lua): reader token -> lease end
 -- ARGV[1]  the reader's token (also its queue token)
 -- ARGV[2]  the reader's TTL in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds
@@ -21,7 +21,7 @@
 -- while a live writer is queued before it (anywhere in the queue, for a
 -- newcomer). Whenever a reader gets in, the live readers at the head of
 -- the queue (up to the first writer) are let in with it (q_serve): each
--- is added to the hold set with a pickup lease (lib/queue.lua's pickup
+-- is added to the hold set with a pickup lease (lualib/queue.lua's pickup
 -- state: one that confirms too late is back at the head of the queue).
 -- Every reader grant draws its own fencing token.
 --
@@ -32,7 +32,7 @@
 local token, ttl, mode, marker = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[8]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if q_dead(Q, token) then
-  return {0, -2} -- a withdrawn token (lib/queue.lua): never granted again
+  return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
 local v = redis.pcall('GET', K)

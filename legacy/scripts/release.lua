@@ -1,6 +1,7 @@
 -- release.lua: delete a legacy lock we own (compare-and-delete) and wake the
 -- dlock waiters. This is the old recipe's "check before DEL, or you delete someone
 -- else's lock", made atomic: instead of comparing clocks, compare the value.
+-- Uses owner_check (dlock's internal/lualib/owner.lua, prepended).
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the timestamp we wrote last (acquire or latest renewal)
@@ -10,15 +11,9 @@
 --          0  the key is gone
 --         -1  the key holds another value: left untouched
 --         -2  the key exists but is not a string: left untouched
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  return -2
-end
-if not v then
-  return 0
-end
-if v ~= ARGV[1] then
-  return -1
+local code = owner_check(KEYS[1], ARGV[1])
+if code ~= 1 then
+  return code
 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] ~= '' then

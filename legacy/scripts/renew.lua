@@ -2,7 +2,8 @@
 --
 -- The key holds the lock's expiry time as a decimal Unix timestamp (seconds
 -- or milliseconds) and has no Redis TTL. Owning it means: it still holds the
--- exact timestamp we wrote last.
+-- exact timestamp we wrote last. Uses owner_check (dlock's
+-- internal/lualib/owner.lua, prepended).
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the timestamp we wrote last (acquire or previous renewal)
@@ -13,15 +14,9 @@
 --         -1  the key holds another value (a takeover after expiry, a GETSET
 --             loser's overwrite, a foreign writer): left untouched, lock lost
 --         -2  the key exists but is not a string: left untouched
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  return -2
-end
-if not v then
-  return 0
-end
-if v ~= ARGV[1] then
-  return -1
+local code = owner_check(KEYS[1], ARGV[1])
+if code ~= 1 then
+  return code
 end
 redis.call('SET', KEYS[1], ARGV[2])
 return 1

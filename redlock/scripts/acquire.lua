@@ -1,6 +1,7 @@
 -- acquire.lua: one node's part of a Redlock acquire. Takes the lock key if
 -- it is free (SET NX PX semantics) and reads the node's fence counter, which
--- the client combines with the other nodes' counters.
+-- the client combines with the other nodes' counters. Uses is_err (dlock's
+-- internal/lualib/fence.lua, prepended).
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fence counter (same Cluster slot as KEYS[1])
@@ -16,7 +17,7 @@
 --         {0, pttl, value} held by value, which expires in pttl ms (-1: never)
 --         {-2, 0}          KEYS[1] is not a string (not a lock)
 local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
+if is_err(v) then
   return {-2, 0}
 end
 if not v then

@@ -1,4 +1,5 @@
 -- release.lua: release one node's part of a Redlock (compare-and-delete).
+-- Uses owner_check (dlock's internal/lualib/owner.lua, prepended).
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the holder's value
@@ -8,17 +9,12 @@
 --
 -- Returns  1 deleted, 0 the key is gone, -1 it holds another value,
 --         -2 it is not a string; in the last two cases nothing is touched
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  return -2
+local code = owner_check(KEYS[1], ARGV[1])
+if code < 0 then
+  return code
 end
-if v and v ~= ARGV[1] then
-  return -1
-end
-local code = 0
-if v then
+if code == 1 then
   redis.call('DEL', KEYS[1])
-  code = 1
 end
 if ARGV[2] ~= '' then
   redis.call('PUBLISH', ARGV[2], 'released')

@@ -1,4 +1,5 @@
 -- renew.lua: extend one node's part of a Redlock (compare-and-expire).
+-- Uses owner_check (dlock's internal/lualib/owner.lua, prepended).
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fence counter: its TTL is pushed out too
@@ -8,15 +9,9 @@
 --
 -- Returns  1 extended, 0 the key is gone, -1 it holds another value,
 --         -2 it is not a string
-local v = redis.pcall('GET', KEYS[1])
-if type(v) == 'table' and v.err then
-  return -2
-end
-if not v then
-  return 0
-end
-if v ~= ARGV[1] then
-  return -1
+local code = owner_check(KEYS[1], ARGV[1])
+if code ~= 1 then
+  return code
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -1,11 +1,11 @@
--- lib/semaphore.lua: the state of a semaphore (prepended to the semaphore
--- scripts, after the other lib/*.lua files).
+-- semaphore.lua: the state of a semaphore (prepended to the semaphore
+-- scripts).
 --
 -- S  sorted set: holder token -> lease end (server ms, now_ms)
 -- P  hash: holder token -> permits it holds; field '#used' = their sum
 --    ('#' is not a token character, so the field cannot clash)
 -- L  string: the limit set by SetLimit; absent: the caller's limit
--- Q  the wait queue (lib/queue.lua); a waiter's payload is its channel,
+-- Q  the wait queue (queue.lua); a waiter's payload is its channel,
 --    '{' and the permits it asks for
 
 -- sem_prune drops the holders whose lease ended, giving their permits
@@ -34,7 +34,7 @@ end
 
 -- sem_pump hands free permits to the live waiters at the head of Q, in
 -- order, while the first one's request fits (q_serve): each becomes a
--- holder with a pickup lease and is told (lib/queue.lua's pickup state),
+-- holder with a pickup lease and is told (queue.lua's pickup state),
 -- except self, the caller (asking for own permits), which confirms in the
 -- same script. A request above the limit can never fit: it is taken
 -- out of the queue and woken, so it fails instead of stalling everyone

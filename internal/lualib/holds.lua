@@ -1,4 +1,4 @@
--- lib/holds.lua: leased handles of a shared hold (prepended).
+-- holds.lua: leased handles of a shared hold (prepended).
 --
 -- A hold set H is a sorted set: member = one handle's token, score = the
 -- server time in ms (now_ms) at which that handle's lease ends. Each handle

@@ -1,4 +1,4 @@
--- lib/queue.lua: the FIFO wait queue every lock script shares (prepended).
+-- queue.lua: the FIFO wait queue every lock script shares (prepended).
 --
 -- A queue Q is a list of waiter tokens, oldest first. A live waiter also
 -- has a lease key Q..':'..token (same Cluster slot: it carries Q's hash
@@ -271,15 +271,15 @@ end
 -- release.lua's replies: 1 released, 0 gone, -1 another owner's token,
 -- -2 k is not a string or q not a list (nothing written).
 local function q_release(k, q, token, wake, pickup)
-  local v = redis.pcall('GET', k)
-  if is_err(v) then
+  local code = owner_check(k, token)
+  if code == -2 then
     return -2
   end
-  if v ~= token then
+  if code ~= 1 then
     if q_dead(q, token) then
       return 1
     end
-    return v and -1 or 0
+    return code
   end
   if not q_handoff(k, q, pickup, wake) then
     return -2

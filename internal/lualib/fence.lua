@@ -1,5 +1,5 @@
--- lib/fence.lua: fencing tokens, key lifetimes and type checks. Prepended
--- (with the other lib/*.lua files) to every script that grants; it
+-- fence.lua: fencing tokens, key lifetimes and type checks. Prepended
+-- (with the other library files) to every script that grants; it
 -- defines local functions only and runs no command of its own.
 
 -- is_err reports whether r, a redis.pcall reply, is an error (WRONGTYPE:
@@ -53,7 +53,7 @@ local function fence_draw(f, c, fttl, excl)
 end
 
 -- now_ms is the server's clock in milliseconds: the scale of every lease
--- deadline stored in a sorted set (lib/holds.lua, the semaphore).
+-- deadline stored in a sorted set (holds.lua, the semaphore).
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

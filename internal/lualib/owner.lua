@@ -1,11 +1,15 @@
--- lib/extend.lua: the compare-and-expire step every renewal of a token
--- lock shares (prepended to extend.lua and extend_many.lua).
+-- owner.lua: the owner check every compare-and-expire and
+-- compare-and-delete makes before it writes (used by the extend and
+-- release scripts of dlock, dlock/legacy and dlock/redlock), and the
+-- expire step of a token lock's renewal.
 
--- ext_check returns what extending lock key k for token would reply:
--- 1 it holds token, 0 gone, -1 another owner's token, -2 not a string.
-local function ext_check(k, token)
+-- owner_check compares what lock key k holds with token, the caller's
+-- value, and returns the reply every extend and release script shares:
+-- 1 k holds token, 0 k is gone, -1 k holds another owner's value, -2 k
+-- is not a string (another program's key under our name: write nothing).
+local function owner_check(k, token)
   local v = redis.pcall('GET', k)
-  if type(v) == 'table' and v.err then
+  if is_err(v) then
     return -2
   end
   if not v then

@@ -1,0 +1,152 @@
+// Package lualib holds the Lua functions that the Redis scripts of dlock,
+// dlock/legacy and dlock/redlock share, and builds those scripts.
+//
+// Each library file (fence.lua, owner.lua, queue.lua, holds.lua,
+// semaphore.lua) defines top-level local functions and constants only, and
+// runs no command of its own. Build puts in front of a script only the
+// library definitions it uses, directly or through another library
+// function, so each script is still sent as one self-contained body, and
+// Redis does not build closures it never calls on every run.
+package lualib
+
+import (
+	_ "embed"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The library files, in the order their definitions are emitted: a file
+// may use the definitions of the files before it.
+var (
+	//go:embed fence.lua
+	fenceSrc string
+	//go:embed owner.lua
+	ownerSrc string
+	//go:embed queue.lua
+	queueSrc string
+	//go:embed holds.lua
+	holdsSrc string
+	//go:embed semaphore.lua
+	semaphoreSrc string
+)
+
+// Files returns the library files by name, for tests.
+func Files() map[string]string {
+	return map[string]string{
+		"fence.lua": fenceSrc, "owner.lua": ownerSrc, "queue.lua": queueSrc,
+		"holds.lua": holdsSrc, "semaphore.lua": semaphoreSrc,
+	}
+}
+
+var defs = sync.OnceValue(func() []def {
+	return parse(fenceSrc, ownerSrc, queueSrc, holdsSrc, semaphoreSrc)
+})
+
+// Script returns the script src (the body of an embedded .lua file, header
+// included) with the library definitions it uses in front (see Build).
+func Script(src string) *redis.Script {
+	return redis.NewScript(Build(src))
+}
+
+// Build returns src preceded by the library definitions that src uses,
+// directly or through other definitions, in the library's order (each
+// definition comes after those it uses, as Lua's local scoping needs).
+// Comment lines of the library are dropped; src is kept whole. The result
+// depends only on src and the library, so a script's SHA1 is the same in
+// every process of one version.
+func Build(src string) string {
+	return lean(src, defs())
+}
+
+// def is one top-level definition of a library file: a local function,
+// or a line of local constants.
+type def struct {
+	names []string // what it defines
+	body  string   // its code, comment lines dropped
+	refs  []string // the identifiers its code mentions
+}
+
+var (
+	funcRE  = regexp.MustCompile(`^local\s+function\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(`)
+	constRE = regexp.MustCompile(`^local\s+([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)\s*=`)
+	identRE = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
+
+// parse splits library files into their top-level definitions, in order.
+// A definition starts at a line "local function name(" or
+// "local A, B = ..." in the first column and runs to the next one; comment
+// lines and blank lines are dropped.
+func parse(files ...string) []def {
+	var ds []def
+	for _, f := range files {
+		cur := -1
+		for _, line := range strings.Split(f, "\n") {
+			var names []string
+			if m := funcRE.FindStringSubmatch(line); m != nil {
+				names = []string{m[1]}
+			} else if m := constRE.FindStringSubmatch(line); m != nil {
+				for _, n := range strings.Split(m[1], ",") {
+					names = append(names, strings.TrimSpace(n))
+				}
+			}
+			if names != nil {
+				ds = append(ds, def{names: names})
+				cur = len(ds) - 1
+			}
+			t := strings.TrimSpace(line)
+			if cur < 0 || t == "" || strings.HasPrefix(t, "--") {
+				continue
+			}
+			ds[cur].body += line + "\n"
+		}
+	}
+	for i := range ds {
+		ds[i].refs = idents(ds[i].body)
+	}
+	return ds
+}
+
+// idents returns the identifiers in code, its comment lines skipped.
+func idents(code string) []string {
+	var ids []string
+	for _, line := range strings.Split(code, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "--") {
+			continue
+		}
+		ids = append(ids, identRE.FindAllString(line, -1)...)
+	}
+	return ids
+}
+
+// lean returns src preceded by the definitions of ds that src uses,
+// directly or through other definitions, in the order of ds.
+func lean(src string, ds []def) string {
+	byName := map[string]int{}
+	for i, d := range ds {
+		for _, n := range d.names {
+			byName[n] = i
+		}
+	}
+	use := make([]bool, len(ds))
+	var visit func(ids []string)
+	visit = func(ids []string) {
+		for _, id := range ids {
+			if i, ok := byName[id]; ok && !use[i] {
+				use[i] = true
+				visit(ds[i].refs)
+			}
+		}
+	}
+	visit(idents(src))
+	var b strings.Builder
+	for i, d := range ds {
+		if use[i] {
+			b.WriteString(d.body)
+		}
+	}
+	b.WriteString(src)
+	return b.String()
+}
