@@ -10,7 +10,7 @@ import (
 // key holds a string naming the hold's group (the owner id, or
 // SharedValue), and a sorted set next to it has one member per handle,
 // scored with the server time at which that handle's lease ends (see
-// scripts/lib/holds.lua). Each handle is an ordinary lease of the engine:
+// internal/lualib/holds.lua). Each handle is an ordinary lease of the engine:
 // the watchdog renews its own member (holds_extend.lua), so a handle whose
 // process died expires alone; the key expires with the last live lease;
 // releasing the last handle frees the key or hands it to the first queued

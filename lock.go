@@ -99,7 +99,7 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 // off the key under a caller who believes it holds it. Waiting for the
 // withdrawal before retrying would not be enough either: the lost attempt
 // itself may still be in flight. So the withdrawal leaves a tombstone for
-// the token that every acquire script honours (scripts/lib/queue.lua):
+// the token that every acquire script honours (internal/lualib/queue.lua):
 // the given-up token cannot be granted or queued by an attempt that lands
 // late, and nothing is left held by nobody. A fresh token loses the
 // waiter's place in the queue, which only happens after such a fault.

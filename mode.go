@@ -6,7 +6,7 @@ import (
 )
 
 // acquireMode is how one acquire attempt of a protocol whose waiters queue
-// in Redis (scripts/lib/queue.lua) treats the key's wait queue. The engine
+// in Redis (internal/lualib/queue.lua) treats the key's wait queue. The engine
 // picks it per attempt (see Client.obtain); the acquire scripts read it as
 // their mode argument (see scripts/acquire.lua).
 type acquireMode uint8

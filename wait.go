@@ -220,7 +220,7 @@ func (n *notifier) dropQueueWaiter(w *waiter) {
 }
 
 // handoffID is what a hand-off publishes for the waiter token (q_notify in
-// scripts/lib/queue.lua): its SHA1 in hex. It identifies the waiter to its
+// internal/lualib/queue.lua): its SHA1 in hex. It identifies the waiter to its
 // Client, and is no credential: only the token releases a lock.
 func handoffID(token string) string {
 	h := sha1.Sum([]byte(token))
