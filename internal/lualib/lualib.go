@@ -33,8 +33,8 @@ var (
 	semaphoreSrc string
 )
 
-// Files returns the library files by name, for tests.
-func Files() map[string]string {
+// libFiles returns the library files by name.
+func libFiles() map[string]string {
 	return map[string]string{
 		"fence.lua": fenceSrc, "owner.lua": ownerSrc, "queue.lua": queueSrc,
 		"holds.lua": holdsSrc, "semaphore.lua": semaphoreSrc,
