@@ -56,7 +56,7 @@ func init() { keyrules.ValidStripes = validStripes }
 var (
 	//go:embed scripts/counter_add.lua
 	counterAddSrc    string
-	counterAddScript = redis.NewScript(counterAddSrc)
+	counterAddScript = libScript(counterAddSrc)
 )
 
 // Reply of counter_add.lua when the caller does not hold the segment.
