@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -62,7 +63,7 @@ type Info struct {
 // auxNames returns the names of the auxiliary keys of ks (every entry of
 // the one suffix table but the pub/sub channels, which are no keys), in table
 // order.
-func (c *Client) auxNames(ks Keys) []string {
+func (c *Client) auxNames(ks protocol.Keys) []string {
 	var out []string
 	for _, a := range auxTable {
 		switch a.suffix {
@@ -390,7 +391,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		sem := c.adminSemaphore(used)
 		released := false
 		for _, m := range members.Val() {
-			code, err := sem.release(ks, m, "force").Run(ctx, c.rdb).Int64()
+			code, err := runScript(ctx, c.rdb, sem.release(ks, m, "force")).Int64()
 			switch {
 			case err != nil:
 				return released, unavailable(err)
@@ -402,8 +403,8 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	default:
 		return false, ErrWrongType
 	}
-	code, err := Call{releaseScript, []string{ks.Lock, ks.Queue},
-		[]any{"", ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}.Run(ctx, c.rdb).Int64()
+	code, err := runScript(ctx, c.rdb, protocol.Call{Script: releaseScript, Keys: []string{ks.Lock, ks.Queue},
+		Args: []any{"", ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)
@@ -466,7 +467,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if err := typ.Err(); err != nil {
 		return unavailable(err)
 	}
-	var proto Protocol
+	var proto protocol.Protocol
 	switch typ.Val() {
 	case "none":
 		return errors.Join(ErrNotHeld, ErrExpired)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,7 +49,7 @@ var errBulkReply = errors.New("dlock: unexpected reply from a bulk script")
 // bulkOf returns the bulk script that can serve c along with others like
 // it, or nil. Such a call's first three arguments are the bulk script's
 // triple for its lock, and its two keys the pair.
-func bulkOf(c Call) *redis.Script {
+func bulkOf(c protocol.Call) *redis.Script {
 	switch {
 	case c.Script == extendScript && len(c.Keys) == 2 && len(c.Args) == 3:
 		return extendManyScript
@@ -61,13 +62,13 @@ func bulkOf(c Call) *redis.Script {
 // runCalls runs calls, each with an integer reply, in one pipeline (split
 // per Cluster node or Ring shard by go-redis), merging what a bulk script
 // can serve, and returns each call's reply in order.
-func (c *Client) runCalls(ctx context.Context, calls []Call) []reply {
+func (c *Client) runCalls(ctx context.Context, calls []protocol.Call) []reply {
 	type groupKey struct {
 		s  *redis.Script
 		at string
 	}
 	var (
-		sent   []Call
+		sent   []protocol.Call
 		owners [][]int            // owners[j]: the calls sent[j] answers for
 		bulk   []bool             // sent[j] is a bulk call
 		groups map[groupKey][]int // by Cluster slot or Ring shard
@@ -109,7 +110,7 @@ func (c *Client) runCalls(ctx context.Context, calls []Call) []reply {
 		for len(ids) > 0 {
 			part := ids[:min(len(ids), bulkMax)]
 			ids = ids[len(part):]
-			b := Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
+			b := protocol.Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
 			for _, i := range part {
 				b.Keys = append(b.Keys, calls[i].Keys...)
 				b.Args = append(b.Args, calls[i].Args[:3]...)
@@ -151,7 +152,7 @@ const fenceMargin = 5 * time.Second
 // counter only has to outlive the lock (`dlock list` finds locks by it);
 // fencing stays monotonic even if it expires (see internal/lualib/fence.lua).
 // Callers hold opMu.
-func (l *lease) leanFence(c *Call, sent time.Time, ttl time.Duration) bool {
+func (l *lease) leanFence(c *protocol.Call, sent time.Time, ttl time.Duration) bool {
 	if bulkOf(*c) != extendManyScript {
 		return false
 	}

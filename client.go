@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -77,7 +78,7 @@ func isNil(v any) bool {
 
 // tokenLock returns the default protocol configured for this Client, with
 // acquire.lua's mode.
-func (c *Client) tokenLock(mode acquireMode) Protocol {
+func (c *Client) tokenLock(mode acquireMode) protocol.Protocol {
 	t := tokenLock{c.queueMode(mode)}
 	if c.opts.MinReplicas > 0 {
 		return ackedTokenLock{tokenLock: t, rdb: c.rdb, replicas: c.opts.MinReplicas, timeout: c.opts.ReplicaTimeout}

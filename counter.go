@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/dlock-go/dlock/internal/stripes"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -230,8 +231,7 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64, mode string) ([]int64, error) {
 	ks := s.c.keysFor(s.segs.Stripe(seg))
 	op := ks.Queue + ":" + newToken()
-	return Call{counterAddScript, []string{lk.Key(), s.countKey(seg), op}, []any{lk.Token(), d, mode}}.
-		Run(ctx, s.c.rdb).Int64Slice()
+	return runScript(ctx, s.c.rdb, protocol.Call{Script: counterAddScript, Keys: []string{lk.Key(), s.countKey(seg), op}, Args: []any{lk.Token(), d, mode}}).Int64Slice()
 }
 
 // add adds d to segment seg if lk (its lock) still holds it and the count

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // Leader election is a lock held for as long as the leader lives: the
@@ -64,7 +66,7 @@ type ElectionOptions struct {
 type Election struct {
 	c       *Client
 	name    string
-	keys    Keys
+	keys    protocol.Keys
 	history string // the leader records
 	channel string // told of every change
 	ttl     time.Duration
@@ -301,11 +303,11 @@ func (l *Leadership) publishUntil(ctx context.Context) error {
 // A "not the holder" reply ends the lease as lost. Callers hold l.mu.
 func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 	e := l.e
-	call := Call{electPublishScript, []string{e.keys.Lock, e.history}, []any{
+	call := protocol.Call{Script: electPublishScript, Keys: []string{e.keys.Lock, e.history}, Args: []any{
 		l.lk.Token(), strconv.FormatUint(l.lk.Fence(), 10), strconv.FormatUint(l.rev, 10), l.value,
 		e.keep().Milliseconds(), e.channel, historyLen}}
 	sent := time.Now()
-	res, err := call.Run(ctx, e.c.rdb).Slice()
+	res, err := runScript(ctx, e.c.rdb, call).Slice()
 	if err != nil {
 		return time.Time{}, unavailable(err)
 	}
@@ -385,9 +387,9 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // read returns the newest n records of the history, newest first, and
 // whether the first is the leader's now.
 func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, bool, error) {
-	call := Call{electReadScript, []string{e.keys.Lock, e.history}, []any{n}}
+	call := protocol.Call{Script: electReadScript, Keys: []string{e.keys.Lock, e.history}, Args: []any{n}}
 	at := time.Now()
-	res, err := call.Run(ctx, e.c.rdb).Slice()
+	res, err := runScript(ctx, e.c.rdb, call).Slice()
 	if err != nil {
 		return nil, false, unavailable(err)
 	}

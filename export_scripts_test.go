@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // ScriptDriver runs single acquire and release scripts of one lock with a
@@ -11,8 +13,8 @@ import (
 // only under pauses.
 type ScriptDriver struct {
 	c     *Client
-	base  Protocol
-	keys  Keys
+	base  protocol.Protocol
+	keys  protocol.Keys
 	Chan  string // the channel hand-offs to this driver's waiters go to
 	Lease time.Duration
 	KeyB  string // free for tests: a key they track
@@ -33,7 +35,7 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...Lock
 	if err != nil {
 		return nil, err
 	}
-	var p Protocol
+	var p protocol.Protocol
 	if len(keys) > 1 {
 		p = c.multiGroups(keys)[0]
 	} else if p, err = c.primitive(ctx, cfg); err != nil {
@@ -42,7 +44,7 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...Lock
 	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + newToken(), Lease: c.opts.WaiterLease}, nil
 }
 
-func (d *ScriptDriver) proto(mode string) Protocol {
+func (d *ScriptDriver) proto(mode string) protocol.Protocol {
 	m := d.c.queueMode(modeNamed(mode))
 	m.channel = d.Chan
 	m.lease = d.Lease
@@ -82,7 +84,7 @@ func (d *ScriptDriver) Leave(ctx context.Context, token string) error {
 }
 
 // Keys are the names of the driver's (first) lock.
-func (d *ScriptDriver) Keys() Keys { return d.keys }
+func (d *ScriptDriver) Keys() protocol.Keys { return d.keys }
 
 // NewTestToken returns a fresh token.
 func NewTestToken() string { return newToken() }

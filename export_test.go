@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // SplitSlots makes c group the keys of a multi-key lock by Cluster slot,
@@ -36,7 +38,7 @@ func RenewBurst(c *Client, locks []*Lock, ttl time.Duration) time.Duration {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			calls := make([]Call, len(part))
+			calls := make([]protocol.Call, len(part))
 			for j, lk := range part {
 				calls[j], _ = lk.l.proto.Renew(lk.l.keys, lk.l.token(), ttl)
 			}

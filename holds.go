@@ -3,6 +3,8 @@ package dlock
 import (
 	_ "embed"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // A shared hold is how the reentrant lock and the read side of the
@@ -35,20 +37,22 @@ type holdSet struct {
 	suffix string // the hold set's suffix
 }
 
-func (h holdSet) set(k Keys) string { return auxOf(k, h.suffix) }
+func (h holdSet) set(k protocol.Keys) string { return auxOf(k, h.suffix) }
 
-func (h holdSet) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
-	return Call{holdsExtendScript, []string{k.Lock, h.set(k), k.Fence},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), h.group}}, token
+func (h holdSet) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
+	return protocol.Call{Script: holdsExtendScript, Keys: []string{k.Lock, h.set(k), k.Fence},
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), h.group}}, token
 }
 
-func (h holdSet) Release(k Keys, token string) Call { return h.release(k, token, "0") }
+func (h holdSet) Release(k protocol.Keys, token string) protocol.Call {
+	return h.release(k, token, "0")
+}
 
 // Leave takes a waiter out of the queue; a hand-off that reached it too
 // late is passed on, a handle it was given is released.
-func (h holdSet) Leave(k Keys, token string) Call { return h.release(k, token, "1") }
+func (h holdSet) Leave(k protocol.Keys, token string) protocol.Call { return h.release(k, token, "1") }
 
-func (h holdSet) release(k Keys, token, mode string) Call {
-	return Call{holdsReleaseScript, []string{k.Lock, k.Queue, h.set(k)},
-		[]any{token, k.Wake, h.pickup.Milliseconds(), mode, h.group}}
+func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
+	return protocol.Call{Script: holdsReleaseScript, Keys: []string{k.Lock, k.Queue, h.set(k)},
+		Args: []any{token, k.Wake, h.pickup.Milliseconds(), mode, h.group}}
 }

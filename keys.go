@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock/internal/keyrules"
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // The auxiliary names of a lock on key K under prefix P are
@@ -232,21 +233,21 @@ func keyOfAux(prefix, suffix, name string) (key string, ok bool) {
 // is the caller's key, untouched, so other SET NX PX clients interoperate on
 // it; the auxiliary names carry a hash tag that puts them in the lock key's
 // Cluster slot, so one script may touch them all.
-func (c *Client) keysFor(key string) Keys {
+func (c *Client) keysFor(key string) protocol.Keys {
 	return c.KeysFor(key)
 }
 
 // KeysFor returns the names of every Redis key and channel a lock on key
 // uses with this Client's prefix (docs/keys.md lists them), for
 // tools and for protocols that span several servers.
-func (c *Client) KeysFor(key string) Keys {
+func (c *Client) KeysFor(key string) protocol.Keys {
 	base := auxBase(c.opts.Prefix, key)
-	return Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix, Queue: base + queueSuffix}
+	return protocol.Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix, Queue: base + queueSuffix}
 }
 
 // auxOf names another auxiliary key of the lock k: "<prefix>:<tagged
 // key><suffix>", in the lock key's slot like k.Fence. It needs no Client.
-func auxOf(k Keys, suffix string) string {
+func auxOf(k protocol.Keys, suffix string) string {
 	return strings.TrimSuffix(k.Fence, fenceSuffix) + suffix
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/protocol"
 )
 
 type leaseState uint8
@@ -28,8 +29,8 @@ const (
 // validity deadline, its renewal schedule and its lost-lock signal.
 type lease struct {
 	c          *Client
-	proto      Protocol
-	keys       Keys
+	proto      protocol.Protocol
+	keys       protocol.Keys
 	renew      bool
 	fence      uint64
 	multi      *multiKeys // a multi-key lock's keys and fences (nil: keys.Lock alone)
@@ -79,16 +80,14 @@ type lease struct {
 	fenceUntil int64
 }
 
-func (c *Client) newLease(proto Protocol, keys Keys, cfg lockConfig) *lease {
+func (c *Client) newLease(proto protocol.Protocol, keys protocol.Keys, cfg lockConfig) *lease {
 	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl, ctx: context.Background()}
 }
 
 // start makes the lease live after an acquire sent at sent succeeded.
-func (l *lease) start(sent time.Time, g Grant) {
+func (l *lease) start(sent time.Time, g grant) {
 	l.fence = g.Fence
-	if g.keys != nil {
-		l.multi = &multiKeys{keys: g.keys, fences: g.fences}
-	}
+	l.multi = g.multi
 	l.acquiredAt = sent
 	l.mu.Lock()
 	l.value = g.Value
@@ -147,7 +146,7 @@ func (l *lease) onDeadline() {
 }
 
 // renewCall builds the renewal of the lease for ttl. Callers hold opMu.
-func (l *lease) renewCall(ttl time.Duration) (Call, string) {
+func (l *lease) renewCall(ttl time.Duration) (protocol.Call, string) {
 	l.setRenewing()
 	return l.proto.Renew(l.keys, l.token(), ttl)
 }
@@ -161,7 +160,7 @@ func (l *lease) setRenewing() {
 
 // direct reports whether the lease's protocol renews by itself.
 func (l *lease) direct() bool {
-	_, ok := l.proto.(DirectProtocol)
+	_, ok := l.proto.(protocol.DirectProtocol)
 	return ok
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -67,7 +68,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 }
 
 // primitive returns the protocol the call's options chose.
-func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error) {
+func (c *Client) primitive(ctx context.Context, cfg lockConfig) (protocol.Protocol, error) {
 	switch cfg.kinds {
 	case kindShared:
 		return sharedLock{holdSet{group: SharedValue, suffix: readersSuffix}}, nil
@@ -103,7 +104,7 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (Protocol, error
 // the given-up token cannot be granted or queued by an attempt that lands
 // late, and nothing is left held by nobody. A fresh token loses the
 // waiter's place in the queue, which only happens after such a fault.
-func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Protocol, cfg lockConfig, wait bool) (*Lock, error) {
+func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys, base protocol.Protocol, cfg lockConfig, wait bool) (*Lock, error) {
 	token := newToken()
 	spec := waitSpec{key: keys.Lock, token: func() string { return token }, channel: keys.Wake}
 	// A protocol whose waiters queue in Redis: queued waiters unless
@@ -126,7 +127,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 	}
 	// giveUp withdraws v (written by p) in the background and makes sure
 	// the next attempt uses a fresh token.
-	giveUp := func(p Protocol, v string) {
+	giveUp := func(p protocol.Protocol, v string) {
 		c.background(func(ctx context.Context) error {
 			probe.Point(probe.BeforeWithdraw, keys.Lock)
 			return c.withdrawRetry(ctx, p, keys, v)
@@ -140,13 +141,13 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 	var l *lease
 	attempts := 0
 	// attempt makes one attempt with p, the protocol set up for its mode.
-	attempt := func(ctx context.Context, p Protocol) (bool, time.Duration, error) {
+	attempt := func(ctx context.Context, p protocol.Protocol) (bool, time.Duration, error) {
 		if err := ctx.Err(); err != nil {
 			return false, 0, ctxDone(ctx)
 		}
 		attempts++
 		sent := time.Now()
-		g, err := p.Acquire(ctx, c.rdb, keys, token, cfg.ttl)
+		g, err := acquireOnce(ctx, c.rdb, p, keys, token, cfg.ttl)
 		if err == nil && g.Acquired {
 			probe.Point(probe.AfterGrant, keys.Lock)
 		}
@@ -195,7 +196,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 		}
 		return false, 0, unavailable(err)
 	}
-	with := func(p Protocol) attemptFunc {
+	with := func(p protocol.Protocol) attemptFunc {
 		return func(ctx context.Context) (bool, time.Duration, error) { return attempt(ctx, p) }
 	}
 
@@ -235,6 +236,29 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 	return &Lock{l}, nil
 }
 
+// grant is the outcome of one acquire attempt as the engine keeps it: the
+// protocol's Grant and, for a multi-key lock, the keys it holds with the
+// fence of each.
+type grant struct {
+	protocol.Grant
+	multi *multiKeys // nil: the lock's one key
+}
+
+// multiAcquirer is implemented by the multi-key protocols, whose grants
+// carry a fence per key.
+type multiAcquirer interface {
+	acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (grant, error)
+}
+
+// acquireOnce makes one attempt of p.
+func acquireOnce(ctx context.Context, rdb redis.UniversalClient, p protocol.Protocol, k protocol.Keys, token string, ttl time.Duration) (grant, error) {
+	if m, ok := p.(multiAcquirer); ok {
+		return m.acquireKeys(ctx, rdb, token, ttl)
+	}
+	g, err := p.Acquire(ctx, rdb, k, token, ttl)
+	return grant{Grant: g}, err
+}
+
 // withdrawRetry withdraws v (see withdraw) until Redis answers or ctx
 // ends (the background clean-up's ReleaseTimeout), backing off from 10ms
 // to 500ms: a withdrawal that fails (Redis unreachable for a moment, a
@@ -242,7 +266,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys Keys, base Pr
 // for its TTL. Retrying is safe: the withdrawal is token-checked and the
 // token is never used again. A closing Client stops retrying (Close
 // waits for background work).
-func (c *Client) withdrawRetry(ctx context.Context, p Protocol, keys Keys, v string) error {
+func (c *Client) withdrawRetry(ctx context.Context, p protocol.Protocol, keys protocol.Keys, v string) error {
 	back := 10 * time.Millisecond
 	for {
 		err := withdraw(ctx, c.rdb, p, keys, v)

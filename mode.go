@@ -3,6 +3,8 @@ package dlock
 import (
 	"reflect"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // acquireMode is how one acquire attempt of a protocol whose waiters queue
@@ -70,7 +72,7 @@ func (q *queueMode) setQueueSettings(m queueMode) { *q = m }
 // Leave call, or ReleaseDirect) removes that token from wherever it is:
 // queued, handed a lock, or holding one.
 type queued interface {
-	Protocol
+	protocol.Protocol
 	queueSettings() queueMode
 }
 
@@ -80,11 +82,11 @@ type queued interface {
 // background) keeps its settings. A method promoted from the embedded
 // queueMode cannot return the protocol that embeds it, so the copy is
 // made here, once, for every queued protocol.
-func withMode(p queued, m queueMode) Protocol {
+func withMode(p queued, m queueMode) protocol.Protocol {
 	v := reflect.New(reflect.TypeOf(p))
 	v.Elem().Set(reflect.ValueOf(p))
 	v.Interface().(interface{ setQueueSettings(queueMode) }).setQueueSettings(m)
-	return v.Elem().Interface().(Protocol)
+	return v.Elem().Interface().(protocol.Protocol)
 }
 
 // queueMode returns the queue settings of this Client for mode.
@@ -94,7 +96,7 @@ func (c *Client) queueMode(mode acquireMode) queueMode {
 
 // modal returns proto set up for acquire mode m, and whether its waiters
 // queue in Redis. The token lock gets the Client's replica settings.
-func (c *Client) modal(proto Protocol, m acquireMode) (Protocol, bool) {
+func (c *Client) modal(proto protocol.Protocol, m acquireMode) (protocol.Protocol, bool) {
 	switch p := proto.(type) {
 	case tokenLock:
 		return c.tokenLock(m), true

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // TestAcquireModeArgs: every mode names one of the modes acquire.lua
@@ -30,8 +32,8 @@ func TestAcquireModeArgs(t *testing.T) {
 // run with its settings.
 func TestWithMode(t *testing.T) {
 	m := queueMode{mode: modeQueued, channel: "ch", lease: time.Second, pickup: 2 * time.Second}
-	ks := Keys{Lock: "k", Fence: "f", Wake: "w", Queue: "q"}
-	group := multiLock{keys: []string{"k"}, ks: []Keys{ks}}
+	ks := protocol.Keys{Lock: "k", Fence: "f", Wake: "w", Queue: "q"}
+	group := multiLock{keys: []string{"k"}, ks: []protocol.Keys{ks}}
 	for _, p := range []queued{
 		tokenLock{},
 		sharedLock{holdSet{group: SharedValue, suffix: readersSuffix}},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -75,7 +76,7 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opt
 		return nil, ErrClosed
 	}
 	groups := c.multiGroups(keys)
-	var proto Protocol = groups[0]
+	var proto protocol.Protocol = groups[0]
 	if len(groups) > 1 {
 		proto = multiSlots{groups: groups, rdb: c.rdb}
 	}
@@ -139,39 +140,45 @@ var (
 // over all pairs) and released by one script each.
 type multiLock struct {
 	queueMode
-	keys []string // in the canonical order
-	ks   []Keys   // the Keys of each
+	keys []string        // in the canonical order
+	ks   []protocol.Keys // the Keys of each
 }
 
-func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Keys, token string, ttl time.Duration) (Grant, error) {
+func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+	g, err := m.acquireKeys(ctx, rdb, token, ttl)
+	return g.Grant, err
+}
+
+// acquireKeys makes one attempt on every key; a grant has the fence of each.
+func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (grant, error) {
 	names := make([]string, 0, 3*len(m.ks))
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
-	res, err := Call{multiAcquireScript, names, []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
-		m.mode.String(), m.channel, m.lease.Milliseconds()}}.Run(ctx, rdb).Int64Slice()
-	g := Grant{Value: token}
+	res, err := runScript(ctx, rdb, protocol.Call{Script: multiAcquireScript, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
+		m.mode.String(), m.channel, m.lease.Milliseconds()}}).Int64Slice()
+	g := grant{Grant: protocol.Grant{Value: token}}
 	switch {
 	case err != nil:
 		return g, err
 	case len(res) == len(m.keys)+1 && res[0] == codeOK:
-		g.Acquired, g.keys, g.fences = true, m.keys, make([]uint64, len(m.keys))
+		g.Acquired, g.multi = true, &multiKeys{keys: m.keys, fences: make([]uint64, len(m.keys))}
 		for i, f := range res[1:] {
-			g.fences[i] = uint64(f)
+			g.multi.fences[i] = uint64(f)
 		}
-		g.Fence = g.fences[0]
+		g.Fence = g.multi.fences[0]
 		return g, nil
 	case len(res) != 3:
 		return g, errors.New("dlock: unexpected reply from the multi-key acquire script")
 	case res[0] == codeWrongType:
-		return Grant{}, ErrWrongType
+		return grant{}, ErrWrongType
 	}
 	g.HolderTTL = time.Duration(res[1]) * time.Millisecond
 	if res[1] == freeButQueued {
 		g.HolderTTL = 0
 	}
 	if res[2] > 1 {
-		m.holding(&g, ttl)
+		m.holding(&g.Grant, ttl)
 	}
 	return g, nil
 }
@@ -179,7 +186,7 @@ func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Key
 // holding bounds the retry of a waiter that holds some keys while it waits
 // for the next: its retries renew them, so they must come within a third
 // of their TTL.
-func (m multiLock) holding(g *Grant, ttl time.Duration) {
+func (m multiLock) holding(g *protocol.Grant, ttl time.Duration) {
 	if !m.mode.queued() {
 		return
 	}
@@ -188,32 +195,32 @@ func (m multiLock) holding(g *Grant, ttl time.Duration) {
 	}
 }
 
-func (m multiLock) Renew(_ Keys, token string, ttl time.Duration) (Call, string) {
+func (m multiLock) Renew(_ protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
 	names := make([]string, 0, 2*len(m.ks))
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence)
 	}
-	return Call{extendScript, names, []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+	return protocol.Call{Script: extendScript, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
 }
 
 // Release releases every key holding token and leaves every key's queue,
 // so it is also Leave (a waiter that gives up, holding some keys or not).
-func (m multiLock) Release(_ Keys, token string) Call { return m.release(token, "0") }
+func (m multiLock) Release(_ protocol.Keys, token string) protocol.Call { return m.release(token, "0") }
 
 // Leave is Release, and the token is given up for good: every queue keeps
 // a tombstone of it, which the acquire scripts refuse.
-func (m multiLock) Leave(_ Keys, token string) Call { return m.release(token, "1") }
+func (m multiLock) Leave(_ protocol.Keys, token string) protocol.Call { return m.release(token, "1") }
 
 // release builds multi_release.lua's call; mode is '0' (release), '1'
 // (leave for good) or 'r' (roll back an attempt whose token goes on).
-func (m multiLock) release(token, mode string) Call {
+func (m multiLock) release(token, mode string) protocol.Call {
 	names := make([]string, 0, 2*len(m.ks))
 	args := []any{token, m.pickup.Milliseconds()}
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Queue)
 		args = append(args, k.Wake)
 	}
-	return Call{multiReleaseScript, names, append(args, mode)}
+	return protocol.Call{Script: multiReleaseScript, Keys: names, Args: append(args, mode)}
 }
 
 // multiSlots is the protocol of a multi-key lock over several slots: one
@@ -237,30 +244,35 @@ func (m multiSlots) group(i int) multiLock {
 // Acquire takes the groups in order. In try and barge modes a group it
 // cannot take makes it release the groups taken before (all or nothing);
 // queued, it keeps them and queues for the next (see LockMulti).
-func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ Keys, token string, ttl time.Duration) (Grant, error) {
-	all := Grant{Value: token, Acquired: true}
+func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+	g, err := m.acquireKeys(ctx, rdb, token, ttl)
+	return g.Grant, err
+}
+
+func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (grant, error) {
+	all := grant{Grant: protocol.Grant{Value: token, Acquired: true}, multi: &multiKeys{}}
 	for i := range m.groups {
 		grp := m.group(i)
-		g, err := grp.Acquire(ctx, rdb, grp.ks[0], token, ttl)
+		g, err := grp.acquireKeys(ctx, rdb, token, ttl)
 		if err == nil && g.Acquired {
-			all.keys = append(all.keys, g.keys...)
-			all.fences = append(all.fences, g.fences...)
+			all.multi.keys = append(all.multi.keys, g.multi.keys...)
+			all.multi.fences = append(all.multi.fences, g.multi.fences...)
 			continue
 		}
 		if i > 0 && !m.mode.queued() {
 			// Roll back. If that fails, the engine retries it in the
 			// background (Value is set: the withdrawal is token-checked).
 			if _, rerr := m.rollback(ctx, token); rerr != nil {
-				return Grant{Value: token}, &rollbackError{acquire: err, rollback: rerr}
+				return grant{Grant: protocol.Grant{Value: token}}, &rollbackError{acquire: err, rollback: rerr}
 			}
 		}
 		if i > 0 && err == nil {
-			grp.holding(&g, ttl)
+			grp.holding(&g.Grant, ttl)
 		}
 		g.Value = token
 		return g, err
 	}
-	all.Fence = all.fences[0]
+	all.Fence = all.multi.fences[0]
 	return all, nil
 }
 
@@ -285,14 +297,16 @@ func (e *rollbackError) Unwrap() error { return e.acquire }
 
 // Renew and Release are not used (the engine calls RenewDirect and
 // ReleaseDirect); they cover the first slot only.
-func (m multiSlots) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
+func (m multiSlots) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
 	return m.group(0).Renew(k, token, ttl)
 }
 
-func (m multiSlots) Release(k Keys, token string) Call { return m.group(0).Release(k, token) }
+func (m multiSlots) Release(k protocol.Keys, token string) protocol.Call {
+	return m.group(0).Release(k, token)
+}
 
-func (m multiSlots) RenewDirect(ctx context.Context, _ Keys, token string, ttl time.Duration) (string, int64, error) {
-	calls := make([]Call, len(m.groups))
+func (m multiSlots) RenewDirect(ctx context.Context, _ protocol.Keys, token string, ttl time.Duration) (string, int64, error) {
+	calls := make([]protocol.Call, len(m.groups))
 	for i := range m.groups {
 		g := m.group(i)
 		calls[i], _ = g.Renew(g.ks[0], token, ttl)
@@ -304,8 +318,8 @@ func (m multiSlots) RenewDirect(ctx context.Context, _ Keys, token string, ttl t
 // ReleaseDirect releases every slot's keys that hold token, and leaves
 // their queues for good (it is also the withdrawal of a waiter, or of an
 // abandoned acquire: see multiLock.Leave).
-func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (int64, error) {
-	calls := make([]Call, len(m.groups))
+func (m multiSlots) ReleaseDirect(ctx context.Context, _ protocol.Keys, token string) (int64, error) {
+	calls := make([]protocol.Call, len(m.groups))
 	for i := range m.groups {
 		g := m.group(i)
 		calls[i] = g.Leave(g.ks[0], token)
@@ -316,7 +330,7 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ Keys, token string) (in
 // rollback gives back what an attempt took, for a token that goes on
 // (the next attempt, e.g. a queued one after TryLock's, uses it again).
 func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {
-	calls := make([]Call, len(m.groups))
+	calls := make([]protocol.Call, len(m.groups))
 	for i := range m.groups {
 		calls[i] = m.group(i).release(token, "r")
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // Options configures a Client. The zero value is valid: every field's
@@ -238,7 +240,7 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	ttl   time.Duration
 	renew bool
-	proto Protocol
+	proto protocol.Protocol
 	// kinds records what kind of lock this is: WithProtocol, or the typed
 	// primitive (RWLock readers, Reentrant, Semaphore) that made the call;
 	// two kinds conflict.
@@ -266,7 +268,7 @@ func withKind(opts []LockOption, set LockOption) []LockOption {
 }
 
 // defaultProto marks "the token lock, configured by the Client".
-var defaultProto Protocol = tokenLock{}
+var defaultProto protocol.Protocol = tokenLock{}
 
 // WithTTL sets the lock's time-to-live (at least 1ms). Default: Options.TTL.
 func WithTTL(ttl time.Duration) LockOption {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +42,7 @@ type pipeline struct {
 // pended is one call waiting in a pipeline.
 type pended struct {
 	ctx   context.Context
-	call  Call
+	call  protocol.Call
 	cmd   *redis.Cmd
 	taken bool          // a writer took it (guarded by pipeline.mu)
 	done  chan struct{} // closed when cmd holds the reply
@@ -117,8 +118,23 @@ func pointerKey(rdb any) bool {
 	return t != nil && t.Kind() == reflect.Pointer
 }
 
+// runScript executes c on rdb: EVALSHA, then EVAL on NOSCRIPT. A call of
+// one of this package's scripts on the Redis client of an open Client goes
+// through that Redis client's pipeline, batched with the concurrent calls
+// of other goroutines when its writers are busy; ctx still bounds the wait
+// for the reply. Other scripts (package redlock's, package legacy's, a
+// user's Protocol's) run by themselves (Call.Run), as their code expects.
+func runScript(ctx context.Context, rdb redis.Scripter, c protocol.Call) *redis.Cmd {
+	if ownScripts[c.Script] {
+		if p := pipelineOf(rdb); p != nil {
+			return p.run(ctx, c)
+		}
+	}
+	return c.Run(ctx, rdb)
+}
+
 // run sends c and returns its reply, or ctx's error if ctx ends first.
-func (p *pipeline) run(ctx context.Context, c Call) *redis.Cmd {
+func (p *pipeline) run(ctx context.Context, c protocol.Call) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, err)
 	}
@@ -131,7 +147,7 @@ func (p *pipeline) run(ctx context.Context, c Call) *redis.Cmd {
 			p.doneLocked()
 			p.mu.Unlock()
 		}()
-		return c.runDirect(ctx, p.rdb)
+		return c.Run(ctx, p.rdb)
 	}
 	pc := &pended{ctx: ctx, call: c, done: make(chan struct{})}
 	p.pending = append(p.pending, pc)
@@ -198,11 +214,11 @@ func (p *pipeline) flush() {
 func (p *pipeline) send(batch []*pended) {
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if len(batch) == 1 {
-		batch[0].cmd = batch[0].call.runDirect(ctx, p.rdb)
+		batch[0].cmd = batch[0].call.Run(ctx, p.rdb)
 		close(batch[0].done)
 		return
 	}
-	calls := make([]Call, len(batch))
+	calls := make([]protocol.Call, len(batch))
 	for i, pc := range batch {
 		calls[i] = pc.call
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,21 +22,21 @@ var (
 	cmpDelete = redis.NewScript(`local v = redis.call('GET', KEYS[1]) if not v then return 0 end if v ~= ARGV[1] then return -1 end redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], 'released') return 1`)
 )
 
-func (p *plainSetNX) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlock.Keys, token string, ttl time.Duration) (dlock.Grant, error) {
+func (p *plainSetNX) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	ok, err := rdb.SetNX(ctx, k.Lock, token, ttl).Result()
 	if err != nil || ok {
-		return dlock.Grant{Acquired: ok, Value: token}, err
+		return protocol.Grant{Acquired: ok, Value: token}, err
 	}
 	pttl, err := rdb.PTTL(ctx, k.Lock).Result()
-	return dlock.Grant{Value: token, HolderTTL: pttl}, err
+	return protocol.Grant{Value: token, HolderTTL: pttl}, err
 }
 
-func (p *plainSetNX) Renew(k dlock.Keys, v string, ttl time.Duration) (dlock.Call, string) {
-	return dlock.Call{Script: cmpExpire, Keys: []string{k.Lock}, Args: []any{v, ttl.Milliseconds()}}, v
+func (p *plainSetNX) Renew(k protocol.Keys, v string, ttl time.Duration) (protocol.Call, string) {
+	return protocol.Call{Script: cmpExpire, Keys: []string{k.Lock}, Args: []any{v, ttl.Milliseconds()}}, v
 }
 
-func (p *plainSetNX) Release(k dlock.Keys, v string) dlock.Call {
-	return dlock.Call{Script: cmpDelete, Keys: []string{k.Lock}, Args: []any{v, k.Wake}}
+func (p *plainSetNX) Release(k protocol.Keys, v string) protocol.Call {
+	return protocol.Call{Script: cmpDelete, Keys: []string{k.Lock}, Args: []any{v, k.Wake}}
 }
 
 // directSetNX renews and releases by itself (as a multi-server protocol
@@ -45,21 +46,21 @@ type directSetNX struct {
 	rdb redis.UniversalClient
 }
 
-func (p *directSetNX) RenewDirect(ctx context.Context, k dlock.Keys, v string, ttl time.Duration) (string, int64, error) {
+func (p *directSetNX) RenewDirect(ctx context.Context, k protocol.Keys, v string, ttl time.Duration) (string, int64, error) {
 	p.renews.Add(1)
 	c, next := p.Renew(k, v, ttl)
 	code, err := c.Run(ctx, p.rdb).Int64()
 	return next, code, err
 }
 
-func (p *directSetNX) ReleaseDirect(ctx context.Context, k dlock.Keys, v string) (int64, error) {
+func (p *directSetNX) ReleaseDirect(ctx context.Context, k protocol.Keys, v string) (int64, error) {
 	p.releases.Add(1)
 	return p.Release(k, v).Run(ctx, p.rdb).Int64()
 }
 
 func TestCustomProtocols(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
-	for name, p := range map[string]dlock.Protocol{"scripted": &plainSetNX{}, "direct": &directSetNX{rdb: rdb}} {
+	for name, p := range map[string]protocol.Protocol{"scripted": &plainSetNX{}, "direct": &directSetNX{rdb: rdb}} {
 		t.Run(name, func(t *testing.T) {
 			k := key(t)
 			lk, err := c.Lock(t.Context(), k, dlock.WithProtocol(p), dlock.WithTTL(900*time.Millisecond))

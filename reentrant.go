@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -139,8 +140,8 @@ type reentrantLock struct {
 	holdSet
 }
 
-func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
-	c := Call{reentrantAcquireScript, []string{k.Lock, k.Fence, k.Queue, r.set(k)},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.channel, r.lease.Milliseconds(), r.group}}
-	return grantOf(token, c.Run(ctx, rdb))
+func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+	c := protocol.Call{Script: reentrantAcquireScript, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.channel, r.lease.Milliseconds(), r.group}}
+	return grantOf(token, runScript(ctx, rdb, c))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,7 +33,7 @@ func masterFor(ctx context.Context, rdb redis.UniversalClient, key string) (redi
 // runAcked runs c and then WAIT in one pipeline on key's master, falling
 // back to EVAL on NOSCRIPT. It returns c's reply and the replicas that
 // acknowledged.
-func (a ackedTokenLock) runAcked(ctx context.Context, rdb redis.UniversalClient, c Call) (*redis.Cmd, int64, error) {
+func (a ackedTokenLock) runAcked(ctx context.Context, rdb redis.UniversalClient, c protocol.Call) (*redis.Cmd, int64, error) {
 	node, err := masterFor(ctx, rdb, c.Keys[0])
 	if err != nil {
 		return nil, 0, err
@@ -65,10 +66,10 @@ func (a ackedTokenLock) ackErr(n int64) error {
 	return fmt.Errorf("%w: %d of %d within %v", ErrReplicaAck, n, a.replicas, a.timeout)
 }
 
-func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
+func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	cmd, n, err := a.runAcked(ctx, rdb, a.acquireCall(k, token, ttl))
 	if err != nil {
-		return Grant{Value: token}, err
+		return protocol.Grant{Value: token}, err
 	}
 	g, err := a.grant(token, cmd)
 	if err != nil || !g.Acquired {
@@ -76,7 +77,7 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 	}
 	if n < int64(a.replicas) {
 		// Never report a grant a failover could lose: give it back.
-		return Grant{}, errors.Join(a.ackErr(n), withdraw(ctx, rdb, a, k, token))
+		return protocol.Grant{}, errors.Join(a.ackErr(n), withdraw(ctx, rdb, a, k, token))
 	}
 	return g, nil
 }
@@ -84,7 +85,7 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 // RenewDirect extends the lock and waits for the replicas. A renewal they
 // did not acknowledge is an error: the deadline does not move, and the
 // lock is lost at its deadline unless a later renewal is acknowledged.
-func (a ackedTokenLock) RenewDirect(ctx context.Context, k Keys, token string, ttl time.Duration) (string, int64, error) {
+func (a ackedTokenLock) RenewDirect(ctx context.Context, k protocol.Keys, token string, ttl time.Duration) (string, int64, error) {
 	c, next := a.Renew(k, token, ttl)
 	cmd, n, err := a.runAcked(ctx, a.rdb, c)
 	if err != nil {
@@ -97,6 +98,6 @@ func (a ackedTokenLock) RenewDirect(ctx context.Context, k Keys, token string, t
 	return next, code, err
 }
 
-func (a ackedTokenLock) ReleaseDirect(ctx context.Context, k Keys, token string) (int64, error) {
-	return a.Release(k, token).Run(ctx, a.rdb).Int64()
+func (a ackedTokenLock) ReleaseDirect(ctx context.Context, k protocol.Keys, token string) (int64, error) {
+	return runScript(ctx, a.rdb, a.Release(k, token)).Int64()
 }

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -106,9 +107,9 @@ type sharedLock struct {
 	holdSet
 }
 
-func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
-	c := Call{sharedAcquireScript, []string{k.Lock, k.Fence, k.Queue, s.set(k)},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(), s.channel + "{r",
+func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+	c := protocol.Call{Script: sharedAcquireScript, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(), s.channel + "{r",
 			s.lease.Milliseconds(), s.pickup.Milliseconds(), s.group}}
-	return grantOf(token, c.Run(ctx, rdb))
+	return grantOf(token, runScript(ctx, rdb, c))
 }

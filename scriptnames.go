@@ -26,7 +26,7 @@ func init() {
 }
 
 // ownScripts holds every script of this package: the calls
-// Call.Run sends through a Client's pipeline. Other packages' scripts
+// runScript sends through a Client's pipeline. Other packages' scripts
 // (package redlock's, package legacy's, a user's Protocol's) run by
 // themselves, as their code expects.
 var ownScripts = map[*redis.Script]bool{}

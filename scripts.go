@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,30 +34,6 @@ var (
 // front (see internal/lualib).
 func libScript(src string) *redis.Script { return lualib.Script(src) }
 
-// Run executes c on rdb: EVALSHA, then EVAL on NOSCRIPT. A call of one of
-// this package's scripts on the Redis client of an open Client goes
-// through that Redis client's pipeline, batched with the concurrent calls
-// of other goroutines when its writers are busy (see pipeline); ctx still
-// bounds the wait for the reply.
-func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
-	if !ownScripts[c.Script] {
-		return c.runDirect(ctx, rdb)
-	}
-	if p := pipelineOf(rdb); p != nil {
-		return p.run(ctx, c)
-	}
-	return c.runDirect(ctx, rdb)
-}
-
-// runDirect executes c on rdb by itself: EVALSHA, then EVAL on NOSCRIPT.
-func (c Call) runDirect(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
-	cmd := c.Script.EvalSha(ctx, rdb, c.Keys, c.Args...)
-	if isNoScript(cmd.Err()) {
-		cmd = c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
-	}
-	return cmd
-}
-
 func isNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
@@ -64,7 +41,7 @@ func isNoScript(err error) bool {
 // runBatch runs calls in pipelines of at most batchSize (go-redis splits a
 // pipeline per Cluster node or Ring shard), re-running by EVAL any call
 // that met NOSCRIPT. It returns one Cmd per call, in order.
-func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []Call) []*redis.Cmd {
+func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
@@ -89,10 +66,11 @@ func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []Call) []*r
 	return cmds
 }
 
-// Reply codes shared by every extend and release script.
+// Reply codes shared by every extend and release script (see package
+// protocol).
 const (
-	codeOK        = 1
-	codeGone      = 0
-	codeOther     = -1
-	codeWrongType = -2
+	codeOK        = protocol.ReplyOK
+	codeGone      = protocol.ReplyGone
+	codeOther     = protocol.ReplyOtherOwner
+	codeWrongType = protocol.ReplyWrongType
 )

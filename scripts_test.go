@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -273,14 +274,14 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	type plant struct {
 		name string
-		aux  func(k dlock.Keys) string // the auxiliary name to plant on
-		set  func(name string)         // what to plant
+		aux  func(k protocol.Keys) string // the auxiliary name to plant on
+		set  func(name string)            // what to plant
 		kind primitive
 	}
 	str := func(name string) { rdb.Set(ctx, name, "foreign-value", 0) }
 	hash := func(name string) { rdb.HSet(ctx, name, "f", "v") }
-	aux := func(suffix string) func(k dlock.Keys) string {
-		return func(k dlock.Keys) string { return k.Fence[:len(k.Fence)-len(":fence")] + suffix }
+	aux := func(suffix string) func(k protocol.Keys) string {
+		return func(k protocol.Keys) string { return k.Fence[:len(k.Fence)-len(":fence")] + suffix }
 	}
 	cases := []plant{
 		{"token/fence", aux(":fence"), str, nil},

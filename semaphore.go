@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -99,8 +100,8 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 		return ErrInvalidLimit
 	}
 	k := c.keysFor(key)
-	n, err := Call{semaphoreLimitScript, []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
-		[]any{limit, c.opts.PickupTimeout.Milliseconds()}}.Run(ctx, c.rdb).Int64()
+	n, err := runScript(ctx, c.rdb, protocol.Call{Script: semaphoreLimitScript, Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
+		Args: []any{limit, c.opts.PickupTimeout.Milliseconds()}}).Int64()
 	switch {
 	case err != nil:
 		return unavailable(err)
@@ -137,31 +138,35 @@ type semaphore struct {
 // Reply of semaphore_acquire.lua: more permits asked than the limit.
 const codeAboveLimit = -3
 
-func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k Keys, token string, ttl time.Duration) (Grant, error) {
-	cmd := Call{semaphoreAcquireScript,
-		[]string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
+func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+	cmd := runScript(ctx, rdb, protocol.Call{Script: semaphoreAcquireScript,
+		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
 			fmt.Sprintf("%s{%d", s.channel, s.permits), s.lease.Milliseconds(), s.permits, s.limit,
-			s.pickup.Milliseconds()}}.Run(ctx, rdb)
+			s.pickup.Milliseconds()}})
 	if res, err := cmd.Int64Slice(); err == nil && len(res) == 2 && res[0] == codeAboveLimit {
-		return Grant{}, fmt.Errorf("%w: %d permits asked, limit %d", ErrInvalidPermits, s.permits, res[1])
+		return protocol.Grant{}, fmt.Errorf("%w: %d permits asked, limit %d", ErrInvalidPermits, s.permits, res[1])
 	}
 	return grantOf(token, cmd)
 }
 
-func (s semaphore) Renew(k Keys, token string, ttl time.Duration) (Call, string) {
-	return Call{semaphoreExtendScript, []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
-		[]any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+func (s semaphore) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
+	return protocol.Call{Script: semaphoreExtendScript, Keys: []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
 }
 
-func (s semaphore) Release(k Keys, token string) Call { return s.release(k, token, "0") }
+func (s semaphore) Release(k protocol.Keys, token string) protocol.Call {
+	return s.release(k, token, "0")
+}
 
 // Leave takes a waiter out of the queue, giving back permits handed to it
 // too late.
-func (s semaphore) Leave(k Keys, token string) Call { return s.release(k, token, "1") }
+func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {
+	return s.release(k, token, "1")
+}
 
-func (s semaphore) release(k Keys, token, mode string) Call {
-	return Call{semaphoreReleaseScript,
-		[]string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
-		[]any{token, k.Wake, s.pickup.Milliseconds(), mode, s.limit}}
+func (s semaphore) release(k protocol.Keys, token, mode string) protocol.Call {
+	return protocol.Call{Script: semaphoreReleaseScript,
+		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
+		Args: []any{token, k.Wake, s.pickup.Milliseconds(), mode, s.limit}}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/protocol"
 )
 
 // watchdog is the Client's renewal engine and its registry of held leases.
@@ -441,7 +442,7 @@ func (wd *watchdog) claim(l *lease, now time.Time) (ttl time.Duration, deadline 
 // later than its deadline; its deadline declares it lost if none succeeds
 // in time.
 func (wd *watchdog) renew(leases []*lease) {
-	calls := make([]Call, 0, len(leases))
+	calls := make([]protocol.Call, 0, len(leases))
 	nexts := make([]string, 0, len(leases))
 	ttls := make([]time.Duration, 0, len(leases))
 	sents := make([]time.Time, 0, len(leases))
@@ -584,7 +585,7 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				calls := make([]Call, len(part))
+				calls := make([]protocol.Call, len(part))
 				values := make([]string, len(part))
 				for i, l := range part {
 					values[i] = l.token()

@@ -1,8 +1,8 @@
 // Package legacy is the SETNX + GETSET timestamp lock that older C# code
 // (CSRedis) and Python code (redis-py) took from the early Redis locking
-// recipes and that many deployed systems still use, as a dlock.Protocol.
-// A Go service using it excludes, and is excluded by, those clients on the
-// same key.
+// recipes and that many deployed systems still use, as a
+// [protocol.Protocol]. A Go service using it excludes, and is excluded by,
+// those clients on the same key.
 //
 // Use it only to share lock keys with services that already speak this
 // protocol. For anything else use dlock's default token lock; the reasons

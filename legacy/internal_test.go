@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/protocol"
 )
 
 func TestParseStamp(t *testing.T) {
@@ -98,11 +98,11 @@ func TestRemaining(t *testing.T) {
 
 func TestRenewNeverLowers(t *testing.T) {
 	p := New(Options{Unit: Milliseconds, Clock: func() time.Time { return time.UnixMilli(1000) }})
-	_, next := p.Renew(dlock.Keys{}, "5000", 100*time.Millisecond)
+	_, next := p.Renew(protocol.Keys{}, "5000", 100*time.Millisecond)
 	if next != "5000" {
 		t.Errorf("Renew after the clock stepped back: next = %s, want 5000", next)
 	}
-	_, next = p.Renew(dlock.Keys{}, "500", 100*time.Millisecond)
+	_, next = p.Renew(protocol.Keys{}, "500", 100*time.Millisecond)
 	if next != "1101" {
 		t.Errorf("Renew: next = %s, want 1101", next)
 	}

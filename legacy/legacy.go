@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,7 +60,7 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Protocol is the SETNX/GETSET timestamp lock of older C# and Python code as a dlock.Protocol.
+// Protocol is the SETNX/GETSET timestamp lock of older C# and Python code as a protocol.Protocol.
 // Use it with dlock.WithProtocol. It holds no state besides its options and
 // is safe for concurrent use; the zero value is New(Options{}).
 type Protocol struct {
@@ -67,7 +68,7 @@ type Protocol struct {
 	clock func() time.Time
 }
 
-var _ dlock.Protocol = (*Protocol)(nil)
+var _ protocol.Protocol = (*Protocol)(nil)
 
 // New returns the protocol with opts.
 func New(opts Options) *Protocol {
@@ -196,14 +197,14 @@ func (p *Protocol) remaining(stored int64, now time.Time) time.Duration {
 // error that leaves unknown whether a command ran, nothing is undone (the
 // Grant names no value): v is shared by every client locking in the same
 // unit with the same timeout, so no action on "the key holds v" is safe.
-func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlock.Keys, _ string, ttl time.Duration) (dlock.Grant, error) {
+func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, _ string, ttl time.Duration) (protocol.Grant, error) {
 	if p.unit.duration() == 0 {
-		return dlock.Grant{}, fmt.Errorf("%w: dlock/legacy: unknown Unit %d", dlock.ErrInvalidOpts, int(p.unit))
+		return protocol.Grant{}, fmt.Errorf("%w: dlock/legacy: unknown Unit %d", dlock.ErrInvalidOpts, int(p.unit))
 	}
 	now := p.now()
 	nowStamp := p.stamp(now)
 	v := strconv.FormatInt(p.expiry(now, ttl), 10)
-	won := dlock.Grant{Acquired: true, Value: v}
+	won := protocol.Grant{Acquired: true, Value: v}
 
 	ok, err := setNX(ctx, rdb, k.Lock, v)
 	if err != nil {
@@ -211,7 +212,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 		// client locking in this unit with this timeout writes the same
 		// v. The key holding v may be another's live lock, so nothing is
 		// undone (no Grant.Value); ours, if written, expires at v.
-		return dlock.Grant{}, err
+		return protocol.Grant{}, err
 	}
 	if ok {
 		return won, nil
@@ -226,22 +227,22 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 		ok, err := setNX(ctx, rdb, k.Lock, v)
 		switch {
 		case err != nil:
-			return dlock.Grant{}, err // as above: v is not unique
+			return protocol.Grant{}, err // as above: v is not unique
 		case ok:
 			return won, nil
 		}
-		return dlock.Grant{HolderTTL: 0}, nil // someone else got in: retry soon
+		return protocol.Grant{HolderTTL: 0}, nil // someone else got in: retry soon
 	case isWrongType(err):
-		return dlock.Grant{}, dlock.ErrWrongType
+		return protocol.Grant{}, dlock.ErrWrongType
 	case err != nil:
-		return dlock.Grant{}, err
+		return protocol.Grant{}, err
 	}
 	stored, ok := parseStamp(cur)
 	if !ok {
-		return dlock.Grant{}, notTimestampError(k.Lock, cur)
+		return protocol.Grant{}, notTimestampError(k.Lock, cur)
 	}
 	if !(nowStamp > stored) { // the legacy expiry test: now > stored
-		return dlock.Grant{HolderTTL: p.remaining(stored, now)}, nil
+		return protocol.Grant{HolderTTL: p.remaining(stored, now)}, nil
 	}
 
 	// Expired: the GETSET race. Exactly one contender gets back an expired
@@ -251,12 +252,12 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 	case errors.Is(err, redis.Nil):
 		return won, nil // deleted meanwhile: GETSET created the key for us
 	case isWrongType(err):
-		return dlock.Grant{}, dlock.ErrWrongType
+		return protocol.Grant{}, dlock.ErrWrongType
 	case err != nil:
 		// No compensation: if the GETSET ran but lost, the key holds v
 		// while the winner holds the lock, and deleting v would free the
 		// winner's lock. Left alone, v expires like a crashed holder's.
-		return dlock.Grant{}, err
+		return protocol.Grant{}, err
 	}
 	prev, ok := parseStamp(old)
 	if !ok {
@@ -264,7 +265,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 		// it. Do not claim the lock (its holder may still believe it holds
 		// it); remove our value so the key does not stay blocked.
 		_ = releaseCall(k, v).Run(ctx, rdb).Err()
-		return dlock.Grant{}, notTimestampError(k.Lock, old)
+		return protocol.Grant{}, notTimestampError(k.Lock, old)
 	}
 	if nowStamp > prev {
 		return won, nil
@@ -273,9 +274,9 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k dlo
 	// legacy protocol's accepted inaccuracy. Put it back if that cannot shorten the
 	// claim of whoever might now hold v (prev >= v-1, see the package doc).
 	if mine, _ := parseStamp(v); prev >= mine-1 && old != v {
-		_ = dlock.Call{Script: restoreScript, Keys: []string{k.Lock}, Args: []any{v, old}}.Run(ctx, rdb).Err()
+		_ = protocol.Call{Script: restoreScript, Keys: []string{k.Lock}, Args: []any{v, old}}.Run(ctx, rdb).Err()
 	}
-	return dlock.Grant{HolderTTL: p.remaining(prev, now)}, nil
+	return protocol.Grant{HolderTTL: p.remaining(prev, now)}, nil
 }
 
 // setNX sends the legacy SETNX (go-redis's SetNX sends SET NX instead).
@@ -305,21 +306,21 @@ func describe(v string) string {
 // Renew returns the compare-and-set that moves the key from value to a new
 // expiry, now+timeout+1 (never lower than value, so a clock stepping back
 // cannot shorten the claim), and that new value.
-func (p *Protocol) Renew(k dlock.Keys, value string, ttl time.Duration) (dlock.Call, string) {
+func (p *Protocol) Renew(k protocol.Keys, value string, ttl time.Duration) (protocol.Call, string) {
 	next := p.expiry(p.now(), ttl)
 	if cur, ok := parseStamp(value); ok && cur > next {
 		next = cur
 	}
 	nv := strconv.FormatInt(next, 10)
-	return dlock.Call{Script: renewScript, Keys: []string{k.Lock}, Args: []any{value, nv}}, nv
+	return protocol.Call{Script: renewScript, Keys: []string{k.Lock}, Args: []any{value, nv}}, nv
 }
 
 // Release returns the compare-and-delete of the key if it holds value,
 // which publishes on k.Wake.
-func (p *Protocol) Release(k dlock.Keys, value string) dlock.Call {
+func (p *Protocol) Release(k protocol.Keys, value string) protocol.Call {
 	return releaseCall(k, value)
 }
 
-func releaseCall(k dlock.Keys, value string) dlock.Call {
-	return dlock.Call{Script: releaseScript, Keys: []string{k.Lock}, Args: []any{value, k.Wake}}
+func releaseCall(k protocol.Keys, value string) protocol.Call {
+	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock}, Args: []any{value, k.Wake}}
 }

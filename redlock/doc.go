@@ -1,6 +1,6 @@
 // Package redlock implements Redlock, the Redis distributed-lock algorithm
 // over N independent masters (https://redis.io/docs/latest/develop/use/patterns/distributed-locks/),
-// as a dlock.DirectProtocol: the dlock.Client's engine provides waiting,
+// as a [protocol.DirectProtocol]: the dlock.Client's engine provides waiting,
 // the renewal watchdog, the deadline and the lost-lock signal, exactly as
 // for a lock on one server.
 //

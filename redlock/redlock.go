@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -112,7 +113,7 @@ type Options struct {
 const DefaultRetryJitter = 50 * time.Millisecond
 
 // Protocol is the Redlock algorithm over a fixed set of independent Redis
-// masters, as a dlock.DirectProtocol: pass it to a dlock.Client's Lock,
+// masters, as a protocol.DirectProtocol: pass it to a dlock.Client's Lock,
 // TryLock or Do with dlock.WithProtocol. It is safe for concurrent use.
 type Protocol struct {
 	nodes  []redis.UniversalClient
@@ -254,7 +255,7 @@ func addrOf(n redis.UniversalClient) string {
 	return "?"
 }
 
-var _ dlock.DirectProtocol = (*Protocol)(nil)
+var _ protocol.DirectProtocol = (*Protocol)(nil)
 
 // New returns a Protocol over nodes: an odd number, at least 3, of clients
 // of independent Redis masters (no replication between them). A node may
@@ -490,15 +491,15 @@ const (
 // up to Options.RetryJitter). Errors: a *QuorumError if fewer than a
 // majority answered, ErrTooSlow, dlock.ErrWrongType if so many nodes hold a
 // non-string that no majority is possible.
-func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock.Keys, _ string, ttl time.Duration) (dlock.Grant, error) {
+func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k protocol.Keys, _ string, ttl time.Duration) (protocol.Grant, error) {
 	start := time.Now()
 	nt := p.nodeTimeout(ttl)
 	if err := p.sameServer(); err != nil {
-		return dlock.Grant{}, err
+		return protocol.Grant{}, err
 	}
 	p.probeIDs()
 	value := newValue()
-	g := dlock.Grant{Value: value}
+	g := protocol.Grant{Value: value}
 	var state atomic.Int32
 	late := func(i int, r reply) {
 		// Acquire gave up while this request was in flight: whatever it
@@ -590,8 +591,8 @@ func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k dlock
 }
 
 // acquireOn runs acquire.lua on one node.
-func acquireOn(ctx context.Context, n redis.UniversalClient, k dlock.Keys, value string, ttl time.Duration) reply {
-	return parseAcquire(dlock.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence},
+func acquireOn(ctx context.Context, n redis.UniversalClient, k protocol.Keys, value string, ttl time.Duration) reply {
+	return parseAcquire(protocol.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence},
 		Args: []any{value, ttl.Milliseconds()}}.Run(ctx, n))
 }
 
@@ -630,7 +631,7 @@ func parseAcquire(cmd *redis.Cmd) reply {
 
 // writeFence raises the fence counter of the nodes in taken to fence, and
 // returns nil once a majority did so while still holding value.
-func (p *Protocol) writeFence(ctx context.Context, k dlock.Keys, value string, fence uint64, taken []int, ttl, nt time.Duration) error {
+func (p *Protocol) writeFence(ctx context.Context, k protocol.Keys, value string, fence uint64, taken []int, ttl, nt time.Duration) error {
 	f := strconv.FormatUint(fence, 10)
 	count := func(rs []reply) (ok, no int) {
 		for _, r := range rs {
@@ -644,7 +645,7 @@ func (p *Protocol) writeFence(ctx context.Context, k dlock.Keys, value string, f
 		return ok, no
 	}
 	rs := p.fanout(ctx, taken, nt, nt, func(ctx context.Context, n redis.UniversalClient) reply {
-		code, err := dlock.Call{Script: fenceScript, Keys: []string{k.Lock, k.Fence},
+		code, err := protocol.Call{Script: fenceScript, Keys: []string{k.Lock, k.Fence},
 			Args: []any{value, f, fenceTTL(ttl).Milliseconds()}}.Run(ctx, n).Int64()
 		return reply{code: code, err: err}
 	}, func(rs []reply) bool {
@@ -683,7 +684,7 @@ const settleWindow = 5 * time.Second
 // server) may land after the first delete, and a retry removes what it
 // wrote. cleanup waits at most nt
 // for the first replies if wait is set, and returns at once otherwise.
-func (p *Protocol) cleanup(k dlock.Keys, value string, which []int, nt time.Duration, wait bool, channel string) {
+func (p *Protocol) cleanup(k protocol.Keys, value string, which []int, nt time.Duration, wait bool, channel string) {
 	if len(which) == 0 {
 		return
 	}
@@ -708,8 +709,8 @@ func (p *Protocol) cleanup(k dlock.Keys, value string, which []int, nt time.Dura
 	}, nil, nil)
 }
 
-func releaseCall(k dlock.Keys, value, channel string) dlock.Call {
-	return dlock.Call{Script: releaseScript, Keys: []string{k.Lock}, Args: []any{value, channel}}
+func releaseCall(k protocol.Keys, value, channel string) protocol.Call {
+	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock}, Args: []any{value, channel}}
 }
 
 // holderTTL is how long a caller that was not granted the lock should wait
@@ -750,14 +751,14 @@ func (p *Protocol) holderTTL(rs []reply) time.Duration {
 
 // Renew returns the call that renews value on ONE node; the engine uses
 // RenewDirect, which runs it on every node.
-func (p *Protocol) Renew(k dlock.Keys, value string, ttl time.Duration) (dlock.Call, string) {
-	return dlock.Call{Script: renewScript, Keys: []string{k.Lock, k.Fence},
+func (p *Protocol) Renew(k protocol.Keys, value string, ttl time.Duration) (protocol.Call, string) {
+	return protocol.Call{Script: renewScript, Keys: []string{k.Lock, k.Fence},
 		Args: []any{value, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, value
 }
 
 // Release returns the call that releases value on ONE node and publishes
 // on k.Wake; the engine uses ReleaseDirect, which runs it on every node.
-func (p *Protocol) Release(k dlock.Keys, value string) dlock.Call {
+func (p *Protocol) Release(k protocol.Keys, value string) protocol.Call {
 	return releaseCall(k, value, k.Wake)
 }
 
@@ -770,7 +771,7 @@ func (p *Protocol) Release(k dlock.Keys, value string) dlock.Call {
 // returns a *QuorumError: the engine retries until the lock's deadline,
 // then reports dlock.ErrUnreachable. A node whose key expired is not taken
 // again: a lock survives the loss of at most a minority over its lifetime.
-func (p *Protocol) RenewDirect(ctx context.Context, k dlock.Keys, value string, ttl time.Duration) (string, int64, error) {
+func (p *Protocol) RenewDirect(ctx context.Context, k protocol.Keys, value string, ttl time.Duration) (string, int64, error) {
 	nt := p.nodeTimeout(ttl)
 	call, _ := p.Renew(k, value, ttl)
 	rs := p.fanout(ctx, nil, nt, nt, func(ctx context.Context, n redis.UniversalClient) reply {
@@ -816,7 +817,7 @@ func (p *Protocol) RenewDirect(ctx context.Context, k dlock.Keys, value string, 
 // any node, else -1 if a node holds another value, -2 if one holds a
 // non-string, else 0 (gone everywhere). If fewer than a majority answered
 // it returns a *QuorumError instead: retry the Unlock.
-func (p *Protocol) ReleaseDirect(ctx context.Context, k dlock.Keys, value string) (int64, error) {
+func (p *Protocol) ReleaseDirect(ctx context.Context, k protocol.Keys, value string) (int64, error) {
 	nt := p.nodeTimeout(time.Hour) // no TTL here: the default's ceiling
 	call := p.Release(k, value)
 	rs := p.fanout(ctx, nil, nt, nt, func(ctx context.Context, n redis.UniversalClient) reply {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -245,7 +246,7 @@ func (a *app) cmdRun(args []string) int {
 	if f.redlock != "" {
 		var (
 			c          *dlock.Client
-			p          dlock.Protocol
+			p          protocol.Protocol
 			closeNodes func()
 		)
 		code := a.interruptible("connecting to the Redlock nodes", sigs, func(a *app) (code int) {

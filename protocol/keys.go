@@ -1,0 +1,11 @@
+package protocol
+
+// Keys names the Redis keys of one lock. The engine derives them from the
+// lock key and the Client's prefix (see the dlock package doc's key layout);
+// a protocol uses those it needs.
+type Keys struct {
+	Lock  string // the lock key, exactly as the caller gave it
+	Fence string // the fencing counter, in Lock's Cluster slot
+	Wake  string // the wake-up channel for waiters that do not queue
+	Queue string // the FIFO wait queue; waiter leases are Queue+":"+token
+}
