@@ -87,8 +87,9 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (protocol.Protoc
 	return cfg.proto, nil
 }
 
-// obtain acquires the lock keys names with proto: the attempt and wait
-// loop every kind of lock shares. Inputs are already validated.
+// obtain acquires the lock keys names with base, set up for each
+// attempt's mode (see Client.modal): the attempt and wait loop every kind
+// of lock shares. Inputs are already validated.
 //
 // A token is never used again once it was given up. When an attempt ends
 // ambiguously (its reply was lost: it may have taken the key, or queued
