@@ -597,8 +597,15 @@ func TestWrongType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin.Del(t.Context(), k)
-	admin.RPush(t.Context(), k, "x")
+	// In one transaction: a renewal between a DEL and an RPUSH would find
+	// the key gone (a loss by expiry, not the wrong type).
+	if _, err := admin.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
+		p.Del(t.Context(), k)
+		p.RPush(t.Context(), k, "x")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-lk.Done():
 	case <-time.After(2 * time.Second):
