@@ -1,7 +1,7 @@
 package protocol
 
 // Keys names the Redis keys of one lock. The engine derives them from the
-// lock key and the Client's prefix (see the dlock package doc's key layout);
+// lock key and the Client's prefix (docs/keys.md in the dlock repository lists them);
 // a protocol uses those it needs.
 type Keys struct {
 	Lock  string // the lock key, exactly as the caller gave it
