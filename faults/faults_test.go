@@ -127,6 +127,7 @@ type harness struct {
 	t      *testing.T
 	sc     *scenario
 	round  int
+	run    int64 // this history's number in the process (histories)
 	rng    *rand.Rand
 	hist   *history
 	nem    *nemesis
@@ -155,9 +156,17 @@ func (h *harness) seed() uint64 {
 
 func (h *harness) nextProc() int { return int(h.procs.Add(1) - 1) }
 
+// histories numbers the histories of this process, so that no two share a
+// key: with -count=N, or a scenario run again on the same server, a key
+// of an earlier history would still hold that history's resource value,
+// and the first read of the new one (which never saw that write) would be
+// judged not linearizable.
+var histories atomic.Int64
+
 // key names a lock key of this history; its resource is read at the end.
+// Keys are unique per history (see histories).
 func (h *harness) key(name string) string {
-	k := fmt.Sprintf("fk:%s:%s:%d:%s", h.sc.topo, strings.ReplaceAll(h.sc.name, " ", "-"), h.round, name)
+	k := fmt.Sprintf("fk:%s:%s:%d.%d:%s", h.sc.topo, strings.ReplaceAll(h.sc.name, " ", "-"), h.round, h.run, name)
 	h.mu.Lock()
 	if !slices.Contains(h.keys, k) {
 		h.keys = append(h.keys, k)
@@ -243,7 +252,7 @@ func runScenario(t *testing.T, sc scenario, rounds int) result {
 
 func runHistory(t *testing.T, sc *scenario, round int, seed uint64) (result, string) {
 	t.Helper()
-	h := &harness{t: t, sc: sc, round: round, rng: rand.New(rand.NewPCG(seed, uint64(round))),
+	h := &harness{t: t, sc: sc, round: round, run: histories.Add(1), rng: rand.New(rand.NewPCG(seed, uint64(round))),
 		hist: &history{}, params: defaultParams()}
 	h.nem = &nemesis{Clock: clock, Rec: h.hist}
 	if sc.params != nil {
