@@ -25,10 +25,11 @@ func TestGrantedWaitersLeaveNoLease(t *testing.T) {
 	for k := range keys {
 		name := fmt.Sprintf("%s:%d", prefix, k)
 		kind := kinds[k%len(kinds)]
+		holderKind := kind
 		if k%len(kinds) == 1 {
-			kind = nil // the shared kind's waiters here are writers
+			holderKind = nil // a writer holds: the readers queue behind it
 		}
-		holder, err := kind.Lock(t.Context(), a, name)
+		holder, err := holderKind.Lock(t.Context(), a, name)
 		if err != nil {
 			t.Fatal(err)
 		}
