@@ -86,8 +86,9 @@ type Options struct {
 	ReplicaTimeout time.Duration
 
 	// ReleaseTimeout bounds each release the Client makes on its own: in
-	// Close, and the compensating release after an ambiguous acquire.
-	// Default: 5s.
+	// Close, the compensating release after an ambiguous acquire, and the
+	// withdrawal of a waiter that gives up (retried until it answers or
+	// this time is up). Default: 5s.
 	ReleaseTimeout time.Duration
 
 	// Logger receives structured logs: lost locks at WARN, renewals and
