@@ -152,7 +152,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 		if err == nil && g.Acquired {
 			probe.Point(probe.AfterGrant, keys.Lock)
 		}
-		var rb *rollbackError
+		var kept *keptError
 		switch {
 		case err == nil && g.Acquired && time.Now().After(sent.Add(cfg.ttl-c.opts.drift(cfg.ttl))):
 			// The grant's reply came back after the validity it bought: the
@@ -171,9 +171,11 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 			return false, 0, &NotAcquiredError{Key: keys.Lock, TTL: g.HolderTTL}
 		case err == nil:
 			return false, g.HolderTTL, nil
-		case errors.As(err, &rb):
-			// A multi-slot acquire could not roll back the slots it took:
-			// whatever the acquire error, they may be held.
+		case errors.As(err, &kept):
+			// A multi-slot acquire failed with slots it took still held
+			// (not rolled back, or the roll-back failed): whatever the
+			// acquire error, even a definite one that ends the call,
+			// withdraw them, or they stay held by nobody for the TTL.
 			giveUp(p, g.Value)
 			if errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument) {
 				return false, 0, err

@@ -259,14 +259,20 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 			all.multi.fences = append(all.multi.fences, g.multi.fences...)
 			continue
 		}
-		if i > 0 && !m.mode.queued() {
+		switch {
+		case i > 0 && !m.mode.queued():
 			// Roll back. If that fails, the engine retries it in the
 			// background (Value is set: the withdrawal is token-checked).
 			if _, rerr := m.rollback(ctx, token); rerr != nil {
-				return grant{Grant: protocol.Grant{Value: token}}, &rollbackError{acquire: err, rollback: rerr}
+				return grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err, rollback: rerr}
 			}
-		}
-		if i > 0 && err == nil {
+		case i > 0 && err != nil:
+			// Queued, the slots before i stay ours while we wait; an error
+			// ends this attempt (and, if it is a verdict such as a wrong
+			// type, the call) with them taken, whether or not it is
+			// ambiguous: the engine must withdraw the token.
+			return grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err}
+		case i > 0:
 			grp.holding(&g.Grant, ttl)
 		}
 		g.Value = token
@@ -276,16 +282,20 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 	return all, nil
 }
 
-// rollbackError is a multi-slot acquire that failed (acquire, possibly
-// nil: a slot was held) and could not give back the slots it had taken
-// (rollback). The engine withdraws the token whatever acquire was: the
-// earlier slots may be held. It unwraps to acquire alone, so whether the
-// acquire was ambiguous, a wrong type or a refusal is judged on it, not on
-// the roll-back's error (a READONLY or BUSY reply there says nothing about
-// the acquire).
-type rollbackError struct{ acquire, rollback error }
+// keptError is a multi-slot acquire that failed (acquire, possibly nil:
+// a slot was held) while the slots it had taken before may still hold the
+// token: a queued attempt keeps them (rollback nil), or the roll-back of a
+// try or barge attempt failed (rollback). The engine withdraws the token
+// whatever acquire was, even a definite reply such as a wrong type. It
+// unwraps to acquire alone, so whether the acquire was ambiguous, a wrong
+// type or a refusal is judged on it, not on the roll-back's error (a
+// READONLY or BUSY reply there says nothing about the acquire).
+type keptError struct{ acquire, rollback error }
 
-func (e *rollbackError) Error() string {
+func (e *keptError) Error() string {
+	if e.rollback == nil {
+		return e.acquire.Error()
+	}
 	a := "a key is held"
 	if e.acquire != nil {
 		a = e.acquire.Error()
@@ -293,7 +303,7 @@ func (e *rollbackError) Error() string {
 	return a + "; and the keys taken before could not be given back: " + e.rollback.Error()
 }
 
-func (e *rollbackError) Unwrap() error { return e.acquire }
+func (e *keptError) Unwrap() error { return e.acquire }
 
 // Renew and Release are not used (the engine calls RenewDirect and
 // ReleaseDirect); they cover the first slot only.

@@ -278,3 +278,57 @@ func TestMultiBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A multi-key acquire that fails on a key of the wrong type leaves nothing
+// held: not even the keys it took in the slots before that key, which a
+// waiting LockMulti (queued: it keeps them while it goes on) has taken
+// when it finds the wrong type. The caller still gets ErrWrongType.
+func TestMultiWrongTypeLeavesNothing(t *testing.T) {
+	for _, split := range []bool{false, true} {
+		for _, wait := range []bool{false, true} {
+			t.Run(fmt.Sprintf("crossSlot=%v/wait=%v", split, wait), func(t *testing.T) {
+				c := clientFor(t, split, dlock.Options{})
+				_, rdb := newClient(t, dlock.Options{})
+				ctx := t.Context()
+				a, b := twoKeys(t, !split)
+				// A waiting Lock that gives up makes c listen for hand-offs,
+				// so a waiting LockMulti queues from its first attempt.
+				hk := key(t) + ":held"
+				held, err := c.TryLock(ctx, hk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				if _, err := c.Lock(wctx, hk); !errors.Is(err, dlock.ErrContextDone) {
+					t.Fatalf("Lock of a held key = %v", err)
+				}
+				cancel()
+				held.Unlock(ctx)
+
+				rdb.RPush(ctx, b, "x") // b is taken after a
+				var lk *dlock.Lock
+				if wait {
+					lk, err = c.LockMulti(ctx, []string{a, b}, dlock.WithTTL(time.Minute))
+				} else {
+					lk, err = c.TryLockMulti(ctx, []string{a, b}, dlock.WithTTL(time.Minute))
+				}
+				if !errors.Is(err, dlock.ErrWrongType) || lk != nil {
+					t.Fatalf("LockMulti = %v, %v; want ErrWrongType", lk, err)
+				}
+				deadline := time.Now().Add(3 * time.Second)
+				for rdb.Exists(ctx, a).Val() != 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("%s holds %q (TTL %v) after the failed acquire", a, rdb.Get(ctx, a).Val(), rdb.PTTL(ctx, a).Val())
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				// And a is free for the next locker.
+				lk, err = c.TryLock(ctx, a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lk.Unlock(ctx)
+			})
+		}
+	}
+}
