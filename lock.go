@@ -93,9 +93,10 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (protocol.Protoc
 //
 // A token is never used again once it was given up. When an attempt ends
 // ambiguously (its reply was lost: it may have taken the key, or queued
-// us) or its grant came back after the validity it bought, the engine
-// withdraws that token in the background and the next attempt uses a
-// fresh one. Reusing it would be unsafe: the withdrawal runs on another
+// us), fails with keys it took still held (a multi-slot attempt, whatever
+// the error, even one that ends the call), or its grant came back after
+// the validity it bought, the engine withdraws that token in the
+// background and the next attempt, if any, uses a fresh one. Reusing it would be unsafe: the withdrawal runs on another
 // pooled connection, so the retry can reach Redis first, be granted (the
 // key holds our token), and then the withdrawal lands and frees or hands
 // off the key under a caller who believes it holds it. Waiting for the
