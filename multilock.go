@@ -266,11 +266,14 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 			if _, rerr := m.rollback(ctx, token); rerr != nil {
 				return grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err, rollback: rerr}
 			}
-		case i > 0 && err != nil:
-			// Queued, the slots before i stay ours while we wait; an error
-			// ends this attempt (and, if it is a verdict such as a wrong
-			// type, the call) with them taken, whether or not it is
-			// ambiguous: the engine must withdraw the token.
+		case i > 0 && (errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument)):
+			// Queued, the slots before i stay ours while we wait. A verdict
+			// such as a wrong type ends the call with them taken: the
+			// engine must withdraw the token. Any other error ends only
+			// this attempt (below): the waiter keeps its slots and its
+			// places in the queues, and the next attempt renews them; if
+			// the error ends the call (the first attempt, or ctx), the
+			// wait withdraws the token.
 			return grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err}
 		case i > 0:
 			grp.holding(&g.Grant, ttl)

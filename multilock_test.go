@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
 )
@@ -330,5 +331,113 @@ func TestMultiWrongTypeLeavesNothing(t *testing.T) {
 				lk.Unlock(ctx)
 			})
 		}
+	}
+}
+
+// TestMultiWaiterKeepsPlaceAfterDefiniteRefusal: one definite (not
+// ambiguous) refusal of a later slot's retry, such as READONLY during a
+// failover, does not make a waiting multi-slot LockMulti give up the slots
+// it holds or its places in the queues: a waiter queued after it on that
+// slot is still served after it.
+func TestMultiWaiterKeepsPlaceAfterDefiniteRefusal(t *testing.T) {
+	w, inj := faultyClient(t, dlock.Options{WaiterLease: 600 * time.Millisecond})
+	dlock.SplitSlots(w)
+	h, rdb := newClient(t, dlock.Options{})
+	x, _ := newClient(t, dlock.Options{})
+	ctx := t.Context()
+	a, b := twoKeys(t, false)
+	hk := key(t) + ":held"
+	held, _ := w.TryLock(ctx, hk)
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, _ = w.Lock(wctx, hk)
+	cancel()
+	_ = held.Unlock(ctx)
+
+	hb, err := h.Lock(ctx, b, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	go func() {
+		lk, err := w.LockMulti(ctx, []string{a, b}, dlock.WithTTL(time.Minute))
+		if err == nil {
+			order <- "w"
+			time.Sleep(100 * time.Millisecond)
+			_ = lk.Unlock(ctx)
+		} else {
+			order <- "w:" + err.Error()
+		}
+	}()
+	for rdb.Exists(ctx, a).Val() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	// x queues on b after w
+	go func() {
+		lk, err := x.Lock(ctx, b, dlock.WithTTL(time.Minute))
+		if err == nil {
+			order <- "x"
+			time.Sleep(100 * time.Millisecond)
+			_ = lk.Unlock(ctx)
+		} else {
+			order <- "x:" + err.Error()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	t.Logf("b's queue before the refusal: %d entries", rdb.LLen(ctx, "dlock:{"+b+"}:q").Val())
+	refused := inj.Add(faultcmd.Rule{Name: "b refuses one retry", Action: faultcmd.FailBefore,
+		Match: faultcmd.Match{Script: "multi_acquire", Key: b}, Err: readOnlyError{}})
+	select {
+	case <-refused.FiredC():
+	case <-time.After(5 * time.Second):
+		t.Fatal("w never retried")
+	}
+	time.Sleep(300 * time.Millisecond)
+	t.Logf("b's queue after: %v", rdb.LRange(ctx, "dlock:{"+b+"}:q", 0, -1).Val())
+	_ = hb.Unlock(ctx)
+	first := <-order
+	second := <-order
+	t.Logf("served: %s then %s", first, second)
+	if first != "w" {
+		t.Errorf("w queued on b before x, but x was served first (w lost its place after one definite refusal)")
+	}
+}
+
+// TestMultiFirstAttemptErrorLeavesNothing: a waiting multi-slot LockMulti
+// whose first attempt takes the first slot and then gets a definite error
+// (READONLY) on the next one returns that error and leaves nothing held:
+// the slot it took is withdrawn, not left to its TTL.
+func TestMultiFirstAttemptErrorLeavesNothing(t *testing.T) {
+	w, inj := faultyClient(t, dlock.Options{})
+	dlock.SplitSlots(w)
+	_, rdb := newClient(t, dlock.Options{})
+	ctx := t.Context()
+	a, b := twoKeys(t, false)
+	// Make w listen for hand-offs, so LockMulti's first attempt queues.
+	hk := key(t) + ":held"
+	held, err := w.TryLock(ctx, hk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, _ = w.Lock(wctx, hk)
+	cancel()
+	_ = held.Unlock(ctx)
+
+	inj.Add(faultcmd.Rule{Name: "b refuses", Action: faultcmd.FailBefore,
+		Match: faultcmd.Match{Script: "multi_acquire", Key: b}, Err: readOnlyError{}})
+	lk, err := w.LockMulti(ctx, []string{a, b}, dlock.WithTTL(time.Minute))
+	if err == nil || lk != nil {
+		t.Fatalf("LockMulti with b refusing: %v, %v", lk, err)
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("LockMulti: %v, want ErrUnavailable", err)
+	}
+	// The withdrawal runs in the background: give it 5s, far below the TTL.
+	for end := time.Now().Add(5 * time.Second); rdb.Exists(ctx, a).Val() != 0; {
+		if time.Now().After(end) {
+			t.Fatalf("%s is still held by the failed call (PTTL %v)", a, rdb.PTTL(ctx, a).Val())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -516,6 +516,13 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 		first = spec.join
 	}
 	ok, ttl, err := first(ctx)
+	if err != nil && spec.queued {
+		// The first attempt's error ends the call: withdraw whatever it
+		// may have left queued or held (a multi-slot waiter keeps the
+		// slots it took before the one that failed). Token-checked, so
+		// harmless if there is nothing.
+		c.withdraw(spec)
+	}
 	if ok || err != nil {
 		return false, err
 	}
