@@ -344,3 +344,29 @@ func TestOutcomeOf(t *testing.T) {
 		t.Errorf("out of range: %q", s)
 	}
 }
+
+// TestReleaseHookOnceAfterLoss: a lock whose Unlock finds it lost reports
+// Lost once and Release once, however often Unlock is called again; each
+// Unlock still returns the loss.
+func TestReleaseHookOnceAfterLoss(t *testing.T) {
+	var lost, rel atomic.Int32
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{
+		Lost:    func(context.Context, dlock.LostInfo) { lost.Add(1) },
+		Release: func(context.Context, dlock.ReleaseInfo) { rel.Add(1) },
+	}})
+	ctx := t.Context()
+	k := key(t)
+	lk, err := c.Lock(ctx, k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, k) // lost: the key is gone
+	for range 3 {
+		if err := lk.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {
+			t.Fatalf("Unlock of a lost lock: %v", err)
+		}
+	}
+	if lost.Load() != 1 || rel.Load() != 1 {
+		t.Fatalf("after 3 Unlocks of a lost lock: Lost fired %d times, Release %d; want 1 and 1", lost.Load(), rel.Load())
+	}
+}

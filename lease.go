@@ -73,6 +73,10 @@ type lease struct {
 	// releaseTried: a release whose reply was lost may have deleted the key,
 	// so a retried Unlock that finds it gone has succeeded.
 	releaseTried bool
+	// lossUnlocked (guarded by opMu): an Unlock has returned the loss, and
+	// the Release hook reported it; repeated Unlocks of a lost lock return
+	// the loss again without reporting another release.
+	lossUnlocked bool
 
 	// fenceUntil (guarded by opMu, nanoseconds since the watchdog's epoch)
 	// is when the fence counter expires at the earliest, as last pushed
@@ -335,7 +339,10 @@ func (l *lease) release(ctx context.Context) error {
 		if errors.Is(lerr, ErrUnreachable) || l.multi != nil && len(l.multi.keys) > 1 {
 			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 		}
-		l.releaseHook(ctx, start, lerr)
+		if !l.lossUnlocked {
+			l.lossUnlocked = true
+			l.releaseHook(ctx, start, lerr)
+		}
 		return lerr
 	}
 
@@ -369,6 +376,7 @@ func (l *lease) release(ctx context.Context) error {
 		err = nil
 	default:
 		err = l.lose(ctx, causeOf(code)) // Lost first, then Release with the loss
+		l.lossUnlocked = true
 	}
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)

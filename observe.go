@@ -36,7 +36,8 @@ type Hooks struct {
 	// released already (or lost while this release was in flight, which
 	// Lost reports). Err is nil (released), a Redis error (the lock
 	// stays held; Unlock may be retried) or the loss error: a loss the
-	// call found is reported by Lost first.
+	// call found is reported by Lost first. A lost lock's release is
+	// reported once: Unlock called again returns the loss without it.
 	Release func(context.Context, ReleaseInfo)
 	// Renew is called after each watchdog or Extend renewal attempt.
 	Renew func(context.Context, RenewInfo)

@@ -72,7 +72,10 @@ end
 -- as fit. A dead waiter (no lease, or a tombstone) is dropped. For each
 -- live one, serve(m, req) decides, req being what m asks for (q_parse);
 -- for self, the caller's own token, serve(self, nil) is asked without
--- reading its lease (the caller knows what it asks for):
+-- reading its lease (the caller knows what it asks for), and may answer
+-- only 'wait' or 'pop' (self has no lease or channel read here to mark or
+-- tell; a caller that must refuse itself does so before the walk, as
+-- semaphore_acquire does for a request above the limit):
 --   'wait'  m does not fit: it stays at the head, and the walk ends
 --   'hand'  serve gave m its hold for the pickup time: m leaves q, its
 --           lease is marked handed (the pickup state) and it is told on
