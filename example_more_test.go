@@ -41,9 +41,10 @@ func ExampleWithProtocol() {
 	locks, rdb, done := exampleClient()
 	defer done()
 
-	// The seeds' SETNX/GETSET lock, to share a key with old C# or Python code.
-	seeds := legacy.New(legacy.Options{Unit: legacy.Seconds})
-	lock, err := locks.Lock(ctx, "example:legacy", dlock.WithProtocol(seeds), dlock.WithTTL(10*time.Second))
+	// The SETNX/GETSET timestamp lock of older C# and Python code, to share
+	// a key with it.
+	timestamps := legacy.New(legacy.Options{Unit: legacy.Seconds})
+	lock, err := locks.Lock(ctx, "example:legacy", dlock.WithProtocol(timestamps), dlock.WithTTL(10*time.Second))
 	if err != nil {
 		panic(err)
 	}

@@ -259,6 +259,7 @@ const (
 	kindShared
 	kindReentrant
 	kindSemaphore
+	kindWriter // RWLock's write lock: a token lock, but no WithProtocol
 )
 
 // withKind returns opts with set first, in a new slice: the typed
@@ -296,7 +297,7 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		return cfg, fmt.Errorf("%w: WithProtocol(nil)", ErrInvalidOpts)
 	}
 	if cfg.kinds&(cfg.kinds-1) != 0 {
-		return cfg, fmt.Errorf("%w: WithProtocol applies to exclusive locks only (Client.Lock, TryLock, Do), not to RWLock readers, Reentrant or Semaphore", ErrInvalidOpts)
+		return cfg, fmt.Errorf("%w: WithProtocol applies to exclusive locks only (Client.Lock, TryLock, Do), not to RWLock, Reentrant or Semaphore", ErrInvalidOpts)
 	}
 	if cfg.kinds == kindSemaphore {
 		if cfg.limit < 1 {
@@ -309,7 +310,7 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	if cfg.kinds == kindReentrant && cfg.owner == SharedValue {
 		return cfg, ErrInvalidOwner
 	}
-	if cfg.kinds&^kindProtocol != 0 && c.opts.MinReplicas > 0 {
+	if cfg.kinds&^(kindProtocol|kindWriter) != 0 && c.opts.MinReplicas > 0 {
 		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not RWLock readers, Reentrant or Semaphore)", ErrInvalidOpts)
 	}
 	return cfg, nil

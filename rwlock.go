@@ -60,8 +60,9 @@ func (rw *RWLock) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, erro
 // Lock takes the key exclusively (the write lock), waiting until no reader
 // and no other writer holds it: the same lock as Client.Lock. On success,
 // it returns the held lock and a nil error. On failure, it returns a nil
-// *Lock and the error Client.Lock would, and holds nothing. On a nil
-// *RWLock it returns ErrNilClient.
+// *Lock and the error Client.Lock would (WithProtocol is refused with
+// ErrInvalidOpts: readers only see the token lock), and holds nothing. On
+// a nil *RWLock it returns ErrNilClient.
 func (rw *RWLock) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, false, true, opts)
 }
@@ -69,8 +70,9 @@ func (rw *RWLock) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 // TryLock makes exactly one attempt to take the key exclusively, as
 // Client.TryLock. On success, it returns the held lock and a nil error. On
 // failure, it returns a nil *Lock and an error (a *NotAcquiredError
-// matching ErrNotAcquired if the key is held), and holds nothing. On a nil
-// *RWLock it returns ErrNilClient.
+// matching ErrNotAcquired if the key is held; ErrInvalidOpts with
+// WithProtocol, as Lock), and holds nothing. On a nil *RWLock it returns
+// ErrNilClient.
 func (rw *RWLock) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, false, false, opts)
 }
@@ -81,12 +83,19 @@ func (rw *RWLock) acquire(ctx context.Context, read, wait bool, opts []LockOptio
 	}
 	if read {
 		opts = withKind(opts, sharedKind())
+	} else {
+		opts = withKind(opts, writerKind())
 	}
 	return rw.c.acquire(ctx, rw.key, wait, opts)
 }
 
 // sharedKind makes an acquire take a read lock.
 func sharedKind() LockOption { return func(c *lockConfig) { c.kinds |= kindShared } }
+
+// writerKind marks an acquire as RWLock's write lock: a plain token lock,
+// which must stay one (WithProtocol would put the writer where the
+// readers do not look, and exclude none of them).
+func writerKind() LockOption { return func(c *lockConfig) { c.kinds |= kindWriter } }
 
 // SharedValue is what a key holds while it is read-locked (see RWLock).
 // It is also reserved: it cannot be a Reentrant owner.

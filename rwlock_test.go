@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/legacy"
 )
 
 func readersKey(k string) string { return "dlock:{" + k + "}:readers" }
@@ -327,5 +328,28 @@ func TestSharedInteropAndBatch(t *testing.T) {
 	}
 	if n := rdb.ZCard(ctx, readersKey(k)).Val(); n != 5 {
 		t.Fatalf("%d readers in", n)
+	}
+}
+
+// TestRWLockWriterRefusesProtocol: RWLock's write lock is the token lock
+// the readers see; another protocol would put the writer where no reader
+// looks, so both Lock and TryLock refuse WithProtocol before any Redis call.
+func TestRWLockWriterRefusesProtocol(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	p := legacy.New(legacy.Options{Unit: legacy.Milliseconds})
+	if _, err := c.RWLock(k).Lock(t.Context(), dlock.WithProtocol(p)); !errors.Is(err, dlock.ErrInvalidOpts) {
+		t.Fatalf("RWLock.Lock with WithProtocol = %v", err)
+	}
+	if _, err := c.RWLock(k).TryLock(t.Context(), dlock.WithProtocol(p)); !errors.Is(err, dlock.ErrInvalidOpts) {
+		t.Fatalf("RWLock.TryLock with WithProtocol = %v", err)
+	}
+	// Without it, the write lock works.
+	lk, err := c.RWLock(k).Lock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
