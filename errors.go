@@ -94,7 +94,8 @@ var (
 	// ErrInvalidOwner: a Reentrant acquire without an owner (none given,
 	// none bound to the context), or with the reserved SharedValue.
 	ErrInvalidOwner = argError("reentrant owner empty (pass one, or bind one with ContextWithOwner) or reserved")
-	// ErrInvalidLimit: a semaphore limit below 1 (Semaphore.SetLimit: below 0).
+	// ErrInvalidLimit: a semaphore limit below 1 (Semaphore.SetLimit: below
+	// 0) or above MaxSemaphoreLimit.
 	ErrInvalidLimit = argError("semaphore limit must be at least 1")
 	// ErrInvalidPermits: a Semaphore acquire of fewer than 1 permit or more
 	// than the semaphore's limit (the limit given to Client.Semaphore, or a

@@ -300,8 +300,8 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		return cfg, fmt.Errorf("%w: WithProtocol applies to exclusive locks only (Client.Lock, TryLock, Do), not to RWLock, Reentrant or Semaphore", ErrInvalidOpts)
 	}
 	if cfg.kinds == kindSemaphore {
-		if cfg.limit < 1 {
-			return cfg, fmt.Errorf("%w: Semaphore limit %d", ErrInvalidLimit, cfg.limit)
+		if cfg.limit < 1 || cfg.limit > MaxSemaphoreLimit {
+			return cfg, fmt.Errorf("%w: Semaphore limit %d (1 to %d)", ErrInvalidLimit, cfg.limit, MaxSemaphoreLimit)
 		}
 		if cfg.permits < 1 || cfg.permits > cfg.limit {
 			return cfg, fmt.Errorf("%w: %d permits asked of a Semaphore of limit %d", ErrInvalidPermits, cfg.permits, cfg.limit)

@@ -76,12 +76,18 @@ func semaphoreKind(limit, n int) LockOption {
 	return func(c *lockConfig) { c.kinds, c.limit, c.permits = c.kinds|kindSemaphore, limit, n }
 }
 
+// MaxSemaphoreLimit is the largest limit a Semaphore takes (and so the most
+// permits one acquire asks): the scripts count permits in Lua numbers,
+// which are exact integers up to 2^53.
+const MaxSemaphoreLimit = 1 << 50
+
 // SetLimit changes the limit of the semaphore for every client, now: the
 // permits a raise frees go to the queued waiters at once (as many as fit);
 // after a cut, holders keep their permits and newcomers wait until enough
 // are given back. The limit is stored without a TTL. Limit 0 removes it:
 // each client's own limit applies again. On success, it returns nil. On
-// failure, it returns an error: ErrInvalidLimit for a negative limit and
+// failure, it returns an error: ErrInvalidLimit for a negative limit (or
+// one above MaxSemaphoreLimit) and
 // ErrWrongType if the key is not a semaphore's (changing nothing),
 // ErrUnavailable wrapping a Redis error, or another ErrInvalidArgument (a
 // nil context, a bad key). On a nil *Semaphore it returns ErrNilClient.
@@ -96,8 +102,8 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 	if err := validKey(c.opts.Prefix, key); err != nil {
 		return err
 	}
-	if limit < 0 {
-		return ErrInvalidLimit
+	if limit < 0 || limit > MaxSemaphoreLimit {
+		return fmt.Errorf("%w: Semaphore limit %d (at most %d)", ErrInvalidLimit, limit, MaxSemaphoreLimit)
 	}
 	k := c.keysFor(key)
 	n, err := runScript(ctx, c.rdb, protocol.Call{Script: semaphoreLimitScript, Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},

@@ -300,3 +300,36 @@ func TestSemaphoreLostSignal(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrExpired", err)
 	}
 }
+
+// TestSemaphoreHugeLimitIsBadInput: a limit or permit count beyond what the
+// scripts count exactly is refused before any Redis call as bad input
+// (ErrInvalidLimit), not sent to fail there as a Redis error.
+func TestSemaphoreHugeLimitIsBadInput(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	huge := int(^uint(0) >> 1)
+	if _, err := c.Semaphore(k, huge).Acquire(t.Context(), huge); !errors.Is(err, dlock.ErrInvalidLimit) {
+		t.Fatalf("Acquire with limit MaxInt = %v", err)
+	}
+	if err := c.Semaphore(k, 1).SetLimit(t.Context(), huge); !errors.Is(err, dlock.ErrInvalidLimit) {
+		t.Fatalf("SetLimit(MaxInt) = %v", err)
+	}
+}
+
+// TestSemaphoreBigReleaseIsCheap: releasing many permits with nobody queued
+// wakes barging waiters a bounded number of times; it does not hold Redis
+// for one PUBLISH per permit (a release of 2^22 permits took over a second
+// of Redis time, and of 2^50 made it busy for good).
+func TestSemaphoreBigReleaseIsCheap(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	lk, err := c.Semaphore(k, dlock.MaxSemaphoreLimit).Acquire(t.Context(), dlock.MaxSemaphoreLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock of MaxSemaphoreLimit permits: %v", err)
+	}
+}

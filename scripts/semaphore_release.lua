@@ -9,7 +9,9 @@
 -- ARGV[1]  the holder's (or leaving waiter's) token
 -- ARGV[2]  the wake-up channel: 'released' is published on it once per
 --          freed permit left over when no waiter is queued (for barging
---          waiters)
+--          waiters), at most MAX_WAKES times: a release of many permits
+--          must not hold Redis for one PUBLISH each (barging waiters not
+--          woken retry on their own)
 -- ARGV[3]  the pickup time in ms of permits handed to a waiter
 -- ARGV[4]  '0': release a holder; 'force': an operator takes a holder's
 --          permits away (no tombstone: the holder's own release then
@@ -50,9 +52,10 @@ if s and tonumber(s) > now then
 elseif ARGV[4] == '0' and q_dead(Q, token) then
   code = 1 -- this release already ran (its reply was lost): not a loss
 end
+local MAX_WAKES = 64
 local free = sem_pump(S, P, Q, limit - used, limit, now, ARGV[3], '')
 if freed > 0 and redis.call('LLEN', Q) == 0 then
-  for _ = 1, math.min(freed, free) do
+  for _ = 1, math.min(freed, free, MAX_WAKES) do
     redis.call('PUBLISH', ARGV[2], 'released')
   end
 end
