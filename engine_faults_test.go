@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -364,5 +365,79 @@ func TestFailedWithdrawIsRetried(t *testing.T) {
 			t.Fatalf("the key is still held by nobody: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLockWithDoneContextWritesNothing: Lock calls whose ctx is already
+// done, on a Client that listens for hand-offs, send nothing for their
+// token, so they leave no withdrawal tombstone behind.
+func TestLockWithDoneContextWritesNothing(t *testing.T) {
+	a, inj := faultyClient(t, slowRetry)
+	b, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	held, err := b.Lock(t.Context(), k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Make a subscribe its hand-off channel: one queued wait that times out.
+	ctx1, cancel1 := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, _ = a.Lock(ctx1, k)
+	cancel1()
+	_ = held.Unlock(t.Context())
+	time.Sleep(200 * time.Millisecond)
+	rel := inj.Add(faultcmd.Rule{Name: "count releases", Action: faultcmd.Delay, Delay: time.Millisecond, Match: faultcmd.Match{Script: "release", Key: k}})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 5 {
+		if _, err := a.Lock(ctx, k); err == nil {
+			t.Fatal("Lock with a done ctx succeeded")
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	keys, _ := rdb.Keys(t.Context(), "*"+k+"*").Result()
+	n := 0
+	for _, x := range keys {
+		if v, _ := rdb.Get(t.Context(), x).Result(); v == "~" {
+			n++
+		}
+	}
+	t.Logf("release scripts sent by 5 Lock calls with a done ctx: %d; tombstones in db: %d", rel.Fired(), n)
+	// 2 expected: b's release and a's timed-out wait.
+	if n > 2 {
+		t.Errorf("%d tombstones: Lock calls with an already-done ctx each wrote a withdrawal of a token never sent", n-2)
+	}
+}
+
+// TestUnlockAfterLateReleaseReplyStaysReleased: an Unlock whose release ran
+// while the key was ours but whose reply came after the deadline returns
+// nil; Unlock again also returns nil, and no Release hook reports a loss.
+func TestUnlockAfterLateReleaseReplyStaysReleased(t *testing.T) {
+	var mu sync.Mutex
+	var rel []error
+	opts := dlock.Options{DriftFactor: 0.2}
+	opts.Hooks.Release = func(_ context.Context, ri dlock.ReleaseInfo) {
+		mu.Lock()
+		rel = append(rel, ri.Err)
+		mu.Unlock()
+	}
+	a, inj := faultyClient(t, opts)
+	k := key(t)
+	lk, err := a.Lock(t.Context(), k, dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := time.Until(lk.Deadline()) + 60*time.Millisecond
+	inj.Add(faultcmd.Rule{Action: faultcmd.Delay, Delay: d, Match: faultcmd.Match{Script: "release", Key: k}})
+	err1 := lk.Unlock(t.Context())
+	err2 := lk.Unlock(t.Context())
+	mu.Lock()
+	defer mu.Unlock()
+	if err1 != nil || err2 != nil {
+		t.Fatalf("Unlock #1 = %v, Unlock #2 = %v; want nil, nil (the release ran)", err1, err2)
+	}
+	for _, e := range rel {
+		if e != nil {
+			t.Fatalf("a Release hook reported %v for a release that ran", e)
+		}
 	}
 }

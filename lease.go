@@ -77,6 +77,10 @@ type lease struct {
 	// the Release hook reported it; repeated Unlocks of a lost lock return
 	// the loss again without reporting another release.
 	lossUnlocked bool
+	// releasedLate (guarded by opMu): an Unlock's release ran while the key
+	// was ours but its reply came after the deadline (Lost reported it);
+	// that Unlock returned nil, and so does every later one.
+	releasedLate bool
 
 	// fenceUntil (guarded by opMu, nanoseconds since the watchdog's epoch)
 	// is when the fence counter expires at the earliest, as last pushed
@@ -332,6 +336,9 @@ func (l *lease) release(ctx context.Context) error {
 	case stateReleased:
 		return nil
 	case stateLost:
+		if l.releasedLate {
+			return nil
+		}
 		// A lease lost to an unreachable Redis may still be ours there (a
 		// renewal could have landed without its reply), and a multi-key
 		// lock that lost one key still holds the others: delete what is
@@ -369,6 +376,7 @@ func (l *lease) release(ctx context.Context) error {
 			// has reported it. The key was ours until the delete, so the
 			// release still counts.
 			l.mu.Unlock()
+			l.releasedLate = true
 			return nil
 		}
 		l.endReleasedLocked()

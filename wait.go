@@ -515,6 +515,11 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 	if spec.join != nil {
 		first = spec.join
 	}
+	if ctx.Err() != nil {
+		// Done before anything was sent for this token: nothing to
+		// withdraw.
+		return false, ctxDone(ctx)
+	}
 	ok, ttl, err := first(ctx)
 	if err != nil && spec.queued {
 		// The first attempt's error ends the call: withdraw whatever it
