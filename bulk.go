@@ -20,6 +20,12 @@ import (
 // single call would have got, so the engine applies it the same way.
 // Calls a bulk script cannot serve (other primitives, multi-key locks,
 // a Leave) and groups of one go out as they are, in the same pipeline.
+//
+// A bulk renewal (extend_many.lua) carries only each lock's key and token:
+// the TTLs are the call's (renewals are grouped by TTL, and by whether
+// they push the fence counter out), and the reply names only the locks not
+// extended. Arguments are most of what such a call costs Redis (each
+// becomes a Lua string), and reply elements what it costs the client.
 var (
 	//go:embed scripts/extend_many.lua
 	extendManySrc string
@@ -41,54 +47,69 @@ type reply struct {
 	err  error
 }
 
-// errBulkReply: a bulk call answered with something other than one reply
-// per lock. Not a Redis error reply, so the engine treats it as a reply it
-// could not read (the call may have run).
+// errBulkReply: a bulk call answered with something other than its
+// script's reply for its locks. Not a Redis error reply, so the engine
+// treats it as a reply it could not read (the call may have run).
 var errBulkReply = errors.New("dlock: unexpected reply from a bulk script")
 
 // bulkOf returns the bulk script that can serve c along with others like
-// it, or nil. Such a call's first three arguments are the bulk script's
-// triple for its lock, and its two keys the pair.
+// it in runCalls, or nil. Such a call's first three arguments are the bulk
+// script's triple for its lock, and its two keys the pair.
 func bulkOf(c protocol.Call) *redis.Script {
-	switch {
-	case c.Script == extendScript && len(c.Keys) == 2 && len(c.Args) == 3:
-		return extendManyScript
-	case c.Script == releaseScript && len(c.Keys) == 2 && len(c.Args) == 4 && c.Args[3] == "0":
+	if c.Script == releaseScript && len(c.Keys) == 2 && len(c.Args) == 4 && c.Args[3] == "0" {
 		return releaseManyScript
 	}
 	return nil
 }
 
-// runCalls runs calls, each with an integer reply, in one pipeline (split
-// per Cluster node or Ring shard by go-redis), merging what a bulk script
-// can serve, and returns each call's reply in order.
-func (c *Client) runCalls(ctx context.Context, calls []protocol.Call) []reply {
+// bulkRenewal is one lease's part of an extend_many call: what its
+// extend.lua call would have carried.
+type bulkRenewal struct {
+	lock, fence, token string
+	ttl, fttl          int64 // milliseconds; fttl 0: leave the counter
+}
+
+// asBulkRenewal returns c as a bulk renewal if extend_many can serve it: a
+// single-key extend.lua call.
+func asBulkRenewal(c protocol.Call) (bulkRenewal, bool) {
+	if c.Script != extendScript || len(c.Keys) != 2 || len(c.Args) != 3 {
+		return bulkRenewal{}, false
+	}
+	token, ok1 := c.Args[0].(string)
+	ttl, ok2 := c.Args[1].(int64)
+	fttl, ok3 := c.Args[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
+		return bulkRenewal{}, false
+	}
+	return bulkRenewal{lock: c.Keys[0], fence: c.Keys[1], token: token, ttl: ttl, fttl: fttl}, true
+}
+
+// runCalls runs calls, each with an integer reply, and renewals in one
+// pipeline (split per Cluster node or Ring shard by go-redis), merging
+// what a bulk script can serve, and returns each call's and each
+// renewal's reply in order.
+func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals []bulkRenewal) (callReplies, renewalReplies []reply) {
 	type groupKey struct {
-		s  *redis.Script
-		at string
+		s         *redis.Script
+		at        string
+		ttl, fttl int64 // renewals
 	}
 	var (
 		sent   []protocol.Call
-		owners [][]int            // owners[j]: the calls sent[j] answers for
-		bulk   []bool             // sent[j] is a bulk call
+		owners [][]int            // owners[j]: the calls (or renewals) sent[j] answers for
+		kind   []int8             // sent[j]: 0 a call, 1 a bulk release, 2 a bulk renewal
 		groups map[groupKey][]int // by Cluster slot or Ring shard
 		order  []groupKey
 		plain  [][]int // plain[n]: order[n]'s calls, if on one server
 	)
-	for i, call := range calls {
-		s := bulkOf(call)
-		if s == nil {
-			sent, owners, bulk = append(sent, call), append(owners, []int{i}), append(bulk, false)
-			continue
-		}
-		k := groupKey{s, c.groupOf(call.Keys[0])}
-		if k.at == "" { // one server: one group per script, no map
+	group := func(k groupKey, i int) {
+		if k.at == "" { // one server: one group per script and TTLs, no map
 			if j := slices.Index(order, k); j >= 0 {
 				plain[j] = append(plain[j], i)
 			} else {
 				order, plain = append(order, k), append(plain, []int{i})
 			}
-			continue
+			return
 		}
 		if groups == nil {
 			groups = make(map[groupKey][]int)
@@ -98,46 +119,113 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call) []reply {
 		}
 		groups[k] = append(groups[k], i)
 	}
+	for i, call := range calls {
+		s := bulkOf(call)
+		if s == nil {
+			sent, owners, kind = append(sent, call), append(owners, []int{i}), append(kind, 0)
+			continue
+		}
+		group(groupKey{s: s, at: c.groupOf(call.Keys[0])}, i)
+	}
+	for i, r := range renewals {
+		group(groupKey{s: extendManyScript, at: c.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
+	}
 	for n, k := range order {
 		ids := plain[n]
 		if k.at != "" {
 			ids = groups[k]
 		}
-		if len(ids) == 1 {
-			sent, owners, bulk = append(sent, calls[ids[0]]), append(owners, ids), append(bulk, false)
+		if k.s == releaseManyScript && len(ids) == 1 {
+			sent, owners, kind = append(sent, calls[ids[0]]), append(owners, ids), append(kind, 0)
 			continue
 		}
 		for len(ids) > 0 {
 			part := ids[:min(len(ids), bulkMax)]
 			ids = ids[len(part):]
-			b := protocol.Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
+			var b protocol.Call
+			if k.s == extendManyScript {
+				b = bulkRenewCall(renewals, part, k.ttl, k.fttl)
+				sent, owners, kind = append(sent, b), append(owners, part), append(kind, 2)
+				continue
+			}
+			b = protocol.Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
 			for _, i := range part {
 				b.Keys = append(b.Keys, calls[i].Keys...)
 				b.Args = append(b.Args, calls[i].Args[:3]...)
 			}
-			sent, owners, bulk = append(sent, b), append(owners, part), append(bulk, true)
+			sent, owners, kind = append(sent, b), append(owners, part), append(kind, 1)
 		}
 	}
-	out := make([]reply, len(calls))
+	callReplies, renewalReplies = make([]reply, len(calls)), make([]reply, len(renewals))
 	for j, cmd := range runBatch(ctx, c.rdb, sent) {
-		if !bulk[j] {
+		switch kind[j] {
+		case 0:
 			code, err := cmd.Int64()
-			out[owners[j][0]] = reply{code, err}
-			continue
+			callReplies[owners[j][0]] = reply{code, err}
+		case 1:
+			codes, err := cmd.Int64Slice()
+			if err == nil && len(codes) != len(owners[j]) {
+				err = errBulkReply
+			}
+			for n, i := range owners[j] {
+				if err != nil {
+					callReplies[i] = reply{0, err}
+				} else {
+					callReplies[i] = reply{codes[n], nil}
+				}
+			}
+		case 2:
+			bulkRenewReplies(cmd, owners[j], renewalReplies)
 		}
-		codes, err := cmd.Int64Slice()
-		if err == nil && len(codes) != len(owners[j]) {
+	}
+	return callReplies, renewalReplies
+}
+
+// bulkRenewCall is the extend_many call of renewals[part], which share
+// their TTLs and their group.
+func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) protocol.Call {
+	nk := len(part)
+	if fttl != 0 {
+		nk *= 2
+	}
+	b := protocol.Call{Script: extendManyScript, Keys: make([]string, 0, nk), Args: make([]any, 0, 2+len(part))}
+	b.Args = append(b.Args, ttl, fttl)
+	for _, i := range part {
+		b.Keys = append(b.Keys, renewals[i].lock)
+		b.Args = append(b.Args, renewals[i].token)
+	}
+	if fttl != 0 {
+		for _, i := range part {
+			b.Keys = append(b.Keys, renewals[i].fence)
+		}
+	}
+	return b
+}
+
+// bulkRenewReplies reads an extend_many reply for the renewals ids into
+// out: every renewal extended but those the reply names.
+func bulkRenewReplies(cmd *redis.Cmd, ids []int, out []reply) {
+	res, err := cmd.Int64Slice()
+	if err == nil && (len(res)%2 != 1 || res[0] != int64(len(ids))) {
+		err = errBulkReply
+	}
+	for p := 1; err == nil && p < len(res); p += 2 {
+		if i, code := res[p], res[p+1]; i < 1 || i > int64(len(ids)) || code == codeOK {
 			err = errBulkReply
 		}
-		for n, i := range owners[j] {
-			if err != nil {
-				out[i] = reply{0, err}
-			} else {
-				out[i] = reply{codes[n], nil}
-			}
-		}
 	}
-	return out
+	if err != nil {
+		for _, i := range ids {
+			out[i] = reply{0, err}
+		}
+		return
+	}
+	for _, i := range ids {
+		out[i] = reply{codeOK, nil}
+	}
+	for p := 1; p < len(res); p += 2 {
+		out[ids[res[p]-1]] = reply{res[p+1], nil}
+	}
 }
 
 // fenceMargin is how long a lock's fence counter must outlive the
@@ -145,19 +233,16 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call) []reply {
 // alone: room for a renewal that runs late (queued, re-sent).
 const fenceMargin = 5 * time.Second
 
-// leanFence drops the fence counter's TTL push from the bulk-renewable
-// call c, sent at sent for ttl, while the counter, as last pushed out,
-// outlives what this renewal buys by fenceMargin: the renewal then runs
-// two commands, not three. It reports whether c still pushes it. The
-// counter only has to outlive the lock (`dlock list` finds locks by it);
-// fencing stays monotonic even if it expires (see internal/lualib/fence.lua).
-// Callers hold opMu.
-func (l *lease) leanFence(c *protocol.Call, sent time.Time, ttl time.Duration) bool {
-	if bulkOf(*c) != extendManyScript {
-		return false
-	}
+// leanFence drops the fence counter's TTL push from the bulk renewal r,
+// sent at sent for ttl, while the counter, as last pushed out, outlives
+// what this renewal buys by fenceMargin: the renewal then runs two
+// commands, not three, and carries no counter key. It reports whether r
+// still pushes it. The counter only has to outlive the lock (`dlock list`
+// finds locks by it); fencing stays monotonic even if it expires (see
+// internal/lualib/fence.lua). Callers hold opMu.
+func (l *lease) leanFence(r *bulkRenewal, sent time.Time, ttl time.Duration) bool {
 	if l.c.wd.at(sent.Add(ttl+fenceMargin)) < l.fenceUntil {
-		c.Args[2] = int64(0) // Renew made c.Args for this call alone
+		r.fttl = 0
 		return false
 	}
 	return true

@@ -57,7 +57,11 @@ func (h *bulkCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 				n, _ := args[2].(int)
 				keys := args[3 : 3+n]
 				h.calls.Add(1)
-				h.locks.Add(int64(n / 2))
+				if name == "extend_many" { // keys (and fence counters when pushed), TTLs, tokens
+					h.locks.Add(int64(len(args) - 3 - n - 2))
+				} else { // key and queue, triples
+					h.locks.Add(int64(n / 2))
+				}
 				slot := dlock.Slot(fmt.Sprint(keys[0]))
 				for _, k := range keys {
 					if dlock.Slot(fmt.Sprint(k)) != slot {

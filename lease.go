@@ -86,6 +86,9 @@ type lease struct {
 	// is when the fence counter expires at the earliest, as last pushed
 	// out by the grant or a bulk renewal (see leanFence).
 	fenceUntil int64
+	// bulkLean (guarded by opMu): the lease's renewal is extend.lua's
+	// single-key call, the one extend_many serves (see renewal).
+	bulkLean bool
 }
 
 func (c *Client) newLease(proto protocol.Protocol, keys protocol.Keys, cfg lockConfig) *lease {
@@ -153,10 +156,22 @@ func (l *lease) onDeadline() {
 	l.lose(l.ctx, cause)
 }
 
-// renewCall builds the renewal of the lease for ttl. Callers hold opMu.
-func (l *lease) renewCall(ttl time.Duration) (protocol.Call, string) {
-	l.setRenewing()
-	return l.proto.Renew(l.keys, l.token(), ttl)
+// renewal builds the lease's renewal for ttl with token, the value the
+// key holds: as a bulk renewal if extend_many can serve it (bulk), else as
+// its protocol's call; next is what the key holds once renewed. Callers
+// hold opMu.
+func (l *lease) renewal(ttl time.Duration, token string) (c protocol.Call, br bulkRenewal, next string, bulk bool) {
+	if l.bulkLean {
+		return c, bulkRenewal{lock: l.keys.Lock, fence: l.keys.Fence, token: token,
+			ttl: ttl.Milliseconds(), fttl: fenceTTL(ttl).Milliseconds()}, token, true
+	}
+	c, next = l.proto.Renew(l.keys, token, ttl)
+	br, bulk = asBulkRenewal(c)
+	// A token lock's renewal is always this call: build it directly from
+	// now on, without the protocol's call and its allocations.
+	l.bulkLean = bulk && next == token && br.token == token && br.lock == l.keys.Lock &&
+		br.fence == l.keys.Fence && br.ttl == ttl.Milliseconds() && br.fttl == fenceTTL(ttl).Milliseconds()
+	return c, br, next, bulk
 }
 
 // setRenewing marks a renewal in flight until renewed applies its reply.

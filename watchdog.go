@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"time"
 
@@ -412,8 +411,9 @@ func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
 // claim takes a due lease's op mutex for a batch. A lease busy with an
 // Extend or an Unlock is not waited for (the rest of the batch would wait
 // with it): it is looked at again shortly. A lease whose renewal an Extend
-// moved later goes back to wait for it.
-func (wd *watchdog) claim(l *lease, now time.Time) (ttl time.Duration, deadline time.Time, ok bool) {
+// moved later goes back to wait for it. mark: the caller sends the
+// renewal itself, in flight from now until renewed applies its reply.
+func (wd *watchdog) claim(l *lease, now time.Time, mark bool) (ttl time.Duration, deadline time.Time, token string, ok bool) {
 	if !l.opMu.TryLock() {
 		l.mu.Lock()
 		if !l.nextRenew.After(now) {
@@ -421,33 +421,50 @@ func (wd *watchdog) claim(l *lease, now time.Time) (ttl time.Duration, deadline 
 		}
 		l.mu.Unlock()
 		wd.requeue(l)
-		return 0, time.Time{}, false
+		return 0, time.Time{}, "", false
 	}
 	l.mu.Lock()
-	ttl, deadline = l.ttl, l.deadline
+	ttl, deadline, token = l.ttl, l.deadline, l.value
 	early := l.renewErr == nil && l.nextRenew.After(now.Add(wd.c.opts.renewEvery(l.ttl)/4)) ||
 		l.renewErr != nil && l.nextRenew.After(now)
 	held := l.state == stateHeld
+	if held && !early && mark {
+		l.renewing = true
+	}
 	l.mu.Unlock()
 	if !held || early {
 		l.opMu.Unlock()
 		wd.requeue(l)
-		return 0, time.Time{}, false
+		return 0, time.Time{}, "", false
 	}
-	return ttl, deadline, true
+	return ttl, deadline, token, true
+}
+
+// renewing is one lease's renewal in a batch.
+type renewing struct {
+	l     *lease
+	ttl   time.Duration
+	next  string // what the key holds once renewed
+	i     int    // index of its call, or of its bulk renewal
+	bulk  bool   // sent as a bulk renewal
+	fence bool   // it pushes the fence counter out
 }
 
 // renew renews leases in one pipeline and applies each reply. A lease whose
 // renewal failed on a Redis error is retried after a short back-off, never
 // later than its deadline; its deadline declares it lost if none succeeds
 // in time.
+//
+// A batch does not yield to other goroutines on purpose: on a machine
+// whose cores are busy (a CPU-bound goroutine beside it, at GOMAXPROCS),
+// every yield or wake-up waits for a scheduler time slice, so a batch
+// goes through with as few as it can, one for its reply; its work is
+// bounded (batchSize leases) and the Go scheduler preempts it like any
+// other goroutine.
 func (wd *watchdog) renew(leases []*lease) {
-	calls := make([]protocol.Call, 0, len(leases))
-	nexts := make([]string, 0, len(leases))
-	ttls := make([]time.Duration, 0, len(leases))
-	sents := make([]time.Time, 0, len(leases))
-	fences := make([]bool, 0, len(leases)) // the call pushes the fence counter out
-	taken := leases[:0:0]
+	taken := make([]renewing, 0, len(leases))
+	var calls []protocol.Call
+	renewals := make([]bulkRenewal, 0, len(leases))
 	var latest time.Time
 	probe.Point(probe.WatchdogBeforeBatch, "")
 	// Each renewal counts from a moment taken before its call is built:
@@ -455,19 +472,23 @@ func (wd *watchdog) renew(leases []*lease) {
 	// call (legacy), and the TTL of the others starts when Redis runs it,
 	// later still. One moment for the batch, taken before the first.
 	sent := time.Now()
-	for i, l := range leases {
-		if i%64 == 63 {
-			runtime.Gosched()
-		}
-		ttl, deadline, ok := wd.claim(l, sent) // opMu released below, once the reply is applied
+	for _, l := range leases {
+		ttl, deadline, token, ok := wd.claim(l, sent, true) // opMu released below, once the reply is applied
 		if !ok {
 			continue
 		}
 		latest = later(latest, deadline)
-		c, next := l.renewCall(ttl)
-		fences = append(fences, l.leanFence(&c, sent, ttl))
-		sents = append(sents, sent)
-		calls, nexts, ttls, taken = append(calls, c), append(nexts, next), append(ttls, ttl), append(taken, l)
+		c, br, next, bulk := l.renewal(ttl, token)
+		r := renewing{l: l, ttl: ttl, next: next, bulk: bulk}
+		if bulk {
+			r.fence = l.leanFence(&br, sent, ttl)
+			r.i = len(renewals)
+			renewals = append(renewals, br)
+		} else {
+			r.i = len(calls)
+			calls = append(calls, c)
+		}
+		taken = append(taken, r)
 	}
 	if len(taken) == 0 {
 		return
@@ -484,25 +505,27 @@ func (wd *watchdog) renew(leases []*lease) {
 		case <-ctx.Done():
 		}
 	}()
-	replies := wd.c.runCalls(ctx, calls)
+	callReplies, bulkReplies := wd.c.runCalls(ctx, calls, renewals)
 	probe.Point(probe.WatchdogAfterBatch, "")
-	for i, l := range taken {
-		if i%64 == 63 {
-			// A batch is long work on a busy machine: let the goroutines
-			// of callers waiting for a reply run in between.
-			runtime.Gosched()
+	ls := make([]*lease, len(taken))
+	for n, t := range taken {
+		l := t.l
+		ls[n] = l
+		r := callReplies
+		if t.bulk {
+			r = bulkReplies
 		}
-		r := replies[i]
-		if fences[i] && r.err == nil && r.code == codeOK {
-			l.fencePushed(sents[i], ttls[i])
+		rep := r[t.i]
+		if t.fence && rep.err == nil && rep.code == codeOK {
+			l.fencePushed(sent, t.ttl)
 		}
-		if l.renewed(l.ctx, sents[i], ttls[i], nexts[i], r.code, r.err) == errRetryAlt {
-			_ = l.renewNow(ctx, l.ctx, ttls[i])
+		if l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err) == errRetryAlt {
+			_ = l.renewNow(ctx, l.ctx, t.ttl)
 		}
-		wd.backoff(l, ttls[i])
+		wd.backoff(l, t.ttl)
 	}
-	wd.requeueHeld(taken)
-	for _, l := range taken {
+	wd.requeueHeld(ls)
+	for _, l := range ls {
 		l.opMu.Unlock()
 	}
 }
@@ -512,7 +535,7 @@ func (wd *watchdog) renew(leases []*lease) {
 func (wd *watchdog) renewDirect(leases []*lease) {
 	var wg sync.WaitGroup
 	for _, l := range leases {
-		ttl, deadline, ok := wd.claim(l, time.Now())
+		ttl, deadline, _, ok := wd.claim(l, time.Now(), false)
 		if !ok {
 			continue
 		}
@@ -591,7 +614,7 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 					values[i] = l.token()
 					calls[i] = l.proto.Release(l.keys, values[i])
 				}
-				replies := wd.c.runCalls(ctx, calls)
+				replies, _ := wd.c.runCalls(ctx, calls, nil)
 				for i, l := range part {
 					note(l.release(withReleaseReply(ctx, values[i], replies[i].code, replies[i].err)))
 				}

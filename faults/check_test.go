@@ -336,10 +336,10 @@ func TestAnalyzeMonitorBulk(t *testing.T) {
 		line(0, true, "SET", "k", "A", "PX", "100"),
 		line(0, false, "evalsha", "s", "3", "k2", "f2", "q2", "B", "100"),
 		line(0, true, "SET", "k2", "B", "PX", "100"),
-		line(10*ms, false, "evalsha", "bulk-test-sha", "4", "k", "f", "k2", "f2", "A", "100", "0", "B", "100", "0"),
+		line(10*ms, false, "evalsha", "bulk-test-sha", "2", "k", "k2", "100", "0", "A", "B"),
 		line(10*ms, true, "PEXPIRE", "k", "100"),
 		line(10*ms, true, "PEXPIRE", "k2", "100"),
-		line(20*ms, false, "evalsha", "bulk-test-sha", "4", "k", "f", "k2", "f2", "A", "100", "0", "X", "100", "0"),
+		line(20*ms, false, "evalsha", "bulk-test-sha", "4", "k", "k2", "f", "f2", "100", "10100", "A", "X"),
 		line(20*ms, true, "PEXPIRE", "k", "100"),
 		line(20*ms, true, "PEXPIRE", "k2", "100"), // X extends B's lock: R1
 	}

@@ -347,8 +347,9 @@ const recentLines = 12
 // every token a grant returned. Commands are counted between from and to.
 //
 // R1: a script run for token T (its ARGV[1], the convention of every dlock
-// script; a bulk script, extend_many or release_many, carries lock i's key
-// in KEYS[2i-1] and its token in ARGV[3i-2]) that writes a lock key (SET,
+// script; a bulk script carries many: extend_many lock i's key in KEYS[i]
+// and its token in ARGV[2+i], release_many lock i's key in KEYS[2i-1] and
+// its token in ARGV[3i-2]) that writes a lock key (SET,
 // DEL, PEXPIRE, ...) while the key holds another token whose TTL has not
 // run out is a foreign write: release or extend touching another owner, or
 // an acquire overwriting a live lock. ForceRelease ('force') is exempt.
@@ -470,7 +471,14 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 				if len(argv) > 0 {
 					script.token = argv[0]
 				}
-				if bulkScript(cmd, l.Args[1]) {
+				switch bulkScript(cmd, l.Args[1]) {
+				case "extend_many":
+					ks := l.Args[3 : 3+n]
+					script.tokens = map[string]string{}
+					for i := 0; i < len(ks) && 2+i < len(argv); i++ {
+						script.tokens[ks[i]] = argv[2+i]
+					}
+				case "release_many":
 					ks := l.Args[3 : 3+n]
 					script.tokens = map[string]string{}
 					for i := 0; 2*i < len(ks) && 3*i < len(argv); i++ {
@@ -569,14 +577,18 @@ func setNX(cmd string, args []string) bool {
 	return false
 }
 
-// bulkScript reports whether an EVAL (source) or EVALSHA (sha) call runs
-// one of dlock's bulk scripts, which carry many locks (see analyzeMonitor).
-func bulkScript(cmd, script string) bool {
+// bulkScript returns the name of the dlock bulk script, which carries many
+// locks (see analyzeMonitor), that an EVAL (source) or EVALSHA (sha) call
+// runs, or "".
+func bulkScript(cmd, script string) string {
 	name := probe.ScriptName(script)
 	if cmd == "EVAL" || cmd == "EVAL_RO" {
 		name = probe.ScriptNameOfSource(script)
 	}
-	return strings.HasSuffix(name, "_many")
+	if strings.HasSuffix(name, "_many") {
+		return name
+	}
+	return ""
 }
 
 func isWrite(cmd string) bool {

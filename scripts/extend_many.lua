@@ -1,30 +1,41 @@
 -- extend_many.lua: the watchdog's bulk renewal: extend.lua for many
--- single-key locks in one call, each lease judged and extended on its own.
+-- single-key locks renewed for one TTL, in one call, each lease judged
+-- and extended on its own. Its arguments and reply are lean: Redis turns
+-- every argument into a string for the script, and the client reads every
+-- reply element, so each lease sends its key and token only, and only the
+-- leases not extended get a reply element.
 --
--- KEYS     pairs: KEYS[2i-1] lease i's lock key, KEYS[2i] its fence counter.
---          On a Cluster every key of one call is in one slot (the engine
---          groups leases by slot; on a Ring, by shard).
--- ARGV     triples: ARGV[3i-2] lease i's token, ARGV[3i-1] its new TTL in
---          milliseconds, ARGV[3i] its fence counter's TTL in milliseconds,
---          or 0 to leave the counter's TTL alone (the engine pushes it out
---          every few seconds, not at every renewal: see lualib/owner.lua)
+-- KEYS     KEYS[i] lease i's lock key (i = 1..n); when ARGV[2] is not '0',
+--          KEYS[n+i] is lease i's fence counter. On a Cluster every key of
+--          one call is in one slot (the engine groups leases by slot; on a
+--          Ring, by shard).
+-- ARGV[1]  the new TTL in milliseconds, of every lease of the call
+-- ARGV[2]  the fence counters' TTL in milliseconds, or '0': leave them (the
+--          engine pushes a counter out every few seconds, not at every
+--          renewal: see lualib/owner.lua)
+-- ARGV[2+i] lease i's token; n = #ARGV - 2
 --
--- Returns  an array: element i is lease i's reply, as extend.lua's:
---           1  extended (the key held the lease's token)
+-- Returns  {n, i, code, j, code, ...}: n, the number of leases judged, then
+--          a pair for each lease not extended, with extend.lua's reply:
 --           0  the key is gone: that lease is lost
 --          -1  the key holds another owner's token: that lease is lost
 --          -2  the key exists but is not a string
+--          A lease not named was extended (its key held its token: 1).
 -- One lease's reply never depends on another's. Running the same call
 -- again (the Redis client re-sends it after a lost reply) only extends
 -- again from that moment: the holder counts its validity from the first
 -- send, so it never counts on more than it has.
-local out = {}
-for i = 1, #KEYS / 2 do
-  local k = KEYS[2 * i - 1]
-  local code = owner_check(k, ARGV[3 * i - 2])
+local n = #ARGV - 2
+local ms, fms = ARGV[1], ARGV[2]
+local out = {n}
+for i = 1, n do
+  local k = KEYS[i]
+  local code = owner_check(k, ARGV[2 + i])
   if code == 1 then
-    ext_apply(k, KEYS[2 * i], ARGV[3 * i - 1], ARGV[3 * i])
+    ext_apply(k, KEYS[n + i], ms, fms)
+  else
+    out[#out + 1] = i
+    out[#out + 1] = code
   end
-  out[i] = code
 end
 return out
