@@ -22,7 +22,11 @@ import (
 // timer, whatever the number of locks.
 //
 // The heaps are guarded by mu, held only for O(log n) pushes and pops, so
-// Lock, Unlock and the watchdog never wait for a scan of the registry.
+// Lock, Unlock and the watchdog never wait for a scan of the registry. A
+// renewal moves its lease's deadline later without touching the deadline
+// heap: the lease's item comes up at the old deadline and goes back in at
+// the new one (about every second renewal); a deadline moved earlier is
+// sifted at once.
 // Lock order: a lease's mu may be held while taking wd.mu, never the
 // reverse.
 type watchdog struct {
@@ -236,7 +240,12 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	now := wd.now()
-	for wd.deadQ.len() > 0 && wd.deadQ.top().wd.dAt <= now {
+	for wd.deadQ.len() > 0 && wd.deadQ.ls[0].at <= now {
+		if e := &wd.deadQ.top().wd; e.dAt > now {
+			// A renewal moved the deadline: the item goes back in at it.
+			wd.deadQ.fix(0)
+			continue
+		}
 		expired = append(expired, wd.deadQ.pop())
 	}
 	// One batch per call: the loop comes back for the next at once, and
@@ -262,7 +271,7 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	wd.inflight += (len(due) + batchSize - 1) / batchSize
 	next = -1
 	if wd.deadQ.len() > 0 {
-		next = wd.deadQ.top().wd.dAt
+		next = wd.deadQ.ls[0].at
 	}
 	if wd.renewQ.len() > 0 && wd.inflight < renewPipelines {
 		if at := wd.renewQ.top().wd.rAt; next < 0 || at < next {
@@ -396,10 +405,9 @@ func (wd *watchdog) queueState(l *lease) queueState {
 func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
 	e := &l.wd
 	if e.di >= 0 && st.dAt > e.dAt {
-		// A renewal moved the deadline: move its entry here, in the batch
-		// goroutine, rather than have the loop find it stale.
+		// A renewal moved the deadline later: its heap item stays where it
+		// is, and take puts it back at this deadline when it comes up.
 		e.dAt = st.dAt
-		wd.deadQ.fix(int(e.di))
 	}
 	if st.held && e.reg && e.ri < 0 {
 		e.rAt, e.every, e.failing = st.rAt, st.every, st.failing
