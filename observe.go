@@ -45,9 +45,10 @@ type Hooks struct {
 	Lost func(context.Context, LostInfo)
 	// Behind is called (at most once a second, like the WARN log that
 	// comes with it) when the watchdog sends renewals more than half a
-	// renewal interval late: the Client holds more locks than it can keep
-	// renewed at their TTL on this Redis and CPU, and will lose some if
-	// the backlog grows. It runs on its own goroutine.
+	// renewal interval late, or gets their replies that late: the Client
+	// holds more locks than it can keep renewed at their TTL on this Redis
+	// and CPU (or the process or Redis is starved of CPU), and will lose
+	// some if it goes on. It runs on its own goroutine.
 	Behind func(context.Context, BehindInfo)
 }
 
@@ -182,8 +183,8 @@ func (o Outcome) String() string {
 // BehindInfo describes a watchdog falling behind.
 type BehindInfo struct {
 	Held    int           // locks registered with the watchdog
-	Waiting int           // renewals sent late in the round that warned (0: every pipeline was busy)
-	Lag     time.Duration // how late the latest renewal was sent, or waits
+	Waiting int           // renewals sent (or answered) late in the round that warned (0: every pipeline was busy)
+	Lag     time.Duration // how late the latest renewal was sent, or waits; or how long a batch waited for its replies
 }
 
 // AcquireInfo describes one Lock or TryLock call.

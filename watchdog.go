@@ -48,6 +48,10 @@ type watchdog struct {
 const (
 	// batchSize caps one renewal (or release) pipeline.
 	batchSize = 512
+	// behindBatch caps one renewal pipeline while renewals run late: fewer,
+	// larger round trips, each of which needs a scheduler wake-up (on a
+	// machine whose cores are all busy, a time slice) to be read.
+	behindBatch = 4 * batchSize
 	// renewPipelines is how many pipelines the watchdog (and Close) keep
 	// in flight at once, each on its own pooled connection.
 	renewPipelines = 8
@@ -257,18 +261,25 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	if wd.renewQ.len() > 0 && free <= 0 {
 		lag = now - wd.renewQ.top().wd.rAt // due, and no pipeline free
 	}
+	if wd.renewQ.len() > 0 && free > 0 {
+		if e := &wd.renewQ.top().wd; now-e.rAt > e.every/4 {
+			budget = free * behindBatch // running late: larger batches
+		}
+	}
 	for budget > 0 && wd.renewQ.len() > 0 && wd.renewQ.top().wd.rAt <= now {
 		l := wd.renewQ.pop()
 		lag = max(lag, now-l.wd.rAt)
 		due = append(due, l)
 		budget--
 	}
-	for len(due)%batchSize != 0 && budget > 0 && wd.renewQ.len() > 0 &&
+	for budget > 0 && len(due)%batchSize != 0 && wd.renewQ.len() > 0 &&
 		wd.renewQ.top().wd.rAt <= now+wd.renewQ.top().wd.slack() {
 		due = append(due, wd.renewQ.pop())
 		budget--
 	}
-	wd.inflight += (len(due) + batchSize - 1) / batchSize
+	if len(due) > 0 {
+		wd.inflight++ // dispatch gives it back if due is all direct, or adds one
+	}
 	next = -1
 	if wd.deadQ.len() > 0 {
 		next = wd.deadQ.ls[0].at
@@ -294,11 +305,17 @@ func (wd *watchdog) behindLocked(now, lag int64, due []*lease) {
 	} else {
 		limit = wd.renewQ.top().wd.every / 2
 	}
+	wd.warnLocked(now, lag, limit, len(due))
+}
+
+// warnLocked gives the "falling behind" warning if lag is limit or more,
+// at most once a second; waiting is BehindInfo.Waiting.
+func (wd *watchdog) warnLocked(now, lag, limit int64, waiting int) {
 	if lag < limit || (wd.lastWarn != 0 && now-wd.lastWarn < int64(time.Second)) {
 		return
 	}
 	wd.lastWarn = now
-	info := BehindInfo{Held: wd.held, Waiting: len(due), Lag: time.Duration(lag)}
+	info := BehindInfo{Held: wd.held, Waiting: waiting, Lag: time.Duration(lag)}
 	wd.c.stats.behind.Add(1)
 	go func() { // not under wd.mu: the hook and the logger may be slow
 		wd.c.opts.Logger.Warn("dlock: renewals are falling behind: locks may be lost; hold fewer locks per Client, raise their TTL or give Redis and this process more CPU",
@@ -307,6 +324,14 @@ func (wd *watchdog) behindLocked(now, lag int64, due []*lease) {
 			h(context.Background(), info)
 		}
 	}()
+}
+
+// replyLate warns, as behindLocked does, that a batch of n renewals took
+// late, more than half its renewal interval every, to be answered.
+func (wd *watchdog) replyLate(late time.Duration, n int, every int64) {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	wd.warnLocked(wd.now(), int64(late), every/2, n)
 }
 
 // dispatch starts the batches of due (take counted them in inflight).
@@ -321,19 +346,17 @@ func (wd *watchdog) dispatch(due []*lease) {
 		}
 	}
 	nb := 0
-	for len(batch) > 0 {
-		n := min(len(batch), batchSize)
-		wd.start(batch[:n], wd.renew)
-		batch = batch[n:]
+	if len(batch) > 0 {
+		wd.start(batch, wd.renew)
 		nb++
 	}
 	if len(direct) > 0 {
 		wd.start(direct, wd.renewDirect)
 		nb++
 	}
-	// take counted ceil(len(due)/batchSize) slots; give back the spare one
-	// a split into direct and batched leases may leave.
-	if spare := (len(due)+batchSize-1)/batchSize - nb; spare != 0 {
+	// take counted one slot: adjust for a split into direct and batched
+	// leases.
+	if spare := 1 - nb; spare != 0 {
 		wd.mu.Lock()
 		wd.inflight -= spare
 		wd.mu.Unlock()
@@ -515,6 +538,12 @@ func (wd *watchdog) renew(leases []*lease) {
 	}()
 	callReplies, bulkReplies := wd.c.runCalls(ctx, calls, renewals)
 	probe.Point(probe.WatchdogAfterBatch, "")
+	if late := time.Since(sent); late > wd.c.opts.renewEvery(taken[0].ttl)/2 {
+		// The replies came (or were read) more than half an interval
+		// after the send: a starved process or server, which a backlog of
+		// due renewals would not show.
+		wd.replyLate(late, len(taken), int64(wd.c.opts.renewEvery(taken[0].ttl)))
+	}
 	ls := make([]*lease, len(taken))
 	for n, t := range taken {
 		l := t.l

@@ -155,3 +155,43 @@ func TestWatchdogWarnsBehind(t *testing.T) {
 		}
 	}
 }
+
+// Renewals sent on time whose replies come more than half an interval
+// later (a starved process or server) warn too: no backlog of due
+// renewals shows it, and the locks would be lost if it went on.
+func TestWatchdogWarnsSlowReplies(t *testing.T) {
+	const n = 100 // one pipeline: nothing waits to be sent
+	rdb := srv.NewClient()
+	stall := &stallPipelines{}
+	rdb.AddHook(stall)
+	var warned atomic.Pointer[dlock.BehindInfo]
+	c, _ := newClientOn(t, rdb, dlock.Options{
+		RenewInterval: 400 * time.Millisecond,
+		Hooks: dlock.Hooks{Behind: func(_ context.Context, i dlock.BehindInfo) {
+			if i.Lag >= 200*time.Millisecond {
+				warned.CompareAndSwap(nil, &i)
+			}
+		}},
+	})
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(10*time.Second))
+	stall.d.Store(int64(250 * time.Millisecond)) // each reply 250ms late: more than half the interval
+	time.Sleep(100 * time.Millisecond)
+	warned.Store(nil)
+	deadline := time.Now().Add(8 * time.Second)
+	for warned.Load() == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stall.d.Store(0)
+	w := warned.Load()
+	if w == nil {
+		t.Fatal("no Behind warning while replies came late")
+	}
+	if w.Held != n || w.Waiting == 0 {
+		t.Fatalf("Behind = %+v, want Held %d and the batch's renewals", *w, n)
+	}
+	for _, lk := range locks {
+		if err := lk.Err(); err != nil {
+			t.Fatalf("lost while only late: %v", err)
+		}
+	}
+}
