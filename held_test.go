@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -251,49 +254,137 @@ func redisCPU(t *testing.T, rdb *redis.Client) time.Duration {
 }
 
 // TestManyWaiters measures queued waiters: heap and goroutines per Lock
-// call waiting in a queue (beyond the caller's own goroutine and the
-// connection pool). DLOCK_WAITERS sets how many (default 500), each on
-// its own key held by another Client.
+// call waiting in a queue, beyond the caller's own goroutine and the
+// connection pool (both are warmed up before the baseline, and the keys
+// are made before it). DLOCK_WAITERS sets how many (default 500), each on
+// its own key held by another Client. The live heap (as the collector
+// found it) is read at 5 moments
+// spread over a retry interval: a waiter refreshes its queue lease every
+// third of the lease, and the attempts in flight at that moment (their
+// calls and replies) are counted with the waiters at rest; the median is
+// the figure. DLOCK_WAITERS_PROFILE names a file to write a heap profile
+// to at the first reading, and NAME.base one before the waiters start
+// (with -memprofilerate=1 it attributes every byte; go tool pprof
+// -sample_index=inuse_space -diff_base NAME.base NAME).
 func TestManyWaiters(t *testing.T) {
 	n := envInt(t, "DLOCK_WAITERS", 500)
 	if testing.Short() {
 		t.Skip("many waiters")
 	}
+	profile := func(name string) {
+		f, err := os.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.WriteHeapProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close()
+	}
+	name := os.Getenv("DLOCK_WAITERS_PROFILE")
+	var live0 uint64
+	var g0, g1 int
+	var perWaiter []float64
+	queueWaiters(t, n, func() {
+		live0 = liveHeap()
+		g0 = runtime.NumGoroutine()
+		if name != "" {
+			profile(name + ".base")
+		}
+	}, func() {
+		g1 = runtime.NumGoroutine()
+		for i := range 5 {
+			if i > 0 {
+				time.Sleep(dlock.DefaultWaiterLease / 3 / 4)
+			}
+			perWaiter = append(perWaiter, float64(int64(liveHeap())-int64(live0))/float64(n))
+			if i == 0 && name != "" {
+				profile(name)
+			}
+		}
+	})
+	sorted := slices.Clone(perWaiter)
+	slices.Sort(sorted)
+	t.Logf("%d queued waiters: heap %.0f B per waiter (median of %.0f); goroutines per waiter beyond the caller's: %.3f",
+		n, sorted[len(sorted)/2], perWaiter, float64(g1-g0-n)/float64(n))
+}
+
+// liveHeap collects garbage and returns the heap it found live (what the
+// waiters allocate between the collection and a read of HeapAlloc, busy
+// with their retries, would count otherwise).
+func liveHeap() uint64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// queueWaiters makes n Lock calls on a Client, each on its own key held
+// by another Client: before runs once the callers' goroutines, the keys
+// and the connection pool are warmed up, and at runs once every call is
+// queued and asleep. Then the calls are cancelled and waited for.
+func queueWaiters(t *testing.T, n int, before, at func()) {
+	t.Helper()
 	holder, _ := newClient(t, dlock.Options{})
-	c, _ := newClient(t, dlock.Options{})
+	c, rdb := newClient(t, dlock.Options{})
 	prefix := key(t)
-	for i := range n {
-		if _, err := holder.TryLock(t.Context(), fmt.Sprintf("%s:%d", prefix, i), dlock.WithTTL(time.Minute)); err != nil {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s:%d", prefix, i)
+		if _, err := holder.TryLock(t.Context(), keys[i], dlock.WithTTL(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Warm the pub/sub connection and the pool with one waiter that ends.
-	wctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	_, _ = c.Lock(wctx, prefix+":0")
-	cancel()
-	runtime.GC()
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	g0 := runtime.NumGoroutine()
-	ctx, stop := context.WithCancel(t.Context())
+	// Warm up the connection pool and the runtime (the goroutines the
+	// callers reuse) with a round of n waiters on another Client over the
+	// same go-redis client, and c's pub/sub connection with one waiter.
+	warm, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(t.Context())
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = c.Lock(ctx, fmt.Sprintf("%s:%d", prefix, i))
+			_, _ = warm.Lock(wctx, keys[i])
 		}()
 	}
+	waitWaiting(t, warm, n)
+	cancel()
+	wg.Wait()
+	if err := warm.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = context.WithTimeout(t.Context(), 50*time.Millisecond)
+	_, _ = c.Lock(wctx, keys[0])
+	cancel()
+	before()
+	ctx, stop := context.WithCancel(t.Context())
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = c.Lock(ctx, keys[i])
+		}()
+	}
+	waitWaiting(t, c, n)
+	at()
+	stop()
+	wg.Wait()
+}
+
+// waitWaiting waits until n calls of c wait, and a little more (every
+// one queued and asleep).
+func waitWaiting(t *testing.T, c *dlock.Client, n int) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for c.Stats().Waiting < int64(n) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // every waiter queued and asleep
-	runtime.GC()
-	runtime.ReadMemStats(&m1)
-	g1 := runtime.NumGoroutine()
-	stop()
-	wg.Wait()
-	t.Logf("%d queued waiters: heap %.0f B per waiter; goroutines per waiter beyond the caller's: %.3f",
-		n, float64(int64(m1.HeapAlloc)-int64(m0.HeapAlloc))/float64(n), float64(g1-g0-n)/float64(n))
+	time.Sleep(200 * time.Millisecond)
+	if w := c.Stats().Waiting; w < int64(n) {
+		t.Fatalf("%d of %d calls waiting", w, n)
+	}
 }
