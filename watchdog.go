@@ -37,10 +37,10 @@ type watchdog struct {
 	done  chan struct{} // closed when the loop has exited
 
 	mu       sync.Mutex
-	renewQ   leaseHeap // renewing leases not in a batch, by next renewal
-	deadQ    leaseHeap // every lease with a live deadline, by deadline
-	held     int       // registered leases (what Close releases)
-	inflight int       // batch goroutines running
+	renewQ   timeHeap[*lease] // renewing leases not in a batch, by next renewal
+	deadQ    timeHeap[*lease] // every lease with a live deadline, by deadline
+	held     int              // registered leases (what Close releases)
+	inflight int              // batch goroutines running
 	batches  sync.WaitGroup
 	lastWarn int64 // when the last "falling behind" warning was given
 }
@@ -70,7 +70,8 @@ func newWatchdog(c *Client) *watchdog {
 	wd := &watchdog{
 		c: c, epoch: time.Now(), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		renewQ: leaseHeap{renew: true},
+		renewQ: timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.ri }},
+		deadQ:  timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.di }},
 	}
 	go wd.loop()
 	return wd
@@ -99,10 +100,10 @@ func (wd *watchdog) add(l *lease) {
 	e.reg, e.ri, e.di = true, -1, -1
 	wd.held++
 	e.dAt = dAt
-	top := wd.deadQ.push(l)
+	top := wd.deadQ.push(dAt, l)
 	if l.renew {
 		e.rAt, e.every = rAt, every
-		top = wd.renewQ.push(l) || top
+		top = wd.renewQ.push(rAt, l) || top
 	}
 	wd.mu.Unlock()
 	l.mu.Unlock()
@@ -142,7 +143,7 @@ func (wd *watchdog) renewSoon(l *lease) {
 	top := false
 	if e.ri >= 0 {
 		e.rAt, e.failing = wd.now(), true
-		wd.renewQ.fix(int(e.ri))
+		wd.renewQ.fix(int(e.ri), e.rAt)
 		top = e.ri == 0
 	}
 	wd.mu.Unlock() // in a batch: requeue reads nextRenew after the reply
@@ -163,10 +164,10 @@ func (t leaseTimer) Reset(d time.Duration) bool {
 	e.dAt = wd.now() + int64(d)
 	top := false
 	if e.di >= 0 {
-		wd.deadQ.fix(int(e.di))
+		wd.deadQ.fix(int(e.di), e.dAt)
 		top = e.di == 0
 	} else {
-		top = wd.deadQ.push(t.l)
+		top = wd.deadQ.push(e.dAt, t.l)
 	}
 	wd.mu.Unlock()
 	if top {
@@ -194,8 +195,8 @@ func (wd *watchdog) registered() []*lease {
 	defer wd.mu.Unlock()
 	out := make([]*lease, 0, wd.held)
 	for _, it := range wd.deadQ.ls {
-		if it.l.wd.reg {
-			out = append(out, it.l)
+		if it.x.wd.reg {
+			out = append(out, it.x)
 		}
 	}
 	return out
@@ -244,10 +245,10 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	now := wd.now()
-	for wd.deadQ.len() > 0 && wd.deadQ.ls[0].at <= now {
+	for wd.deadQ.len() > 0 && wd.deadQ.topAt() <= now {
 		if e := &wd.deadQ.top().wd; e.dAt > now {
 			// A renewal moved the deadline: the item goes back in at it.
-			wd.deadQ.fix(0)
+			wd.deadQ.fix(0, e.dAt)
 			continue
 		}
 		expired = append(expired, wd.deadQ.pop())
@@ -282,7 +283,7 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	}
 	next = -1
 	if wd.deadQ.len() > 0 {
-		next = wd.deadQ.ls[0].at
+		next = wd.deadQ.topAt()
 	}
 	if wd.renewQ.len() > 0 && wd.inflight < renewPipelines {
 		if at := wd.renewQ.top().wd.rAt; next < 0 || at < next {
@@ -434,7 +435,7 @@ func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
 	}
 	if st.held && e.reg && e.ri < 0 {
 		e.rAt, e.every, e.failing = st.rAt, st.every, st.failing
-		return wd.renewQ.push(l)
+		return wd.renewQ.push(e.rAt, l)
 	}
 	return false
 }
@@ -733,95 +734,80 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// leaseHeap is a binary min-heap of leases by renewal time (renew) or
-// deadline, keeping each lease's index in its wdEntry. Each item carries
-// its key, so sifting compares within the array rather than visiting
-// every lease it passes. Guarded by watchdog.mu.
-type leaseHeap struct {
-	ls    []heapItem
-	renew bool
+// timeHeap is a binary min-heap by time (ns since the watchdog's epoch)
+// that keeps each item's index in the item itself (pos returns where), so
+// an item is moved or removed in O(log n) without a search: the renewal
+// and deadline heaps of leases. Each entry carries its time (a deadline
+// item's may be earlier than its lease's deadline: see take), so sifting
+// compares within the array rather than visiting every item it passes.
+// Guarded by watchdog.mu.
+type timeHeap[T any] struct {
+	ls  []heapItem[T]
+	pos func(T) *int32
 }
 
-type heapItem struct {
+type heapItem[T any] struct {
 	at int64
-	l  *lease
+	x  T
 }
 
-func (h *leaseHeap) len() int    { return len(h.ls) }
-func (h *leaseHeap) top() *lease { return h.ls[0].l }
+func (h *timeHeap[T]) len() int     { return len(h.ls) }
+func (h *timeHeap[T]) top() T       { return h.ls[0].x }
+func (h *timeHeap[T]) topAt() int64 { return h.ls[0].at }
 
-// entryKey is l's key in this heap, from its wdEntry.
-func (h *leaseHeap) entryKey(l *lease) int64 {
-	if h.renew {
-		return l.wd.rAt
-	}
-	return l.wd.dAt
-}
+func (h *timeHeap[T]) setIndex(i int) { *h.pos(h.ls[i].x) = int32(i) }
 
-func (h *leaseHeap) setIndex(i int) {
-	if h.renew {
-		h.ls[i].l.wd.ri = int32(i)
-	} else {
-		h.ls[i].l.wd.di = int32(i)
-	}
-}
-
-func (h *leaseHeap) swap(i, j int) {
+func (h *timeHeap[T]) swap(i, j int) {
 	h.ls[i], h.ls[j] = h.ls[j], h.ls[i]
 	h.setIndex(i)
 	h.setIndex(j)
 }
 
-// push adds l and reports whether it became the top.
-func (h *leaseHeap) push(l *lease) bool {
-	h.ls = append(h.ls, heapItem{h.entryKey(l), l})
+// push adds x at time at and reports whether it became the top.
+func (h *timeHeap[T]) push(at int64, x T) bool {
+	h.ls = append(h.ls, heapItem[T]{at, x})
 	i := len(h.ls) - 1
 	h.setIndex(i)
 	return h.up(i) == 0
 }
 
-func (h *leaseHeap) pop() *lease {
+func (h *timeHeap[T]) pop() T {
 	return h.remove(0)
 }
 
-// remove takes out the lease at index i.
-func (h *leaseHeap) remove(i int) *lease {
+// remove takes out the item at index i.
+func (h *timeHeap[T]) remove(i int) T {
 	n := len(h.ls) - 1
-	l := h.ls[i].l
+	x := h.ls[i].x
 	if i != n {
 		h.swap(i, n)
 	}
-	h.ls[n] = heapItem{}
+	h.ls[n] = heapItem[T]{}
 	h.ls = h.ls[:n]
 	if i < n {
 		h.sift(i)
 	}
-	if h.renew {
-		l.wd.ri = -1
-	} else {
-		l.wd.di = -1
-	}
+	*h.pos(x) = -1
 	// Give memory back after a mass release.
 	if c := cap(h.ls); c > 1024 && len(h.ls) < c/4 {
-		h.ls = append([]heapItem(nil), h.ls...)
+		h.ls = append([]heapItem[T](nil), h.ls...)
 	}
-	return l
+	return x
 }
 
-// fix restores the heap after the key of the lease at i changed in its
-// wdEntry.
-func (h *leaseHeap) fix(i int) {
-	h.ls[i].at = h.entryKey(h.ls[i].l)
+// fix moves the item at i to time at.
+func (h *timeHeap[T]) fix(i int, at int64) {
+	h.ls[i].at = at
 	h.sift(i)
 }
 
-func (h *leaseHeap) sift(i int) {
+func (h *timeHeap[T]) sift(i int) {
 	if h.up(i) == i {
 		h.down(i)
 	}
 }
 
-func (h *leaseHeap) up(i int) int {
+func (h *timeHeap[T]) up(i int) int {
 	for i > 0 {
 		p := (i - 1) / 2
 		if h.ls[p].at <= h.ls[i].at {
@@ -833,7 +819,7 @@ func (h *leaseHeap) up(i int) int {
 	return i
 }
 
-func (h *leaseHeap) down(i int) {
+func (h *timeHeap[T]) down(i int) {
 	n := len(h.ls)
 	for {
 		c := 2*i + 1
