@@ -102,6 +102,7 @@ func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {
 		close(c.closing)
+		c.wd.wakeAllWaits() // blocked calls return ErrClosed
 		close(c.wd.stop)
 		<-c.wd.done
 		c.wd.batches.Wait() // their round trips were cancelled by stop

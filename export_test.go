@@ -70,3 +70,11 @@ func PendingCalls(c *Client) int {
 	defer c.pipe.mu.Unlock()
 	return len(c.pipe.pending)
 }
+
+// SleepingWaiters is how many blocked calls of c wait for their retry in
+// the watchdog's heap.
+func SleepingWaiters(c *Client) int {
+	c.wd.mu.Lock()
+	defer c.wd.mu.Unlock()
+	return c.wd.waitQ.len()
+}

@@ -7,10 +7,10 @@ import "testing"
 // hand-off to its new token, which releases publish as handoffID; the old
 // token no longer wakes it.
 func TestRetokenedWaiterWokenByHandoffID(t *testing.T) {
-	n := &notifier{grants: map[string]*waiter{}}
+	n := &notifier{grants: map[[20]byte]*waiter{}}
 	old, tok := newToken(), newToken()
 	w := &waiter{channel: old, wake: make(chan struct{}, 1)}
-	n.grants[handoffID(old)] = w
+	n.grants[handoffKey(old)] = w
 	n.retoken(old, tok)
 	n.handedOff(handoffID(old))
 	select {

@@ -319,6 +319,29 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// A queued waiter at rest has no goroutine and no runtime timer of its
+// own (its retry is in the watchdog's heap, served by the Client's one
+// timer): the number of both stays flat however many calls wait.
+func TestWaitersHaveNoTimers(t *testing.T) {
+	const n = 200
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 1 // every timer made from now on is in the profile
+	var g0, g1, timers int
+	queueWaiters(t, n, func() {
+		g0 = runtime.NumGoroutine()
+	}, func() {
+		g1 = runtime.NumGoroutine()
+		timers = liveTimers(t)
+	})
+	if extra := g1 - g0 - n; extra > n/10 {
+		t.Errorf("%d goroutines beyond the %d callers' while they wait", extra, n)
+	}
+	if timers > n/10 {
+		t.Errorf("%d runtime timers made by dlock alive while %d calls wait", timers, n)
+	}
+	t.Logf("%d waiters: %d goroutines beyond the callers', %d live dlock timers", n, g1-g0-n, timers)
+}
+
 // queueWaiters makes n Lock calls on a Client, each on its own key held
 // by another Client: before runs once the callers' goroutines, the keys
 // and the connection pool are warmed up, and at runs once every call is
@@ -387,4 +410,48 @@ func waitWaiting(t *testing.T, c *dlock.Client, n int) {
 	if w := c.Stats().Waiting; w < int64(n) {
 		t.Fatalf("%d of %d calls waiting", w, n)
 	}
+}
+
+// liveTimers counts the runtime timers made by package dlock (not its
+// tests) that are still reachable. It sees those made since
+// runtime.MemProfileRate was set to 1.
+func liveTimers(t *testing.T) int {
+	runtime.GC()
+	runtime.GC() // the profile is as of the last completed cycle
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, false)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, false); ok {
+			break
+		}
+	}
+	count := 0
+	for _, r := range recs[:n] {
+		if r.InUseObjects() == 0 {
+			continue
+		}
+		timer, ours := false, false
+		frames := runtime.CallersFrames(r.Stack())
+		for {
+			f, more := frames.Next()
+			switch {
+			case f.Function == "time.newTimer":
+				timer = true
+			case strings.HasPrefix(f.Function, "github.com/dlock-go/dlock.") && !ours:
+				ours = true
+			}
+			if !more {
+				break
+			}
+		}
+		if timer && ours {
+			count += int(r.InUseObjects())
+		}
+	}
+	if count == 0 {
+		t.Log("no live dlock timers in the heap profile")
+	}
+	return count
 }

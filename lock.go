@@ -107,8 +107,6 @@ func (c *Client) primitive(ctx context.Context, cfg lockConfig) (protocol.Protoc
 // late, and nothing is left held by nobody. A fresh token loses the
 // waiter's place in the queue, which only happens after such a fault.
 func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys, base protocol.Protocol, cfg lockConfig, wait bool) (*Lock, error) {
-	token := newToken()
-	spec := waitSpec{key: keys.Lock, token: func() string { return token }, channel: keys.Wake}
 	// A protocol whose waiters queue in Redis: queued waiters unless
 	// Barging; TryLock never queues.
 	mode := modeTry
@@ -119,108 +117,21 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 		mode = modeJoin
 	}
 	first, q := c.modal(base, mode)
-	spec.queued = q && mode.queued()
-	spec.leave = func() func(ctx context.Context) error {
-		p, v := first, token
-		return func(ctx context.Context) error {
-			probe.Point(probe.BeforeWithdraw, keys.Lock)
-			return c.withdrawRetry(ctx, p, keys, v)
-		}
-	}
-	// giveUp withdraws v (written by p) in the background and makes sure
-	// the next attempt uses a fresh token.
-	giveUp := func(p protocol.Protocol, v string) {
-		c.background(func(ctx context.Context) error {
-			probe.Point(probe.BeforeWithdraw, keys.Lock)
-			return c.withdrawRetry(ctx, p, keys, v)
-		})
-		old := token
-		token = newToken()
-		c.notify.retoken(old, token)
-	}
-	// The lease is made at the grant, with the protocol of the first
-	// attempt: a waiter holds none while it waits.
-	var l *lease
-	attempts := 0
-	// attempt makes one attempt with p, the protocol set up for its mode.
-	attempt := func(ctx context.Context, p protocol.Protocol) (bool, time.Duration, error) {
-		if err := ctx.Err(); err != nil {
-			return false, 0, ctxDone(ctx)
-		}
-		attempts++
-		sent := time.Now()
-		g, err := acquireOnce(ctx, c.rdb, p, keys, token, cfg.ttl)
-		if err == nil && g.Acquired {
-			probe.Point(probe.AfterGrant, keys.Lock)
-		}
-		var kept *keptError
-		switch {
-		case err == nil && g.Acquired && time.Now().After(sent.Add(cfg.ttl-c.opts.drift(cfg.ttl))):
-			// The grant's reply came back after the validity it bought: the
-			// lock may already be someone else's. Give it back, try again.
-			giveUp(p, g.Value)
-			if !wait {
-				return false, 0, unavailable(errors.New("the acquire reply arrived after the lock's validity"))
-			}
-			return false, time.Millisecond, nil
-		case err == nil && g.Acquired:
-			l = c.newLease(first, keys, cfg)
-			l.ctx = context.WithoutCancel(ctx)
-			l.start(sent, g)
-			return true, 0, nil
-		case err == nil && !wait:
-			return false, 0, &NotAcquiredError{Key: keys.Lock, TTL: g.HolderTTL}
-		case err == nil:
-			return false, g.HolderTTL, nil
-		case errors.As(err, &kept):
-			// A multi-slot acquire failed with slots it took still held
-			// (not rolled back, or the roll-back failed): whatever the
-			// acquire error, even a definite one that ends the call,
-			// withdraw them, or they stay held by nobody for the TTL.
-			giveUp(p, g.Value)
-			if errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument) {
-				return false, 0, err
-			}
-		case errors.Is(err, ErrReplicaAck):
-			// The grant was given back by the protocol; if that give-back
-			// got no reply, the key may still hold the token: withdraw it
-			// again (token-checked, harmless if it is gone).
-			giveUp(p, token)
-			return false, 0, err
-		case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument):
-			return false, 0, err // the protocol's own verdict, not a Redis failure
-		case ambiguous(err) && g.Value != "":
-			giveUp(p, g.Value)
-		}
-		if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
-			cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload
-		}
-		if ctx.Err() != nil {
-			return false, 0, ctxDone(ctx)
-		}
-		return false, 0, unavailable(err)
-	}
-	with := func(p protocol.Protocol) attemptFunc {
-		return func(ctx context.Context) (bool, time.Duration, error) { return attempt(ctx, p) }
-	}
-
-	// Every attempt is made in the first attempt's mode, except a queued
-	// waiter's: it tries without queueing until the Client listens for
-	// hand-offs, joins the queue with its first attempt, and refreshes its
-	// entry with the later ones.
-	retry := with(first)
-	if spec.queued {
-		tryProto, _ := c.modal(base, modeTry)
-		queuedProto, _ := c.modal(base, modeQueued)
-		spec.tryFirst, spec.join, retry = with(tryProto), with(first), with(queuedProto)
-	}
+	a := &waitCall{c: c, keys: keys, ttl: cfg.ttl, renew: cfg.renew, token: newToken(), base: base,
+		mode: mode, wait: wait, queued: q && mode.queued(), ti: -1}
 	waited := false
 	var err error
 	if wait {
-		waited, err = c.wait(ctx, spec, retry)
+		var try protocol.Protocol
+		if a.queued && !c.notify.ownSubscribed() {
+			try, _ = c.modal(base, modeTry)
+		}
+		a.wake = make(chan struct{}, 1)
+		waited, err = c.wait(ctx, a, first, try)
 	} else {
-		_, _, err = attempt(ctx, first)
+		_, _, err = a.attempt(ctx, first)
 	}
+	l := a.l
 	if err == nil && c.closed() {
 		// Close ran while we were acquiring: don't hand out a lock nobody
 		// will renew or release.
@@ -233,11 +144,145 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 	if err == nil {
 		fence = l.fence
 	}
-	c.acquired(ctx, keys.Lock, start, attempts, wait, waited, fence, err)
+	c.acquired(ctx, keys.Lock, start, a.attempts, wait, waited, fence, err)
 	if err != nil {
 		return nil, err
 	}
 	return &Lock{l}, nil
+}
+
+// waitCall is one acquiring call (Client.obtain): what its attempts and,
+// if it blocks, its wait use, in one allocation. A blocked call costs
+// this, its wake-up channel, its entry in the notifier and its place in
+// the watchdog's retry heap: no goroutine of its own besides the
+// caller's, no runtime timer, no closures.
+type waitCall struct {
+	// waiter is how the call is woken: by a hand-off or release message
+	// (the notifier), by its retry time (the watchdog), or by Close.
+	waiter
+	c     *Client
+	keys  protocol.Keys
+	ttl   time.Duration
+	renew bool
+	// token is the call's current token: a new one after a withdrawal.
+	token string
+	// base is the call's protocol and mode the mode of its first attempt
+	// (see first); a protocol set up for a mode is made when it is used,
+	// so a sleeping call keeps none.
+	base protocol.Protocol
+	mode acquireMode
+	// wait: Lock (a failed attempt is no error); queued: the attempts keep
+	// the caller in the key's FIFO queue (see Client.wait).
+	wait, queued bool
+	attempts     int
+	l            *lease // made at the grant, with first
+	ti           int32  // index in the watchdog's retry heap; -1: not there
+}
+
+// first returns the protocol of the call's first attempt: the lease's,
+// and its withdrawal's.
+func (a *waitCall) first() protocol.Protocol {
+	p, _ := a.c.modal(a.base, a.mode)
+	return p
+}
+
+// retry returns the protocol of the attempts after the first: the first's,
+// except a queued waiter's, which refresh its queue entry.
+func (a *waitCall) retry() protocol.Protocol {
+	if a.queued {
+		p, _ := a.c.modal(a.base, modeQueued)
+		return p
+	}
+	return a.first()
+}
+
+// attempt makes one attempt with p, the protocol set up for its mode. It
+// reports whether it acquired, and if not, how long the current holder
+// still has (<= 0: unknown).
+func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time.Duration, error) {
+	c, keys := a.c, a.keys
+	if err := ctx.Err(); err != nil {
+		return false, 0, ctxDone(ctx)
+	}
+	a.attempts++
+	sent := time.Now()
+	g, err := acquireOnce(ctx, c.rdb, p, keys, a.token, a.ttl)
+	if err == nil && g.Acquired {
+		probe.Point(probe.AfterGrant, keys.Lock)
+	}
+	var kept *keptError
+	switch {
+	case err == nil && g.Acquired && time.Now().After(sent.Add(a.ttl-c.opts.drift(a.ttl))):
+		// The grant's reply came back after the validity it bought: the
+		// lock may already be someone else's. Give it back, try again.
+		a.abandon(p, g.Value)
+		if !a.wait {
+			return false, 0, unavailable(errors.New("the acquire reply arrived after the lock's validity"))
+		}
+		return false, time.Millisecond, nil
+	case err == nil && g.Acquired:
+		l := c.newLease(a.first(), keys, lockConfig{ttl: a.ttl, renew: a.renew})
+		l.ctx = context.WithoutCancel(ctx)
+		l.start(sent, g)
+		a.l = l
+		return true, 0, nil
+	case err == nil && !a.wait:
+		return false, 0, &NotAcquiredError{Key: keys.Lock, TTL: g.HolderTTL}
+	case err == nil:
+		return false, g.HolderTTL, nil
+	case errors.As(err, &kept):
+		// A multi-slot acquire failed with slots it took still held
+		// (not rolled back, or the roll-back failed): whatever the
+		// acquire error, even a definite one that ends the call,
+		// withdraw them, or they stay held by nobody for the TTL.
+		a.abandon(p, g.Value)
+		if errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument) {
+			return false, 0, err
+		}
+	case errors.Is(err, ErrReplicaAck):
+		// The grant was given back by the protocol; if that give-back
+		// got no reply, the key may still hold the token: withdraw it
+		// again (token-checked, harmless if it is gone).
+		a.abandon(p, a.token)
+		return false, 0, err
+	case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument):
+		return false, 0, err // the protocol's own verdict, not a Redis failure
+	case ambiguous(err) && g.Value != "":
+		a.abandon(p, g.Value)
+	}
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
+		cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload
+	}
+	if ctx.Err() != nil {
+		return false, 0, ctxDone(ctx)
+	}
+	return false, 0, unavailable(err)
+}
+
+// abandon withdraws v (written by p) in the background and makes sure the
+// next attempt uses a fresh token.
+func (a *waitCall) abandon(p protocol.Protocol, v string) {
+	a.withdrawIn(p, v)
+	old := a.token
+	a.token = newToken()
+	a.c.notify.retoken(old, a.token)
+}
+
+// withdraw withdraws a queued waiter that gives up (and passes on a
+// hand-off that reached it too late), for its current token.
+func (a *waitCall) withdraw() {
+	if a.queued {
+		a.withdrawIn(a.first(), a.token)
+	}
+}
+
+// withdrawIn runs the withdrawal of v, written by p, in the background.
+func (a *waitCall) withdrawIn(p protocol.Protocol, v string) {
+	c, keys := a.c, a.keys
+	c.background(func(ctx context.Context) error {
+		probe.Point(probe.BeforeWithdraw, keys.Lock)
+		return c.withdrawRetry(ctx, p, keys, v)
+	})
 }
 
 // grant is the outcome of one acquire attempt as the engine keeps it: the

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,8 +43,8 @@ type notifier struct {
 	// ownConfirmed is closed when Redis confirmed the subscription to own
 	// (nil: not subscribed yet).
 	ownConfirmed chan struct{}
-	// grants maps handoffID(token) of a queued waiter to the waiter.
-	grants map[string]*waiter
+	// grants maps handoffKey(token) of a queued waiter to the waiter.
+	grants map[[sha1.Size]byte]*waiter
 	// chans maps a channel to its local waiters, oldest first.
 	chans map[string]*chanWaiters
 	// pending maps a channel to the confirmations its SUBSCRIBE commands
@@ -67,14 +69,32 @@ type chanWaiters struct {
 	waiters   []*waiter
 }
 
-// waiter is one blocked call. wake has room for one signal, so a wake-up
-// sent while the waiter is busy trying is not lost.
+// waiter is one blocked call (embedded in its waitCall) or an election
+// feed. wake has room for one signal, so a wake-up sent while the waiter
+// is busy trying is not lost. The notifier, the watchdog's retry heap and
+// Close all signal the same channel: a waiter selects on it and its
+// context only.
 type waiter struct {
+	// channel is the waiter's token (queued) or the channel it listens on.
 	channel string
 	wake    chan struct{}
 	// all: every message on channel wakes this waiter (an election feed),
 	// not just one waiter of the channel.
 	all bool
+	// handed: the notifier woke this queued waiter (a hand-off, or a
+	// reconnect), not its retry time.
+	handed atomic.Bool
+}
+
+// signal wakes w, unless a wake-up is pending already; it reports whether
+// this one was queued.
+func (w *waiter) signal() bool {
+	select {
+	case w.wake <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 func newNotifier(c *Client) *notifier {
@@ -82,7 +102,7 @@ func newNotifier(c *Client) *notifier {
 	return &notifier{
 		c: c, own: c.opts.Prefix + ":client:" + newToken(), ctx: ctx, cancel: cancel,
 		chans: map[string]*chanWaiters{}, pending: map[string][]chan struct{}{},
-		grants: map[string]*waiter{},
+		grants: map[[sha1.Size]byte]*waiter{},
 	}
 }
 
@@ -174,25 +194,24 @@ func awaitConfirm(ctx context.Context, confirmed <-chan struct{}) {
 	}
 }
 
-// queueWaiter registers a queued waiter for token, subscribing the Client's
-// own hand-off channel on first use (it stays subscribed until Close), and
-// returns the waiter and that channel. It must be called before the waiter
-// enqueues, so no hand-off is published before anyone listens.
-func (n *notifier) queueWaiter(ctx context.Context, token string) (*waiter, string, error) {
-	w := &waiter{channel: token, wake: make(chan struct{}, 1)}
+// queueWaiter registers w, a queued waiter whose channel is its token,
+// subscribing the Client's own hand-off channel on first use (it stays
+// subscribed until Close). It must be called before the waiter enqueues,
+// so no hand-off is published before anyone listens.
+func (n *notifier) queueWaiter(ctx context.Context, w *waiter) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil, "", ErrClosed
+		return ErrClosed
 	}
 	if n.ownConfirmed == nil {
 		n.ownConfirmed = n.subscribeLocked(n.own)
 	}
 	confirmed := n.ownConfirmed
-	n.grants[handoffID(token)] = w
+	n.grants[handoffKey(w.channel)] = w
 	n.mu.Unlock()
 	awaitConfirm(ctx, confirmed)
-	return w, n.own, nil
+	return nil
 }
 
 // ownSubscribed reports whether the hand-off channel has been subscribed.
@@ -206,16 +225,16 @@ func (n *notifier) ownSubscribed() bool {
 func (n *notifier) retoken(old, new string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if w := n.grants[handoffID(old)]; w != nil {
-		delete(n.grants, handoffID(old))
+	if w := n.grants[handoffKey(old)]; w != nil {
+		delete(n.grants, handoffKey(old))
 		w.channel = new
-		n.grants[handoffID(new)] = w
+		n.grants[handoffKey(new)] = w
 	}
 }
 
 func (n *notifier) dropQueueWaiter(w *waiter) {
 	n.mu.Lock()
-	delete(n.grants, handoffID(w.channel))
+	delete(n.grants, handoffKey(w.channel))
 	n.mu.Unlock()
 }
 
@@ -223,33 +242,41 @@ func (n *notifier) dropQueueWaiter(w *waiter) {
 // internal/lualib/queue.lua): its SHA1 in hex. It identifies the waiter to its
 // Client, and is no credential: only the token releases a lock.
 func handoffID(token string) string {
-	h := sha1.Sum([]byte(token))
+	h := handoffKey(token)
 	return hex.EncodeToString(h[:])
+}
+
+// handoffKey is handoffID undecoded: the key of a queued waiter in the
+// notifier (20 bytes in the map, no string per waiter).
+func handoffKey(token string) [sha1.Size]byte {
+	return sha1.Sum([]byte(token))
 }
 
 // handedOff wakes the queued waiter a release's hand-off message names:
 // handoffID of its token, or the token itself (the message of releases by
 // an older version, during a rolling upgrade).
 func (n *notifier) handedOff(msg string) {
+	var id [sha1.Size]byte
+	isID := len(msg) == hex.EncodedLen(sha1.Size)
+	if isID {
+		_, err := hex.Decode(id[:], []byte(msg))
+		isID = err == nil
+	}
 	n.mu.Lock()
-	w := n.grants[msg]
+	var w *waiter
+	if isID {
+		w = n.grants[id]
+	}
 	if w == nil && isToken(msg) {
-		w = n.grants[handoffID(msg)]
+		w = n.grants[handoffKey(msg)]
+	}
+	if w != nil {
+		w.handed.Store(true)
 	}
 	n.mu.Unlock()
 	if w != nil {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		w.signal()
 	}
-}
-
-// subscribe registers a waiter on the key's wake-up channel (waiters that
-// do not queue: Barging, or a protocol without a queue) and waits for Redis
-// to confirm the subscription.
-func (n *notifier) subscribe(ctx context.Context, channel string) (*waiter, error) {
-	return n.subscribeWaiter(ctx, &waiter{channel: channel, wake: make(chan struct{}, 1)})
 }
 
 // watch registers a waiter that every message on channel wakes (see
@@ -258,6 +285,9 @@ func (n *notifier) watch(ctx context.Context, channel string) (*waiter, error) {
 	return n.subscribeWaiter(ctx, &waiter{channel: channel, wake: make(chan struct{}, 1), all: true})
 }
 
+// subscribeWaiter registers w on its channel, a key's wake-up channel
+// (waiters that do not queue: Barging, or a protocol without a queue), and
+// waits for Redis to confirm the subscription.
 func (n *notifier) subscribeWaiter(ctx context.Context, w *waiter) (*waiter, error) {
 	channel := w.channel
 	n.mu.Lock()
@@ -333,10 +363,8 @@ func (n *notifier) wakeOne(channel string, except *waiter) {
 		if w == except || woken && !w.all {
 			continue
 		}
-		select {
-		case w.wake <- struct{}{}:
+		if w.signal() {
 			woken = woken || !w.all
-		default:
 		}
 	}
 }
@@ -345,17 +373,12 @@ func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, w := range n.grants {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+		w.handed.Store(true)
+		w.signal()
 	}
 	for _, cw := range n.chans {
 		for _, w := range cw.waiters {
-			select {
-			case w.wake <- struct{}{}:
-			default:
-			}
+			w.signal()
 		}
 	}
 }
@@ -458,75 +481,55 @@ func (n *notifier) close() {
 	n.loopWG.Wait()
 }
 
-// attemptFunc makes one acquire attempt. It reports whether it acquired,
-// and if not, how long the current holder still has (<= 0: unknown).
-type attemptFunc func(ctx context.Context) (acquired bool, holderTTL time.Duration, err error)
-
-// waitSpec says how a blocked call is woken.
-type waitSpec struct {
-	// queued: the caller's attempts keep it in the key's FIFO queue and a
-	// release hands it the lock by publishing token on the Client's own
-	// channel. Otherwise it listens on channel, the key's wake-up channel.
-	queued bool
-	key    string // the lock key (for the test points)
-	// token returns the caller's current token (a new one after a
-	// withdrawal; see Client.obtain).
-	token   func() string
-	channel string
-	// leave returns the withdrawal of a queued waiter that gives up (and
-	// passes on a hand-off that reached it too late), for its current
-	// token. Run in the background.
-	leave func() func(ctx context.Context) error
-	// tryFirst, for a queued waiter, makes a first attempt that does not
-	// enqueue. It is used until the Client has subscribed its hand-off
-	// channel, so a Client whose locks are never contended never opens a
-	// pub/sub connection.
-	tryFirst attemptFunc
-	// join, for a queued waiter, makes its first attempt, which enqueues
-	// it if the key is held; the attempts after it refresh its entry.
-	join attemptFunc
-}
-
-// wait runs attempt until it acquires, fails, or ctx ends: the one waiting
-// loop every primitive uses. A queued waiter's first attempt is spec.join. An uncontended acquire costs one round trip.
+// wait runs attempts of a until one acquires, fails, or ctx ends: the one
+// waiting loop every primitive uses. An uncontended acquire costs one
+// round trip.
 //
-// A queued waiter registers for its hand-off before its first attempt
-// (which enqueues it if the key is held), then sleeps until the hand-off
-// arrives or its retry timer fires: every third of its queue lease (the
+// A queued waiter (a.queued: its attempts keep it in the key's FIFO queue,
+// and a release hands it the lock by publishing handoffID of its token on
+// the Client's own channel) registers for its hand-off before its first
+// attempt, which enqueues it if the key is held, then sleeps until the
+// hand-off arrives or its retry is due: every third of its queue lease (the
 // retry refreshes the lease) or when the holder's TTL runs out, whichever
-// is first. Any other waiter makes its first attempt, subscribes to the
-// key's channel, and sleeps until a release message or its retry timer.
-func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (waited bool, err error) {
-	var w *waiter
-	if spec.queued {
-		if spec.tryFirst != nil && !c.notify.ownSubscribed() {
-			if ok, _, err := spec.tryFirst(ctx); ok || err != nil {
+// is first. Its first attempt is made with first, the ones after it with
+// a.retry(). Until the Client has subscribed its hand-off channel it first
+// makes one attempt with try, which does not enqueue, so a Client whose
+// locks are never contended never opens a pub/sub connection. Any other
+// waiter makes its first attempt, subscribes to the key's wake-up channel,
+// and sleeps until a release message or its retry.
+//
+// The retry times of every blocked call are kept by the watchdog's one
+// goroutine and timer (watchdog.sleep), which wakes a call on the same
+// channel as the notifier: a sleeping call has no timer, no goroutine of
+// its own, and waits on that channel and ctx.
+func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Protocol) (waited bool, err error) {
+	w := &a.waiter
+	if a.queued {
+		if try != nil && !c.notify.ownSubscribed() {
+			if ok, _, err := a.attempt(ctx, try); ok || err != nil {
 				return false, err
 			}
 		}
-		if w, _, err = c.notify.queueWaiter(ctx, spec.token()); err != nil {
+		w.channel = a.token
+		if err = c.notify.queueWaiter(ctx, w); err != nil {
 			return false, err
 		}
 		defer c.notify.dropQueueWaiter(w)
-	}
-	// An attempt that fails withdraws what it may have done itself (see
-	// Client.obtain).
-	first := attempt
-	if spec.join != nil {
-		first = spec.join
 	}
 	if ctx.Err() != nil {
 		// Done before anything was sent for this token: nothing to
 		// withdraw.
 		return false, ctxDone(ctx)
 	}
-	ok, ttl, err := first(ctx)
-	if err != nil && spec.queued {
+	// An attempt that fails withdraws what it may have done itself (see
+	// Client.obtain).
+	ok, ttl, err := a.attempt(ctx, first)
+	if err != nil {
 		// The first attempt's error ends the call: withdraw whatever it
 		// may have left queued or held (a multi-slot waiter keeps the
 		// slots it took before the one that failed). Token-checked, so
 		// harmless if there is nothing.
-		c.withdraw(spec)
+		a.withdraw()
 	}
 	if ok || err != nil {
 		return false, err
@@ -535,83 +538,74 @@ func (c *Client) wait(ctx context.Context, spec waitSpec, attempt attemptFunc) (
 	c.stats.waits.Add(1)
 	c.stats.waiting.Add(1)
 	defer c.stats.waiting.Add(-1)
-	if !spec.queued {
-		if w, err = c.notify.subscribe(ctx, spec.channel); err != nil {
+	if !a.queued {
+		w.channel = a.keys.Wake
+		if _, err = c.notify.subscribeWaiter(ctx, w); err != nil {
 			return waited, err
 		}
 		defer c.notify.unsubscribe(w)
 		// Subscribed now: try again before sleeping, since the holder may
 		// have released between the first attempt and the subscription.
-		if ok, ttl, err = attempt(ctx); ok || err != nil {
+		if ok, ttl, err = a.attempt(ctx, a.retry()); ok || err != nil {
 			if !ok {
 				c.notify.handoff(w)
 			}
 			return waited, err
 		}
 	}
-	timer := time.NewTimer(c.retryAfter(ttl, spec.queued))
-	defer timer.Stop()
+	defer c.wd.unsleep(a)
+	next := c.retryAfter(ttl, a.queued)
 	// A Redis error while waiting (a blip, a failover) does not end the
 	// wait: the caller asked to wait until ctx ends. The attempts back off
 	// from 50ms to RetryInterval; the last error is reported if ctx ends.
 	var redisErr error
 	backoff := 50 * time.Millisecond
 	for {
+		c.wd.sleep(a, next)
 		select {
 		case <-w.wake:
-			if spec.queued {
-				c.stats.handoffs.Add(1)
-				probe.Point(probe.BeforeConfirm, spec.key)
-			}
-		case <-timer.C:
 		case <-ctx.Done():
-			c.giveUp(spec, w)
+			c.giveUp(a)
 			return waited, errors.Join(ctxDone(ctx), redisErr)
-		case <-c.closing:
-			c.giveUp(spec, w)
+		}
+		// No retry wake-up while attempting: the next is armed after it.
+		c.wd.unsleep(a)
+		if c.closed() {
+			c.giveUp(a)
 			return waited, ErrClosed
 		}
-		if ok, ttl, err = attempt(ctx); ok {
+		if w.handed.Swap(false) && a.queued {
+			c.stats.handoffs.Add(1)
+			probe.Point(probe.BeforeConfirm, a.keys.Lock)
+		}
+		if ok, ttl, err = a.attempt(ctx, a.retry()); ok {
 			return waited, nil
 		}
-		next := c.retryAfter(ttl, spec.queued)
+		next = c.retryAfter(ttl, a.queued)
 		switch {
 		case err == nil:
 			redisErr, backoff = nil, 50*time.Millisecond
 		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
 			redisErr, next = err, backoff
 			backoff = min(2*backoff, c.opts.RetryInterval)
-			c.opts.Logger.Debug("dlock: redis error while waiting; retrying", "channel", spec.channel, "err", err)
+			c.opts.Logger.Debug("dlock: redis error while waiting; retrying", "channel", a.keys.Wake, "err", err)
 		case errors.Is(err, ErrContextDone):
-			c.giveUp(spec, w)
+			c.giveUp(a)
 			return waited, errors.Join(err, redisErr)
 		default:
-			c.giveUp(spec, w)
+			c.giveUp(a)
 			return waited, err
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(next)
 	}
 }
 
 // giveUp is how a waiter leaves without the lock: a queued one withdraws
 // from the queue; a listening one passes an unused wake-up on.
-func (c *Client) giveUp(spec waitSpec, w *waiter) {
-	if spec.queued {
-		c.withdraw(spec)
+func (c *Client) giveUp(a *waitCall) {
+	if a.queued {
+		a.withdraw()
 	} else {
-		c.notify.handoff(w)
-	}
-}
-
-func (c *Client) withdraw(spec waitSpec) {
-	if spec.queued {
-		c.background(spec.leave())
+		c.notify.handoff(&a.waiter)
 	}
 }
 

@@ -10,16 +10,20 @@ import (
 	"github.com/dlock-go/dlock/protocol"
 )
 
-// watchdog is the Client's renewal engine and its registry of held leases.
+// watchdog is the Client's renewal engine, its registry of held leases,
+// and the clock of its blocked calls.
 //
 // It keeps two min-heaps of leases: one by next renewal time (the leases
 // that renew), one by deadline (every held lease: the deadline replaces a
-// runtime timer per lock). One goroutine sleeps until the earliest of the
-// two tops, pops only what is due, and hands renewals to up to
+// runtime timer per lock), and one of blocked calls by their next retry
+// (which refreshes a queued waiter's queue lease: it replaces a runtime
+// timer per waiter). One goroutine sleeps until the earliest of the
+// tops, pops only what is due, wakes the calls due first, and hands
+// renewals to up to
 // renewPipelines batch goroutines, each sending one pipeline of at most
 // batchSize renewals on its own pooled connection (go-redis splits it per
 // Cluster node). At rest a Client has this one goroutine and one runtime
-// timer, whatever the number of locks.
+// timer, whatever the number of locks and waiters.
 //
 // The heaps are guarded by mu, held only for O(log n) pushes and pops, so
 // Lock, Unlock and the watchdog never wait for a scan of the registry. A
@@ -37,10 +41,12 @@ type watchdog struct {
 	done  chan struct{} // closed when the loop has exited
 
 	mu       sync.Mutex
-	renewQ   timeHeap[*lease] // renewing leases not in a batch, by next renewal
-	deadQ    timeHeap[*lease] // every lease with a live deadline, by deadline
-	held     int              // registered leases (what Close releases)
-	inflight int              // batch goroutines running
+	renewQ   timeHeap[*lease]    // renewing leases not in a batch, by next renewal
+	deadQ    timeHeap[*lease]    // every lease with a live deadline, by deadline
+	waitQ    timeHeap[*waitCall] // sleeping blocked calls, by next retry
+	waitEnd  bool                // Close: blocked calls are woken, not put to sleep
+	held     int                 // registered leases (what Close releases)
+	inflight int                 // batch goroutines running
 	batches  sync.WaitGroup
 	lastWarn int64 // when the last "falling behind" warning was given
 }
@@ -72,6 +78,7 @@ func newWatchdog(c *Client) *watchdog {
 		stop: make(chan struct{}), done: make(chan struct{}),
 		renewQ: timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.ri }},
 		deadQ:  timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.di }},
+		waitQ:  timeHeap[*waitCall]{pos: func(a *waitCall) *int32 { return &a.ti }},
 	}
 	go wd.loop()
 	return wd
@@ -188,6 +195,50 @@ func (t leaseTimer) Stop() bool {
 	return false
 }
 
+// sleep puts a blocked call to sleep until its retry, d from now, unless
+// something wakes it first (see Client.wait); a call asleep already is
+// moved. After Close it is woken at once instead.
+func (wd *watchdog) sleep(a *waitCall, d time.Duration) {
+	wd.mu.Lock()
+	if wd.waitEnd {
+		wd.mu.Unlock()
+		a.signal()
+		return
+	}
+	at := wd.now() + int64(d)
+	var top bool
+	if a.ti >= 0 {
+		wd.waitQ.fix(int(a.ti), at)
+		top = a.ti == 0
+	} else {
+		top = wd.waitQ.push(at, a)
+	}
+	wd.mu.Unlock()
+	if top {
+		wd.kick()
+	}
+}
+
+// unsleep cancels a blocked call's retry, if it is still asleep.
+func (wd *watchdog) unsleep(a *waitCall) {
+	wd.mu.Lock()
+	if a.ti >= 0 {
+		wd.waitQ.remove(int(a.ti))
+	}
+	wd.mu.Unlock()
+}
+
+// wakeAllWaits wakes every sleeping blocked call, and any that goes to
+// sleep from now on, for Close: they see the Client closed and return.
+func (wd *watchdog) wakeAllWaits() {
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	wd.waitEnd = true
+	for wd.waitQ.len() > 0 {
+		wd.waitQ.pop().signal()
+	}
+}
+
 // registered returns every registered lease (for Close, once the loop
 // and the batches have stopped).
 func (wd *watchdog) registered() []*lease {
@@ -237,14 +288,21 @@ func (wd *watchdog) loop() {
 	}
 }
 
-// take pops the leases past their deadline and the renewals due now (and,
-// to fill the last pipeline, those within their slack), as many as free
-// batch slots can take. next is when to look again (-1: nothing
-// scheduled).
+// take wakes the blocked calls whose retry is due, and pops the leases
+// past their deadline and the renewals due now (and, to fill the last
+// pipeline, those within their slack), as many as free batch slots can
+// take. next is when to look again (-1: nothing scheduled).
 func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	now := wd.now()
+	// Retries first: nothing else the loop does delays a queued waiter's
+	// lease refresh. A wake-up is a send on a buffered channel; at most a
+	// batch of them per call (Lock and Unlock get wd.mu in between, and
+	// the loop comes back at once for the rest).
+	for n := 0; n < batchSize && wd.waitQ.len() > 0 && wd.waitQ.topAt() <= now; n++ {
+		wd.waitQ.pop().signal()
+	}
 	for wd.deadQ.len() > 0 && wd.deadQ.topAt() <= now {
 		if e := &wd.deadQ.top().wd; e.dAt > now {
 			// A renewal moved the deadline: the item goes back in at it.
@@ -287,6 +345,11 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	}
 	if wd.renewQ.len() > 0 && wd.inflight < renewPipelines {
 		if at := wd.renewQ.top().wd.rAt; next < 0 || at < next {
+			next = at
+		}
+	}
+	if wd.waitQ.len() > 0 {
+		if at := wd.waitQ.topAt(); next < 0 || at < next {
 			next = at
 		}
 	}
@@ -737,10 +800,10 @@ func later(a, b time.Time) time.Time {
 // timeHeap is a binary min-heap by time (ns since the watchdog's epoch)
 // that keeps each item's index in the item itself (pos returns where), so
 // an item is moved or removed in O(log n) without a search: the renewal
-// and deadline heaps of leases. Each entry carries its time (a deadline
-// item's may be earlier than its lease's deadline: see take), so sifting
-// compares within the array rather than visiting every item it passes.
-// Guarded by watchdog.mu.
+// and deadline heaps of leases, and the retry heap of blocked calls. Each
+// entry carries its time (a deadline item's may be earlier than its
+// lease's deadline: see take), so sifting compares within the array rather
+// than visiting every item it passes. Guarded by watchdog.mu.
 type timeHeap[T any] struct {
 	ls  []heapItem[T]
 	pos func(T) *int32
