@@ -163,7 +163,7 @@ func (n *notifier) sendOps() {
 }
 
 // unconfirmed stops waiting for the confirmation of a SUBSCRIBE that
-// failed: its waiters fall back on their retry timers (go-redis subscribes
+// failed: its waiters fall back on their retries (go-redis subscribes
 // the channel again when it reconnects).
 func (n *notifier) unconfirmed(op psOp) {
 	n.mu.Lock()
@@ -422,8 +422,8 @@ func (n *notifier) loop(ps *redis.PubSub) {
 				continue
 			}
 			if !down {
-				// Messages may be lost from now on: waiters retry on their
-				// own timers until the connection is back.
+				// Messages may be lost from now on: waiters rely on
+				// their retries until the connection is back.
 				n.c.opts.Logger.Debug("dlock: pub/sub receive failed; waking all waiters", "err", err)
 				down = true
 				n.wakeAll()
