@@ -63,3 +63,26 @@ func BenchmarkPing(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLockDefaults measures the pair the product goals are about:
+// Lock (library defaults, so the lock is renewed by the watchdog) and
+// Unlock on distinct keys from one goroutine. With -benchmem, allocs/op
+// are per pair.
+func BenchmarkLockDefaults(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c, _ := newClientOn(b, rdb, dlock.Options{})
+	ctx := b.Context()
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench:ld:%d", i)
+	}
+	for i := 0; b.Loop(); i++ {
+		lk, err := c.Lock(ctx, keys[i%len(keys)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -78,3 +78,6 @@ func SleepingWaiters(c *Client) int {
 	defer c.wd.mu.Unlock()
 	return c.wd.waitQ.len()
 }
+
+// WatchdogWakes is how many times c's watchdog loop has woken.
+func WatchdogWakes(c *Client) int64 { return c.wd.wakes.Load() }

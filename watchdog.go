@@ -3,7 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
@@ -49,6 +51,15 @@ type watchdog struct {
 	inflight int                 // batch goroutines running
 	batches  sync.WaitGroup
 	lastWarn int64 // when the last "falling behind" warning was given
+	// wakeAt is when the loop looks at the heaps again by itself (its
+	// timer; math.MaxInt64: never, math.MinInt64: it is about to). An
+	// entry due after it needs no kick, so a lock taken while the loop
+	// sleeps until an earlier lock's renewal wakes nobody. lead is the
+	// shortest time from an add to the lease's first renewal or deadline
+	// since the loop last looked (-1: no add): while locks come and go,
+	// the loop wakes once per lead rather than once per lock.
+	wakeAt, lead int64
+	wakes        atomic.Int64 // times the loop woke (tests)
 }
 
 const (
@@ -79,6 +90,7 @@ func newWatchdog(c *Client) *watchdog {
 		renewQ: timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.ri }},
 		deadQ:  timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.di }},
 		waitQ:  timeHeap[*waitCall]{pos: func(a *waitCall) *int32 { return &a.ti }},
+		wakeAt: math.MinInt64, lead: -1,
 	}
 	go wd.loop()
 	return wd
@@ -107,10 +119,16 @@ func (wd *watchdog) add(l *lease) {
 	e.reg, e.ri, e.di = true, -1, -1
 	wd.held++
 	e.dAt = dAt
-	top := wd.deadQ.push(dAt, l)
+	wd.deadQ.push(dAt, l)
+	first := dAt
 	if l.renew {
 		e.rAt, e.every = rAt, every
-		top = wd.renewQ.push(rAt, l) || top
+		wd.renewQ.push(rAt, l)
+		first = min(first, rAt)
+	}
+	top := first < wd.wakeAt
+	if lead := max(first-wd.now(), 0); wd.lead < 0 || lead < wd.lead {
+		wd.lead = lead
 	}
 	wd.mu.Unlock()
 	l.mu.Unlock()
@@ -279,6 +297,7 @@ func (wd *watchdog) loop() {
 		case <-wd.wake:
 		case <-timer.C:
 		}
+		wd.wakes.Add(1)
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -355,6 +374,21 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	}
 	if lag > 0 {
 		wd.behindLocked(now, lag, due)
+	}
+	if wd.lead >= 0 && (next < 0 || now+wd.lead < next) {
+		// Locks were taken since the last look (and may be released
+		// already): wake when one taken now would be due, so the next
+		// ones need no kick.
+		next = now + wd.lead
+	}
+	wd.lead = -1
+	switch {
+	case len(expired) > 0 || len(due) > 0:
+		wd.wakeAt = math.MinInt64 // the loop takes again at once
+	case next < 0:
+		wd.wakeAt = math.MaxInt64
+	default:
+		wd.wakeAt = next
 	}
 	return expired, due, next
 }

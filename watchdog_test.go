@@ -195,3 +195,36 @@ func TestWatchdogWarnsSlowReplies(t *testing.T) {
 		}
 	}
 }
+
+// Taking and releasing locks one after another does not wake the
+// watchdog each time: a new lock's renewal and deadline come after the
+// time the loop already sleeps until (set by an earlier lock), so the
+// loop finds it when it wakes then. (Each Lock woke the loop, a goroutine
+// hand-off and a timer reset on every uncontended acquire.)
+func TestLockDoesNotWakeWatchdog(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	ctx := t.Context()
+	k := key(t)
+	lk, err := c.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the first lock's kick is served
+	before := dlock.WatchdogWakes(c)
+	const n = 200
+	for i := range n {
+		lk, err := c.Lock(ctx, fmt.Sprintf("%s:%d", k, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := dlock.WatchdogWakes(c) - before; got > n/10 {
+		t.Fatalf("the watchdog loop woke %d times for %d locks taken and released in a row", got, n)
+	}
+}
