@@ -25,6 +25,12 @@ func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
 const freeButQueued = -2
 
 func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration) protocol.Call {
+	if !t.mode.queued() {
+		// A try or a barge never queues: the script reads no payload and
+		// no lease (each argument costs Redis a string per call).
+		return protocol.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence, k.Queue},
+			Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String()}}
+	}
 	return protocol.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence, k.Queue},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String(), t.channel, t.lease.Milliseconds()}}
 }
