@@ -285,6 +285,8 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	}
 	cases := []plant{
 		{"token/fence", aux(":fence"), str, nil},
+		{"token/fence-hash", aux(":fence"), hash, nil}, // MGET reads it as missing
+		{"shared/fence-hash", aux(":fence"), hash, readers()},
 		{"token/queue", aux(":q"), str, nil},
 		{"reentrant/fence", aux(":fence"), hash, reentrant("o")},
 		{"reentrant/holds", aux(":holds"), str, reentrant("o")},

@@ -31,11 +31,10 @@
 --                     (not a lock, a counter, a queue): nothing was written
 local token, mode = ARGV[1], ARGV[4]
 local K, F, Q = KEYS[1], KEYS[2], KEYS[3]
-if q_dead(Q, token) then
+local dead, c = q_dead_fence(Q, token, F)
+if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
-
-local c = fence_read(F)
 if not c then
   return {-2, 0}
 end

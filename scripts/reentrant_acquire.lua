@@ -29,7 +29,8 @@
 --         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, owner = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[7]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if q_dead(Q, token) then
+local dead, c = q_dead_fence(Q, token, F)
+if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
@@ -37,7 +38,7 @@ local v = redis.pcall('GET', K)
 if is_err(v) then
   return {-2, 0}
 end
-local c, handles = fence_read(F), h_count(H)
+local handles = h_count(H)
 if not c or not handles or not q_ok(Q) then
   return {-2, 0}
 end

@@ -30,13 +30,13 @@
 --         {-3, limit} n is above the limit: it can never be granted
 local token, ttl, mode, n = ARGV[1], tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[7])
 local S, P, L, F, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-if q_dead(Q, token) then
+local dead, c = q_dead_fence(Q, token, F)
+if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
 local mine = redis.pcall('ZSCORE', S, token)
 local limit = sem_limit(L, ARGV[8])
-local c = fence_read(F)
 if is_err(mine) or not limit or not c or not sem_ok(P) or not q_ok(Q) then
   return {-2, 0}
 end

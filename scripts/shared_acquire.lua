@@ -31,7 +31,8 @@
 --         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, marker = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[8]
 local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if q_dead(Q, token) then
+local dead, c = q_dead_fence(Q, token, F)
+if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
 
@@ -39,7 +40,6 @@ local v = redis.pcall('GET', K)
 if is_err(v) then
   return {-2, 0}
 end
-local c = fence_read(F)
 if not c or not h_count(H) or not q_ok(Q) then
   return {-2, 0}
 end

@@ -16,12 +16,10 @@ local function keep_for(key, ms)
   redis.call('PEXPIRE', key, ms, 'GT')
 end
 
--- fence_read returns the fence counter f's value (0 if f does not exist),
--- or nil if f is not a counter (not a string of decimal digits: another
--- program's key under our name). Scripts call it before their first write,
--- so a foreign key there ends them with nothing written.
-local function fence_read(f)
-  local v = redis.pcall('GET', f)
+-- fence_value returns the counter value of v, a GET (pcall) reply of a
+-- fence counter: 0 if it does not exist, nil if it is not a counter (not
+-- a string of decimal digits: another program's key under our name).
+local function fence_value(v)
   if not v then
     return 0
   end
@@ -29,6 +27,13 @@ local function fence_read(f)
     return nil
   end
   return tonumber(v)
+end
+
+-- fence_read returns the fence counter f's value (see fence_value).
+-- Scripts call it before their first write, so a foreign key there ends
+-- them with nothing written.
+local function fence_read(f)
+  return fence_value(redis.pcall('GET', f))
 end
 
 -- fence_draw draws the next fencing token after c (f's value, from

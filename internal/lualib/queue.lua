@@ -40,6 +40,23 @@ local function q_dead(q, token)
   return redis.pcall('GET', q .. ':' .. token) == Q_DEAD
 end
 
+-- q_dead_fence is q_dead(q, token) and fence_read(f) in one read, for the
+-- acquire scripts: it returns true if token is dead (f not read), else
+-- false and f's value (nil: not a counter). MGET reads both in one
+-- command; it answers nil for a key of another type as for a missing one,
+-- so f is read again by fence_read only then (its type checked before any
+-- write; a missing counter costs that second read).
+local function q_dead_fence(q, token, f)
+  local r = redis.call('MGET', q .. ':' .. token, f)
+  if r[1] == Q_DEAD then
+    return true
+  end
+  if not r[2] then
+    return false, fence_read(f)
+  end
+  return false, fence_value(r[2])
+end
+
 -- q_notify tells the waiter token, on its Client's channel ch, that its
 -- turn came. It publishes SHA1(token), never the token: anyone allowed to
 -- PSUBSCRIBE reads the channel (on a Cluster the message reaches every
