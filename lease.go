@@ -242,7 +242,19 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 		err = l.renewErr // for the hook
 		return nil
 	}
+	oldDeadline, oldNext := l.deadline, l.nextRenew
 	l.setDeadlineLocked(sent, ttl)
+	// A shorter TTL (an Extend) moves the deadline and the next renewal
+	// earlier: the watchdog's heaps keep a later time only lazily (see
+	// watchdog), so move them now, or the lease would be renewed on the
+	// old schedule (its key expiring meanwhile) and reported lost only at
+	// the old deadline.
+	if l.deadline.Before(oldDeadline) {
+		l.timer.Reset(max(time.Until(l.deadline), 0))
+	}
+	if l.nextRenew.Before(oldNext) {
+		l.c.wd.renewEarlier(l, l.nextRenew, l.c.opts.renewEvery(ttl))
+	}
 	l.c.stats.renewals.Add(1)
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) { // no arguments built per renewal otherwise
 		l.c.opts.Logger.Debug("dlock: renewed", "key", l.keys.Lock, "fence", l.fence, "ttl", ttl)

@@ -177,6 +177,28 @@ func (wd *watchdog) renewSoon(l *lease) {
 	}
 }
 
+// renewEarlier moves the lease's next renewal, if it is queued, to at
+// when that is earlier (an Extend shortened the TTL), with the renewal
+// interval every. A lease in a batch is requeued at its nextRenew after
+// the reply. Callers may hold the lease's mu.
+func (wd *watchdog) renewEarlier(l *lease, at time.Time, every time.Duration) {
+	wd.mu.Lock()
+	e := &l.wd
+	top := false
+	if e.ri >= 0 {
+		e.every = int64(every)
+		if t := wd.at(at); t < e.rAt {
+			e.rAt = t
+			wd.renewQ.fix(int(e.ri), t)
+			top = e.ri == 0
+		}
+	}
+	wd.mu.Unlock()
+	if top {
+		wd.kick()
+	}
+}
+
 // leaseTimer is a lease's deadline "timer": an entry in the watchdog's
 // deadline heap. Reset and Stop may be called with the lease's mu held.
 type leaseTimer struct{ l *lease }
