@@ -299,8 +299,8 @@ func (wd *watchdog) loop() {
 	defer timer.Stop()
 	for {
 		expired, due, next := wd.take()
-		for _, l := range expired {
-			l.onDeadline() // lost, or re-armed at a deadline a renewal moved
+		if len(expired) > 0 {
+			wd.expire(expired)
 		}
 		if len(due) > 0 {
 			wd.dispatch(due)
@@ -327,6 +327,21 @@ func (wd *watchdog) loop() {
 			}
 		}
 	}
+}
+
+// expire looks at leases past their deadline, on a goroutine of its own:
+// each is lost (its Lost hook runs there) or re-armed at a deadline a
+// renewal moved. The loop does not wait for them: a slow Lost hook would
+// hold up every other lock's renewal and deadline, and every blocked
+// call's retry (a queued waiter's lease refresh).
+func (wd *watchdog) expire(ls []*lease) {
+	wd.batches.Add(1)
+	go func() {
+		defer wd.batches.Done()
+		for _, l := range ls {
+			l.onDeadline()
+		}
+	}()
 }
 
 // take wakes the blocked calls whose retry is due, and pops the leases

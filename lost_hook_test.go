@@ -1,0 +1,56 @@
+package dlock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// A Lost hook that takes a while (it logs to a remote service, say) must
+// not stop the Client's other locks from being renewed, nor its blocked
+// calls' retries: the watchdog found the loss, and held up by the hook it
+// renewed nothing, so every other lock expired in Redis while its holder
+// still counted on it.
+func TestSlowLostHookDelaysNothingElse(t *testing.T) {
+	const hook = 1500 * time.Millisecond
+	var inHook atomic.Bool
+	release := make(chan struct{})
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
+		if inHook.CompareAndSwap(false, true) {
+			select {
+			case <-release:
+			case <-time.After(hook):
+			}
+		}
+	}}})
+	defer close(release)
+	ctx := t.Context()
+	other, err := c.Lock(ctx, key(t), dlock.WithTTL(600*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Unlock(ctx)
+	short, err := c.Lock(ctx, key(t), dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !inHook.Load() {
+		if time.Since(short.Deadline()) > 5*time.Second {
+			t.Fatal("the short lock was never reported lost")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The hook runs now, for up to 1.5 s: the other lock (renewed every
+	// 200ms, 600ms TTL) must stay held meanwhile.
+	for end := time.Now().Add(hook - 100*time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := other.Err(); err != nil {
+			t.Fatalf("the other lock was lost while a Lost hook ran: %v", err)
+		}
+		if v, _ := rdb.Get(ctx, other.Key()).Result(); v != other.Token() {
+			t.Fatalf("the other lock's key holds %q while it believes it holds it", v)
+		}
+	}
+}
