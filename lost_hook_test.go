@@ -54,3 +54,46 @@ func TestSlowLostHookDelaysNothingElse(t *testing.T) {
 		}
 	}
 }
+
+// The same for a loss the watchdog's renewal batch finds: the other locks
+// renewed in that batch must be renewed again on time while the hook runs.
+func TestSlowLostHookInRenewalBatch(t *testing.T) {
+	const hook = 1500 * time.Millisecond
+	var inHook atomic.Bool
+	release := make(chan struct{})
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
+		if inHook.CompareAndSwap(false, true) {
+			select {
+			case <-release:
+			case <-time.After(hook):
+			}
+		}
+	}}})
+	defer close(release)
+	ctx := t.Context()
+	const ttl = 600 * time.Millisecond
+	other, err := c.Lock(ctx, key(t), dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Unlock(ctx)
+	gone, err := c.Lock(ctx, key(t), dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, gone.Key()) // its next renewal finds it gone
+	for !inHook.Load() {
+		if time.Since(gone.Deadline()) > 5*time.Second {
+			t.Fatal("the deleted lock was never reported lost")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for end := time.Now().Add(hook - 100*time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := other.Err(); err != nil {
+			t.Fatalf("the other lock was lost while a Lost hook ran: %v", err)
+		}
+		if v, _ := rdb.Get(ctx, other.Key()).Result(); v != other.Token() {
+			t.Fatalf("the other lock's key holds %q while it believes it holds it", v)
+		}
+	}
+}

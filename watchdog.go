@@ -335,6 +335,18 @@ func (wd *watchdog) loop() {
 // hold up every other lock's renewal and deadline, and every blocked
 // call's retry (a queued waiter's lease refresh).
 func (wd *watchdog) expire(ls []*lease) {
+	if wd.c.hooks().Lost != nil {
+		// One goroutine each: one lease's hook does not delay another's
+		// loss (its Done).
+		for _, l := range ls {
+			wd.batches.Add(1)
+			go func() {
+				defer wd.batches.Done()
+				l.onDeadline()
+			}()
+		}
+		return
+	}
 	wd.batches.Add(1)
 	go func() {
 		defer wd.batches.Done()
@@ -679,27 +691,65 @@ func (wd *watchdog) renew(leases []*lease) {
 		// due renewals would not show.
 		wd.replyLate(late, len(taken), int64(wd.c.opts.renewEvery(taken[0].ttl)))
 	}
-	ls := make([]*lease, len(taken))
+	ls := make([]*lease, 0, len(taken))
+	var refused []int // renewals refused: the lease is lost (or retried)
 	for n, t := range taken {
 		l := t.l
-		ls[n] = l
-		r := callReplies
-		if t.bulk {
-			r = bulkReplies
+		rep := t.reply(callReplies, bulkReplies)
+		if rep.err == nil && rep.code != codeOK {
+			refused = append(refused, n)
+			continue
 		}
-		rep := r[t.i]
-		if t.fence && rep.err == nil && rep.code == codeOK {
+		ls = append(ls, l)
+		if t.fence && rep.err == nil {
 			l.fencePushed(sent, t.ttl)
 		}
-		if l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err) == errRetryAlt {
-			_ = l.renewNow(ctx, l.ctx, t.ttl)
-		}
+		_ = l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
 		wd.backoff(l, t.ttl)
 	}
 	wd.requeueHeld(ls)
 	for _, l := range ls {
 		l.opMu.Unlock()
 	}
+	// A refused renewal ends its lease, and the Lost hook runs: each on a
+	// goroutine of its own, once the batch's other leases are requeued
+	// and free, so a slow hook holds up no other lease's renewal or
+	// Unlock. The lease keeps its opMu until its loss is reported (an
+	// Unlock waits for it).
+	for _, n := range refused {
+		t := taken[n]
+		rep := t.reply(callReplies, bulkReplies)
+		wd.batches.Add(1)
+		go func() {
+			defer wd.batches.Done()
+			l := t.l
+			if l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err) == errRetryAlt {
+				// The batch's ctx ends with it: bound this one by the
+				// lease's deadline, and Close, as renewDirect does.
+				rctx, cancel := context.WithDeadline(context.Background(), later(l.Deadline(), time.Now().Add(50*time.Millisecond)))
+				go func() {
+					select {
+					case <-wd.stop:
+						cancel()
+					case <-rctx.Done():
+					}
+				}()
+				_ = l.renewNow(rctx, l.ctx, t.ttl)
+				cancel()
+			}
+			wd.backoff(l, t.ttl)
+			wd.requeue(l)
+			l.opMu.Unlock()
+		}()
+	}
+}
+
+// reply is t's reply among a batch's replies.
+func (t *renewing) reply(calls, bulk []reply) reply {
+	if t.bulk {
+		return bulk[t.i]
+	}
+	return calls[t.i]
 }
 
 // renewDirect renews leases of a DirectProtocol, each in its own
