@@ -42,6 +42,9 @@ type Hooks struct {
 	// Renew is called after each watchdog or Extend renewal attempt.
 	Renew func(context.Context, RenewInfo)
 	// Lost is called once when a held lock is lost, before Done closes.
+	// A loss the watchdog finds (a refused renewal, a deadline passed) is
+	// reported on a goroutine of its own, so a slow hook delays no other
+	// lock's renewal or loss, nor a blocked call's retry.
 	Lost func(context.Context, LostInfo)
 	// Behind is called (at most once a second, like the WARN log that
 	// comes with it) when the watchdog sends renewals more than half a

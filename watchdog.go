@@ -49,8 +49,8 @@ type watchdog struct {
 	waitEnd  bool                // Close: blocked calls are woken, not put to sleep
 	held     int                 // registered leases (what Close releases)
 	inflight int                 // batch goroutines running
-	batches  sync.WaitGroup
-	lastWarn int64 // when the last "falling behind" warning was given
+	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting losses: Close waits for them
+	lastWarn int64               // when the last "falling behind" warning was given
 	// wakeAt is when the loop looks at the heaps again by itself (its
 	// timer; math.MaxInt64: never, math.MinInt64: it is about to). An
 	// entry due after it needs no kick, so a lock taken while the loop
