@@ -97,3 +97,71 @@ func TestSlowLostHookInRenewalBatch(t *testing.T) {
 		}
 	}
 }
+
+// A queued waiter keeps its place in the queue while a Lost hook of its
+// Client runs: its lease refreshes (its retries, kept by the watchdog's
+// loop) go on.
+func TestSlowLostHookKeepsWaiterPlace(t *testing.T) {
+	const hook = 2 * time.Second
+	var inHook atomic.Bool
+	release := make(chan struct{})
+	opts := dlock.Options{WaiterLease: 900 * time.Millisecond}
+	opts.Hooks.Lost = func(context.Context, dlock.LostInfo) {
+		if inHook.CompareAndSwap(false, true) {
+			select {
+			case <-release:
+			case <-time.After(hook):
+			}
+		}
+	}
+	c1, _ := newClient(t, opts)
+	defer close(release)
+	c0, rdb := newClient(t, dlock.Options{})
+	c2, _ := newClient(t, dlock.Options{WaiterLease: 900 * time.Millisecond})
+	ctx := t.Context()
+	k := key(t)
+	holder, err := c0.Lock(ctx, k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 2)
+	lockAs := func(c *dlock.Client, name string) {
+		lk, err := c.Lock(ctx, k)
+		if err != nil {
+			t.Error(err)
+			got <- "error"
+			return
+		}
+		got <- name
+		time.Sleep(50 * time.Millisecond)
+		_ = lk.Unlock(ctx)
+	}
+	go lockAs(c1, "first")
+	waitQueued(t, rdb, k, 1)
+	go lockAs(c2, "second")
+	waitQueued(t, rdb, k, 2)
+	short, err := c1.Lock(ctx, key(t), dlock.WithTTL(50*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !inHook.Load() {
+		if time.Since(short.Deadline()) > 5*time.Second {
+			t.Fatal("the short lock was never reported lost")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(hook - 300*time.Millisecond) // two of the first waiter's leases
+	if testing.Verbose() {
+		q := c0.KeysFor(k).Queue
+		ids := rdb.LRange(ctx, q, 0, -1).Val()
+		for _, id := range ids {
+			t.Logf("queued %s: lease pttl %v inHook %v lost %d", id[:8], rdb.PTTL(ctx, q+":"+id).Val(), inHook.Load(), c1.Stats().Lost)
+		}
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := <-got, <-got; a != "first" || b != "second" {
+		t.Fatalf("granted %s then %s: the first waiter lost its place while a Lost hook ran", a, b)
+	}
+}
