@@ -398,6 +398,13 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 		lag = max(lag, now-l.wd.rAt)
 		due = append(due, l)
 		budget--
+		if len(due)%batchSize == 0 {
+			// A late batch is up to four times larger: Lock and Unlock
+			// (waiting over a millisecond, the mutex hands itself over)
+			// get wd.mu between every batchSize pops.
+			wd.mu.Unlock()
+			wd.mu.Lock()
+		}
 	}
 	for budget > 0 && len(due)%batchSize != 0 && wd.renewQ.len() > 0 &&
 		wd.renewQ.top().wd.rAt <= now+wd.renewQ.top().wd.slack() {
