@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -164,4 +165,36 @@ func TestSlowLostHookKeepsWaiterPlace(t *testing.T) {
 	if a, b := <-got, <-got; a != "first" || b != "second" {
 		t.Fatalf("granted %s then %s: the first waiter lost its place while a Lost hook ran", a, b)
 	}
+}
+
+// Many locks lost at once with a slow Lost hook: their reports run on a
+// bounded number of goroutines, not one per lock.
+func TestManyLossesBoundedGoroutines(t *testing.T) {
+	const n = 600
+	var peak atomic.Int64
+	var calls atomic.Int64
+	release := make(chan struct{})
+	c, _ := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
+		calls.Add(1)
+		if g := int64(runtime.NumGoroutine()); g > peak.Load() {
+			peak.Store(g) // racy max: good enough for an order of magnitude
+		}
+		select {
+		case <-release:
+		case <-time.After(300 * time.Millisecond):
+		}
+	}}})
+	defer close(release)
+	base := runtime.NumGoroutine()
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(1500*time.Millisecond), dlock.WithoutRenewal())
+	for _, lk := range locks {
+		<-lk.Done()
+	}
+	if calls.Load() != n {
+		t.Fatalf("%d Lost calls, want %d", calls.Load(), n)
+	}
+	if p := peak.Load(); p > int64(base)+200 {
+		t.Fatalf("%d goroutines while %d losses were reported (%d before)", p, n, base)
+	}
+	t.Logf("peak %d goroutines (%d before)", peak.Load(), base)
 }

@@ -51,6 +51,11 @@ type watchdog struct {
 	inflight int                 // batch goroutines running
 	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting losses: Close waits for them
 	lastWarn int64               // when the last "falling behind" warning was given
+	// losses are the loss reports waiting for a goroutine (report), and
+	// lossRunning the goroutines taking them.
+	lossMu      sync.Mutex
+	losses      []func()
+	lossRunning int
 	// wakeAt is when the loop looks at the heaps again by itself (its
 	// timer; math.MaxInt64: never, math.MinInt64: it is about to). An
 	// entry due after it needs no kick, so a lock taken while the loop
@@ -335,25 +340,56 @@ func (wd *watchdog) loop() {
 // hold up every other lock's renewal and deadline, and every blocked
 // call's retry (a queued waiter's lease refresh).
 func (wd *watchdog) expire(ls []*lease) {
-	if wd.c.hooks().Lost != nil {
-		// One goroutine each: one lease's hook does not delay another's
-		// loss (its Done).
-		for _, l := range ls {
-			wd.batches.Add(1)
-			go func() {
-				defer wd.batches.Done()
+	if wd.c.hooks().Lost == nil {
+		wd.batches.Add(1)
+		go func() {
+			defer wd.batches.Done()
+			for _, l := range ls {
 				l.onDeadline()
-			}()
-		}
+			}
+		}()
 		return
 	}
-	wd.batches.Add(1)
-	go func() {
-		defer wd.batches.Done()
-		for _, l := range ls {
-			l.onDeadline()
+	for _, l := range ls {
+		wd.report(l.onDeadline)
+	}
+}
+
+// lossWorkers caps the goroutines that report losses (and run their Lost
+// hooks) at once: a slow hook delays no other lock's report while fewer
+// than this many run, and a Client losing 100,000 locks to an outage
+// does not start a goroutine for each.
+const lossWorkers = 64
+
+// report runs f, a loss report, on one of up to lossWorkers goroutines
+// that take reports in order; Close waits for them.
+func (wd *watchdog) report(f func()) {
+	wd.lossMu.Lock()
+	defer wd.lossMu.Unlock()
+	wd.losses = append(wd.losses, f)
+	if wd.lossRunning < lossWorkers {
+		wd.lossRunning++
+		wd.batches.Add(1)
+		go wd.reportLoop()
+	}
+}
+
+func (wd *watchdog) reportLoop() {
+	defer wd.batches.Done()
+	for {
+		wd.lossMu.Lock()
+		if len(wd.losses) == 0 {
+			wd.losses = nil
+			wd.lossRunning--
+			wd.lossMu.Unlock()
+			return
 		}
-	}()
+		f := wd.losses[0]
+		wd.losses[0] = nil
+		wd.losses = wd.losses[1:]
+		wd.lossMu.Unlock()
+		f()
+	}
 }
 
 // take wakes the blocked calls whose retry is due, and pops the leases
@@ -718,18 +754,15 @@ func (wd *watchdog) renew(leases []*lease) {
 	for _, l := range ls {
 		l.opMu.Unlock()
 	}
-	// A refused renewal ends its lease, and the Lost hook runs: each on a
-	// goroutine of its own, once the batch's other leases are requeued
+	// A refused renewal ends its lease, and the Lost hook runs: on
+	// goroutines of their own, once the batch's other leases are requeued
 	// and free, so a slow hook holds up no other lease's renewal or
 	// Unlock. The lease keeps its opMu until its loss is reported (an
 	// Unlock waits for it).
 	for _, n := range refused {
 		t := taken[n]
-		rep := t.reply(callReplies, bulkReplies)
-		wd.batches.Add(1)
-		go func() {
-			defer wd.batches.Done()
-			l := t.l
+		l, rep := t.l, t.reply(callReplies, bulkReplies)
+		wd.report(func() {
 			if l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err) == errRetryAlt {
 				// The batch's ctx ends with it: bound this one by the
 				// lease's deadline, and Close, as renewDirect does.
@@ -747,7 +780,7 @@ func (wd *watchdog) renew(leases []*lease) {
 			wd.backoff(l, t.ttl)
 			wd.requeue(l)
 			l.opMu.Unlock()
-		}()
+		})
 	}
 }
 
