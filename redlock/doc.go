@@ -136,6 +136,10 @@
 //   - A request abandoned at the node timeout may still run on its server
 //     later; it is deleted by the clean-up retries, or expires within one
 //     TTL, holding that node meanwhile.
+//   - A node that answers after the others granted the lock joins the
+//     hold; if its SET lands only after the lock's Unlock (a slow node,
+//     a lock released at once), that node keeps the value until its TTL.
+//     It is a minority: it keeps nobody from a majority.
 //   - Clean-up requests run in the background for up to 5s after the call
 //     that started them returned, also after the Client is closed.
 package redlock
