@@ -43,8 +43,10 @@ type Hooks struct {
 	Renew func(context.Context, RenewInfo)
 	// Lost is called once when a held lock is lost, before Done closes.
 	// A loss the watchdog finds (a refused renewal, a deadline passed) is
-	// reported on a goroutine of its own, so a slow hook delays no other
-	// lock's renewal or loss, nor a blocked call's retry.
+	// reported off the watchdog's loop, on up to 64 goroutines that take
+	// the losses in order (never one per lock), so a slow hook delays no
+	// lock's renewal nor a blocked call's retry, and other locks' losses
+	// only while it runs on all 64.
 	Lost func(context.Context, LostInfo)
 	// Behind is called (at most once a second, like the WARN log that
 	// comes with it) when the watchdog sends renewals more than half a
