@@ -25,8 +25,11 @@ type topo struct {
 	newRDB       func() redis.UniversalClient
 	master       func(ctx context.Context, key string) (*redistest.Server, error)
 	waitFailover func(ctx context.Context, key string, old *redistest.Server) (*redistest.Server, error)
-	nodes        []*redistest.Server
-	cluster      *redistest.Cluster // nil for Sentinel
+	// settle waits until the topology has one master for key again, its
+	// replicas in sync (a busy machine can see a second failover).
+	settle  func(ctx context.Context, key string) (*redistest.Server, error)
+	nodes   []*redistest.Server
+	cluster *redistest.Cluster // nil for Sentinel
 }
 
 // client returns a dlock Client over a new connection to the topology,
@@ -78,7 +81,8 @@ func TestTopologySentinel(t *testing.T) {
 		waitFailover: func(ctx context.Context, _ string, old *redistest.Server) (*redistest.Server, error) {
 			return s.WaitFailover(ctx, old)
 		},
-		nodes: s.Nodes,
+		settle: func(ctx context.Context, _ string) (*redistest.Server, error) { return s.WaitSettled(ctx) },
+		nodes:  s.Nodes,
 	}
 	topoSuite(t, tp)
 }
@@ -95,8 +99,11 @@ func TestTopologyCluster(t *testing.T) {
 		newRDB:       func() redis.UniversalClient { return cl.NewClient() },
 		master:       cl.MasterOf,
 		waitFailover: cl.WaitFailover,
-		nodes:        cl.Nodes,
-		cluster:      cl,
+		settle: func(ctx context.Context, key string) (*redistest.Server, error) {
+			return cl.WaitFailover(ctx, key, nil)
+		},
+		nodes:   cl.Nodes,
+		cluster: cl,
 	}
 	owners := map[*redistest.Server]bool{}
 	for _, k := range topoKeys {
@@ -366,7 +373,9 @@ func topoWaitQueued(t *testing.T, c *dlock.Client, k string, n int) {
 func topoWatchdog(t *testing.T, tp *topo) {
 	ctx := t.Context()
 	c, _ := tp.client(t, dlock.Options{})
-	const ttl = 300 * time.Millisecond
+	// 600ms: renewals every 200ms leave a loaded CI machine room (at 300ms
+	// a 200ms scheduling stall lost a lock once).
+	const ttl = 600 * time.Millisecond
 	var locks []*dlock.Lock
 	for _, k := range topoKeys[:6] {
 		lk, err := c.Lock(ctx, k+":wd", dlock.WithTTL(ttl))
@@ -759,7 +768,16 @@ func topoFailover(t *testing.T, tp *topo) {
 	}
 
 	// Waiting works again on the clients that lived through the failover:
-	// a queued waiter gets the lock by hand-off (its own retry is 10s away).
+	// a queued waiter gets the lock by hand-off (its own retry is 10s away),
+	// once the topology has one master again: while two nodes answer as
+	// master (a second failover started by a sentinel that missed the
+	// first), a release's PUBLISH does not reach a subscriber connected to
+	// the other one and the waiter is served by its retry instead.
+	if m, err := tp.settle(fctx, k); err != nil {
+		t.Fatal(err)
+	} else if m != nm {
+		t.Logf("a second failover: the master is now %s", m.Addr())
+	}
 	holder, waiter := clients[0], clients[1]
 	lk, err := holder.Lock(ctx, k, dlock.WithTTL(10*time.Second))
 	if err != nil {

@@ -387,6 +387,84 @@ func (s *Sentinel) WaitFailover(ctx context.Context, old *Server) (*Server, erro
 	return m, nil
 }
 
+// WaitSettled waits until the topology agrees with itself and returns its
+// master: every running sentinel names the same master, which answers ROLE
+// as master, and every other running node is its replica with the link up,
+// all of it seen twice 300ms apart. After a failover on a busy machine a
+// sentinel that missed the new configuration can start a second failover,
+// leaving two nodes answering as master for a while; a test that needs one
+// master (a PUBLISH reaching every subscriber, say) waits for this first.
+func (s *Sentinel) WaitSettled(ctx context.Context) (*Server, error) {
+	var m *Server
+	seen := 0
+	err := poll(ctx, func() error {
+		n, err := s.agreedMaster(ctx)
+		if err != nil {
+			seen = 0
+			return err
+		}
+		if n != m {
+			m, seen = n, 0
+		}
+		if seen++; seen < 2 {
+			time.Sleep(300 * time.Millisecond)
+			return errors.New("settled once, checking again")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redistest: sentinel topology not settled: %w", err)
+	}
+	return m, nil
+}
+
+// agreedMaster returns the master every running sentinel names, after
+// checking that every other running node replicates it with the link up.
+func (s *Sentinel) agreedMaster(ctx context.Context) (*Server, error) {
+	var m *Server
+	for _, sp := range s.sentinels {
+		if sp.p.exited() {
+			continue
+		}
+		c := redis.NewSentinelClient(&redis.Options{Addr: sp.addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
+		addr, err := c.GetMasterAddrByName(ctx, MasterName).Result()
+		_ = c.Close()
+		if err != nil {
+			return nil, err
+		}
+		n := s.node(net.JoinHostPort(addr[0], addr[1]))
+		if n == nil {
+			return nil, fmt.Errorf("sentinel %s names unknown master %v", sp.addr(), addr)
+		}
+		if m != nil && n != m {
+			return nil, fmt.Errorf("sentinels name both %s and %s", m.Addr(), n.Addr())
+		}
+		m = n
+	}
+	if m == nil {
+		return nil, errors.New("no sentinel running")
+	}
+	if err := isRole(ctx, m, "master"); err != nil {
+		return nil, err
+	}
+	for _, r := range s.Nodes {
+		if r == m || r.PID() == 0 {
+			continue
+		}
+		c := redis.NewClient(&redis.Options{Addr: r.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
+		info, err := c.Info(ctx, "replication").Result()
+		_ = c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.Addr(), err)
+		}
+		if !strings.Contains(info, "role:slave") || !strings.Contains(info, fmt.Sprintf("master_port:%d\r", m.Port)) ||
+			!strings.Contains(info, "master_link_status:up") {
+			return nil, fmt.Errorf("%s is not an up-to-date replica of %s", r.Addr(), m.Addr())
+		}
+	}
+	return m, nil
+}
+
 // KillMaster kills the current master by PID and returns it.
 func (s *Sentinel) KillMaster(ctx context.Context) (*Server, error) {
 	m, err := s.Master(ctx)
