@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -89,7 +90,29 @@ func newSet(t testing.TB, servers []*redistest.Server, opts redlock.Options, cop
 			_ = n.Close()
 		}
 	})
+	s.warm(t)
 	return s
+}
+
+// warm dials every reachable node and loads the acquire and release
+// scripts there (one TryLock + Unlock of a key of its own), so a test's
+// first Lock does not pay a dial and a NOSCRIPT round trip within a
+// NodeTimeout of 50-150ms, which a busy CI machine exceeded. Errors are
+// ignored: some tests start with nodes down or given twice.
+func (s *set) warm(t testing.TB) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	for _, n := range s.nodes {
+		_ = n.Ping(ctx).Err()
+	}
+	k := "warm-up:" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for range 3 {
+		lk, err := s.c.TryLock(ctx, k, dlock.WithProtocol(s.p))
+		if err == nil {
+			_ = lk.Unlock(ctx)
+			return
+		}
+	}
 }
 
 // start starts n servers for one test.

@@ -615,9 +615,9 @@ func waitClean(t *testing.T, servers []*redistest.Server, k string, d time.Durat
 // when a majority is killed.
 func TestWatchdog(t *testing.T) {
 	servers := start(t, 5, redistest.Config{})
-	s := newSet(t, servers, redlock.Options{NodeTimeout: 50 * time.Millisecond}, dlock.Options{})
+	s := newSet(t, servers, redlock.Options{NodeTimeout: 150 * time.Millisecond}, dlock.Options{})
 	k := key(t)
-	ttl := 300 * time.Millisecond
+	ttl := 600 * time.Millisecond
 	lk, err := s.c.Lock(t.Context(), k, dlock.WithProtocol(s.p), dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
