@@ -137,7 +137,8 @@ func (c *Client) closed() bool {
 // by ReleaseTimeout: the delete after an acquire whose reply was lost (a
 // timeout, a cancelled context, a broken connection), which would
 // otherwise leave the key held by nobody for its TTL; and the withdrawal
-// of a waiter that gave up. Close waits for them.
+// of a waiter that gave up. Close waits for them. (It also reports a loss
+// an election's refresher found, off the refresher's goroutine.)
 func (c *Client) background(fn func(ctx context.Context) error) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)

@@ -177,9 +177,10 @@ type Leadership struct {
 	e  *Election
 	lk *Lock
 
-	mu    sync.Mutex // serialises publications; guards value and rev
+	mu    sync.Mutex // serialises publications; guards value, rev and lost
 	value string
 	rev   uint64
+	lost  func() // the report of a loss found under mu (see unlock)
 
 	stop     chan struct{} // closed by Resign: the refresher ends
 	stopOnce sync.Once
@@ -230,7 +231,7 @@ func (l *Leadership) Election() *Election { return l.e }
 // if Redis did not answer (the value is then published by the leader's
 // next refresh, within TTL/3, or by a retried Proclaim; it is applied
 // once), ErrValueTooLong, or ErrNilContext.
-func (l *Leadership) Proclaim(ctx context.Context, value string) error {
+func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	if ctx == nil {
 		return ErrNilContext
 	}
@@ -238,8 +239,8 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 		return fmt.Errorf("%w: %d bytes", ErrValueTooLong, len(value))
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.Err(); err != nil {
+	defer l.unlock()
+	if l.lost, err = l.lk.l.errNow(); err != nil {
 		return err
 	}
 	if value == l.value {
@@ -249,7 +250,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	// leader's value, and the refresh (or a retried Proclaim) sends the
 	// same record again, which applies it once.
 	l.value, l.rev = value, l.rev+1
-	_, err := l.publishLocked(ctx)
+	_, err = l.publishLocked(ctx)
 	return err
 }
 
@@ -277,7 +278,7 @@ func (l *Leadership) publishUntil(ctx context.Context) error {
 	for {
 		l.mu.Lock()
 		since, err := l.publishLocked(ctx)
-		l.mu.Unlock()
+		l.unlock()
 		if err == nil {
 			l.since = since
 			return nil
@@ -296,6 +297,17 @@ func (l *Leadership) publishUntil(ctx context.Context) error {
 			return l.lk.Err()
 		}
 		back = min(2*back, 500*time.Millisecond)
+	}
+}
+
+// unlock lets go of l.mu, then reports a loss found under it: the Lost
+// hook may call back into the Leadership (Resign, Value).
+func (l *Leadership) unlock() {
+	lost := l.lost
+	l.lost = nil
+	l.mu.Unlock()
+	if lost != nil {
+		lost()
 	}
 }
 
@@ -329,7 +341,8 @@ func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 		}
 		return sinceOf(sent, now, ms), nil
 	case codeGone:
-		return time.Time{}, l.lk.l.lose(l.lk.l.ctx, ErrExpired)
+		l.lost, err = l.lk.l.lose(l.lk.l.ctx, ErrExpired)
+		return time.Time{}, err
 	case codeWrongType:
 		return time.Time{}, ErrWrongType
 	case codeOlderTerm:
@@ -362,8 +375,16 @@ func (l *Leadership) refresh() {
 		ctx, cancel := context.WithTimeout(context.Background(), l.e.ttl/3)
 		l.mu.Lock()
 		_, _ = l.publishLocked(ctx) // a failure is retried at the next tick; a loss ends the lease
+		lost := l.lost
+		l.lost = nil
 		l.mu.Unlock()
 		cancel()
+		if lost != nil {
+			// Reported on a goroutine of its own (Close waits for it),
+			// not here: the Lost hook may call Resign, which waits for
+			// this goroutine to end.
+			l.e.c.background(func(context.Context) error { lost(); return nil })
+		}
 	}
 }
 

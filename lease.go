@@ -64,10 +64,13 @@ type lease struct {
 	err       error // why the lease ended; nil while held
 	// done is closed once, when the lease is released or lost; made by
 	// the first Done call (most locks never need one).
-	done     chan struct{}
-	timer    leaseTimer // fires at deadline (the watchdog's deadline heap)
-	renewErr error      // last renewal's Redis error, nil after a success
-	renewing bool       // a renewal is in flight (its reply not applied yet)
+	done chan struct{}
+	// reporting: the lease is lost and its loss not reported yet (see
+	// lose): done stays open until the Lost hook has run.
+	reporting bool
+	timer     leaseTimer // fires at deadline (the watchdog's deadline heap)
+	renewErr  error      // last renewal's Redis error, nil after a success
+	renewing  bool       // a renewal is in flight (its reply not applied yet)
 	// wd is the lease's place in the watchdog's heaps (guarded by wd.mu).
 	wd wdEntry
 	// releaseTried: a release whose reply was lost may have deleted the key,
@@ -125,17 +128,18 @@ func (l *lease) setDeadlineLocked(sent time.Time, ttl time.Duration) {
 }
 
 // onDeadline runs when the deadline timer fires. A renewal may have moved
-// the deadline meanwhile; if not, the lease is lost.
-func (l *lease) onDeadline() {
+// the deadline meanwhile; if not, the lease is lost, and onDeadline
+// returns the loss's report (see lose).
+func (l *lease) onDeadline() (lost func()) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
-		return
+		return nil
 	}
 	if d := time.Until(l.deadline); d > 0 {
 		l.timer.Reset(d)
 		l.mu.Unlock()
-		return
+		return nil
 	}
 	if l.releaseTried {
 		// Unlock sent a release whose reply was lost: it may have freed
@@ -143,7 +147,7 @@ func (l *lease) onDeadline() {
 		// the hold ended because the caller released it, not by a loss.
 		l.endReleasedLocked()
 		l.mu.Unlock()
-		return
+		return nil
 	}
 	cause := ErrExpired
 	switch {
@@ -153,7 +157,8 @@ func (l *lease) onDeadline() {
 		cause = errors.Join(ErrUnreachable, errors.New("no reply to the renewal before the deadline"))
 	}
 	l.mu.Unlock()
-	l.lose(l.ctx, cause)
+	lost, _ = l.lose(l.ctx, cause)
+	return lost
 }
 
 // renewal builds the lease's renewal for ttl with token, the value the
@@ -189,17 +194,17 @@ func (l *lease) direct() bool {
 
 // renewed applies the reply of a renewal sent at sent, which stores next
 // in the key if it succeeds. Callers hold opMu. It returns nil, the loss
-// error, or the Redis error (the lease stays held until its deadline).
-func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, next string, code int64, err error) error {
-	defer func() {
-		if h := l.c.hooks().Renew; h != nil {
-			h(ctx, RenewInfo{Key: l.keys.Lock, Fence: l.fence, Err: err})
-		}
-	}()
+// error, or the Redis error (the lease stays held until its deadline),
+// with what the hooks are owed, which the caller reports once it holds no
+// lock: info for the Renew hook and, if the renewal found the lease lost,
+// the loss's report (see lose). ctx is the Lost hook's.
+func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, next string, code int64, err error) (info RenewInfo, lost func(), rerr error) {
+	info = RenewInfo{Key: l.keys.Lock, Fence: l.fence}
 	l.mu.Lock()
 	l.renewing = false
 	l.mu.Unlock()
 	if err != nil {
+		info.Err = err
 		l.c.stats.renewalFailures.Add(1)
 		l.mu.Lock()
 		if l.state == stateHeld {
@@ -221,26 +226,28 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 		}
 		l.mu.Unlock()
 		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.keys.Lock, "err", err)
-		return unavailable(err)
+		return info, nil, unavailable(err)
 	}
 	if code == codeOther && l.swapAlt() {
-		return errRetryAlt
+		return info, nil, errRetryAlt
 	}
 	if code != codeOK {
-		err = l.lose(ctx, causeOf(code))
-		return err
+		lost, err = l.lose(ctx, causeOf(code))
+		info.Err = err
+		return info, lost, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.value, l.alt = next, "" // the key holds next now, whatever we conclude below
 	if l.state != stateHeld {
-		return l.err
+		info.Err = l.err
+		return info, nil, l.err
 	}
 	if time.Now().After(sent.Add(ttl - l.c.opts.drift(ttl))) {
 		// The reply came back after the validity it bought: too late to count.
 		l.renewErr = errors.New("renewal reply arrived after its validity")
-		err = l.renewErr // for the hook
-		return nil
+		info.Err = l.renewErr
+		return info, nil, nil
 	}
 	oldDeadline, oldNext := l.deadline, l.nextRenew
 	l.setDeadlineLocked(sent, ttl)
@@ -259,7 +266,19 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) { // no arguments built per renewal otherwise
 		l.c.opts.Logger.Debug("dlock: renewed", "key", l.keys.Lock, "fence", l.fence, "ttl", ttl)
 	}
-	return nil
+	return info, nil, nil
+}
+
+// renewHooks calls the hooks a renewal made outside the watchdog's batches
+// owes (see renewed): the Lost hook first if it found the lease lost, then
+// Renew with hctx. Callers hold no lock.
+func (l *lease) renewHooks(hctx context.Context, info RenewInfo, lost func()) {
+	if lost != nil {
+		lost()
+	}
+	if h := l.c.hooks().Renew; h != nil {
+		h(hctx, info)
+	}
 }
 
 // errRetryAlt asks the caller of renewed to renew once more: the key held
@@ -278,14 +297,15 @@ func (l *lease) swapAlt() bool {
 }
 
 // renewNow renews the lease once for ttl, by itself (not in a batch);
-// hctx is the Renew and Lost hooks' context. Callers hold opMu.
-func (l *lease) renewNow(ctx, hctx context.Context, ttl time.Duration) error {
+// hctx is the Lost hook's context. Callers hold opMu, and report what the
+// hooks are owed (see renewed) once they have let go of it.
+func (l *lease) renewNow(ctx, hctx context.Context, ttl time.Duration) (info RenewInfo, lost func(), err error) {
 	for {
 		l.setRenewing()
 		sent := time.Now()
-		next, code, err := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
-		if err = l.renewed(hctx, sent, ttl, next, code, err); err != errRetryAlt {
-			return err
+		next, code, rerr := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
+		if info, lost, err = l.renewed(hctx, sent, ttl, next, code, rerr); err != errRetryAlt {
+			return info, lost, err
 		}
 	}
 }
@@ -301,19 +321,24 @@ func causeOf(code int64) error {
 	}
 }
 
-// lose ends a held lease with cause and returns the loss error; ctx is the
-// Lost hook's. Only the first call has effect.
-func (l *lease) lose(ctx context.Context, cause error) error {
+// lose ends a held lease with cause and returns the loss error and, if
+// this call ended it, the loss's report: the Lost hook (with ctx), then
+// Done closing. Only the first call has effect. Hooks may call back into
+// the Client, so the caller runs the report once it holds no lock (an
+// Unlock or Extend that found the loss, before it returns), or hands it to
+// the watchdog's reporters (wd.report); until it has run, Done stays open.
+func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		err := l.err
 		l.mu.Unlock()
-		return err
+		return nil, err
 	}
 	l.state = stateLost
 	l.err = &lostError{key: l.keys.Lock, cause: cause}
+	l.reporting = true
 	l.timer.Stop()
-	err, value, done := l.err, l.value, l.done
+	err, value := l.err, l.value
 	l.mu.Unlock()
 
 	l.c.wd.remove(l)
@@ -321,13 +346,22 @@ func (l *lease) lose(ctx context.Context, cause error) error {
 	l.c.stats.lost.Add(1)
 	l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
 		"token", shortToken(value), "cause", cause)
+	info := LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause}
+	return func() { l.reportLoss(ctx, info) }, err
+}
+
+// reportLoss calls the Lost hook, then closes Done.
+func (l *lease) reportLoss(ctx context.Context, info LostInfo) {
 	if h := l.c.hooks().Lost; h != nil {
-		h(ctx, LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause})
+		h(ctx, info)
 	}
+	l.mu.Lock()
+	l.reporting = false
+	done := l.done
+	l.mu.Unlock()
 	if done != nil {
 		close(done)
 	}
-	return err
 }
 
 // extend renews the lease once, now, for ttl.
@@ -339,11 +373,17 @@ func (l *lease) extend(ctx context.Context, ttl time.Duration) error {
 		return l.c.opts.ttlError(ttl, l.renew)
 	}
 	l.opMu.Lock()
-	defer l.opMu.Unlock()
-	if err := l.Err(); err != nil {
+	if lost, err := l.errNow(); err != nil {
+		l.opMu.Unlock()
+		if lost != nil {
+			lost()
+		}
 		return err
 	}
-	return l.renewNow(ctx, ctx, ttl)
+	info, lost, err := l.renewNow(ctx, ctx, ttl)
+	l.opMu.Unlock()
+	l.renewHooks(ctx, info, lost)
+	return err
 }
 
 // release deletes the lease's key if it still holds our value. It is
@@ -355,16 +395,32 @@ func (l *lease) release(ctx context.Context) error {
 	start := time.Now()
 	l.c.wd.remove(l) // no renewals once the caller wants out
 	l.opMu.Lock()
-	defer l.opMu.Unlock()
+	lost, report, err := l.releaseLocked(ctx)
+	l.opMu.Unlock()
+	// The hooks run with no lock held (they may call back into the
+	// Client): a loss this call found is reported by Lost first.
+	if lost != nil {
+		lost()
+	}
+	if report {
+		l.releaseHook(ctx, start, err)
+	}
+	return err
+}
+
+// releaseLocked is release under opMu. It returns the release's error,
+// the report of a loss it found (see lose), and whether the Release hook
+// reports the call.
+func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, err error) {
 	l.mu.Lock()
 	state, lerr, tried, value := l.state, l.err, l.releaseTried, l.value
 	l.mu.Unlock()
 	switch state {
 	case stateReleased:
-		return nil
+		return nil, false, nil
 	case stateLost:
 		if l.releasedLate {
-			return nil
+			return nil, false, nil
 		}
 		// A lease lost to an unreachable Redis may still be ours there (a
 		// renewal could have landed without its reply), and a multi-key
@@ -373,11 +429,9 @@ func (l *lease) release(ctx context.Context) error {
 		if errors.Is(lerr, ErrUnreachable) || l.multi != nil && len(l.multi.keys) > 1 {
 			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
 		}
-		if !l.lossUnlocked {
-			l.lossUnlocked = true
-			l.releaseHook(ctx, start, lerr)
-		}
-		return lerr
+		report = !l.lossUnlocked
+		l.lossUnlocked = true
+		return nil, report, lerr
 	}
 
 	probe.Point(probe.BeforeRelease, l.keys.Lock)
@@ -404,20 +458,19 @@ func (l *lease) release(ctx context.Context) error {
 			// release still counts.
 			l.mu.Unlock()
 			l.releasedLate = true
-			return nil
+			return nil, false, nil
 		}
 		l.endReleasedLocked()
 		l.mu.Unlock()
 		err = nil
 	default:
-		err = l.lose(ctx, causeOf(code)) // Lost first, then Release with the loss
+		lost, err = l.lose(ctx, causeOf(code)) // Lost first, then Release with the loss
 		l.lossUnlocked = true
 	}
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	}
-	l.releaseHook(ctx, start, err)
-	return err
+	return lost, true, err
 }
 
 // endReleasedLocked ends a held lease as released. Callers hold l.mu.
@@ -444,7 +497,7 @@ func (l *lease) doneChan() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
-		if l.state != stateHeld {
+		if l.state != stateHeld && !l.reporting {
 			return closedChan
 		}
 		l.done = make(chan struct{})
@@ -461,13 +514,23 @@ func (l *lease) Deadline() time.Time {
 // Err is exact: past the deadline it reports the loss even if the
 // deadline timer has not run yet (on a starved machine it runs late).
 func (l *lease) Err() error {
+	lost, err := l.errNow()
+	if lost != nil {
+		lost()
+	}
+	return err
+}
+
+// errNow is Err for callers that hold a lock: the report of a loss it
+// finds is theirs to run once they hold none (see lose).
+func (l *lease) errNow() (lost func(), err error) {
 	l.mu.Lock()
 	late := l.state == stateHeld && l.timer.l != nil && !time.Now().Before(l.deadline)
 	l.mu.Unlock()
 	if late {
-		l.onDeadline()
+		lost = l.onDeadline()
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.err
+	return lost, l.err
 }

@@ -2,13 +2,41 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
 )
+
+// slowLost is a Lost hook whose first call blocks for d, or until done is
+// called (defer it, so the hook lets go before the Client closes).
+type slowLost struct {
+	d       time.Duration
+	in      atomic.Bool // the first call has begun
+	release chan struct{}
+}
+
+func newSlowLost(d time.Duration) *slowLost {
+	return &slowLost{d: d, release: make(chan struct{})}
+}
+
+func (h *slowLost) lost(context.Context, dlock.LostInfo) {
+	if h.in.CompareAndSwap(false, true) {
+		select {
+		case <-h.release:
+		case <-time.After(h.d):
+		}
+	}
+}
+
+func (h *slowLost) done() { close(h.release) }
 
 // A Lost hook that takes a while (it logs to a remote service, say) must
 // not stop the Client's other locks from being renewed, nor its blocked
@@ -17,17 +45,9 @@ import (
 // still counted on it.
 func TestSlowLostHookDelaysNothingElse(t *testing.T) {
 	const hook = 1500 * time.Millisecond
-	var inHook atomic.Bool
-	release := make(chan struct{})
-	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
-		if inHook.CompareAndSwap(false, true) {
-			select {
-			case <-release:
-			case <-time.After(hook):
-			}
-		}
-	}}})
-	defer close(release)
+	slow := newSlowLost(hook)
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: slow.lost}})
+	defer slow.done()
 	ctx := t.Context()
 	other, err := c.Lock(ctx, key(t), dlock.WithTTL(600*time.Millisecond))
 	if err != nil {
@@ -38,7 +58,7 @@ func TestSlowLostHookDelaysNothingElse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !inHook.Load() {
+	for !slow.in.Load() {
 		if time.Since(short.Deadline()) > 5*time.Second {
 			t.Fatal("the short lock was never reported lost")
 		}
@@ -60,17 +80,9 @@ func TestSlowLostHookDelaysNothingElse(t *testing.T) {
 // renewed in that batch must be renewed again on time while the hook runs.
 func TestSlowLostHookInRenewalBatch(t *testing.T) {
 	const hook = 1500 * time.Millisecond
-	var inHook atomic.Bool
-	release := make(chan struct{})
-	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
-		if inHook.CompareAndSwap(false, true) {
-			select {
-			case <-release:
-			case <-time.After(hook):
-			}
-		}
-	}}})
-	defer close(release)
+	slow := newSlowLost(hook)
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: slow.lost}})
+	defer slow.done()
 	ctx := t.Context()
 	const ttl = 600 * time.Millisecond
 	other, err := c.Lock(ctx, key(t), dlock.WithTTL(ttl))
@@ -83,7 +95,7 @@ func TestSlowLostHookInRenewalBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb.Del(ctx, gone.Key()) // its next renewal finds it gone
-	for !inHook.Load() {
+	for !slow.in.Load() {
 		if time.Since(gone.Deadline()) > 5*time.Second {
 			t.Fatal("the deleted lock was never reported lost")
 		}
@@ -104,19 +116,11 @@ func TestSlowLostHookInRenewalBatch(t *testing.T) {
 // loop) go on.
 func TestSlowLostHookKeepsWaiterPlace(t *testing.T) {
 	const hook = 2 * time.Second
-	var inHook atomic.Bool
-	release := make(chan struct{})
+	slow := newSlowLost(hook)
 	opts := dlock.Options{WaiterLease: 900 * time.Millisecond}
-	opts.Hooks.Lost = func(context.Context, dlock.LostInfo) {
-		if inHook.CompareAndSwap(false, true) {
-			select {
-			case <-release:
-			case <-time.After(hook):
-			}
-		}
-	}
+	opts.Hooks.Lost = slow.lost
 	c1, _ := newClient(t, opts)
-	defer close(release)
+	defer slow.done()
 	c0, rdb := newClient(t, dlock.Options{})
 	c2, _ := newClient(t, dlock.Options{WaiterLease: 900 * time.Millisecond})
 	ctx := t.Context()
@@ -145,7 +149,7 @@ func TestSlowLostHookKeepsWaiterPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for !inHook.Load() {
+	for !slow.in.Load() {
 		if time.Since(short.Deadline()) > 5*time.Second {
 			t.Fatal("the short lock was never reported lost")
 		}
@@ -156,7 +160,7 @@ func TestSlowLostHookKeepsWaiterPlace(t *testing.T) {
 		q := c0.KeysFor(k).Queue
 		ids := rdb.LRange(ctx, q, 0, -1).Val()
 		for _, id := range ids {
-			t.Logf("queued %s: lease pttl %v inHook %v lost %d", id[:8], rdb.PTTL(ctx, q+":"+id).Val(), inHook.Load(), c1.Stats().Lost)
+			t.Logf("queued %s: lease pttl %v inHook %v lost %d", id[:8], rdb.PTTL(ctx, q+":"+id).Val(), slow.in.Load(), c1.Stats().Lost)
 		}
 	}
 	if err := holder.Unlock(ctx); err != nil {
@@ -197,4 +201,224 @@ func TestManyLossesBoundedGoroutines(t *testing.T) {
 		t.Fatalf("%d goroutines while %d losses were reported (%d before)", p, n, base)
 	}
 	t.Logf("peak %d goroutines (%d before)", peak.Load(), base)
+}
+
+// bounded runs f on a goroutine of its own and waits for it at most d:
+// ok is false if it had not returned by then (a deadlock shows as a
+// timeout, and unwinds once the caller returns).
+func bounded(d time.Duration, f func() error) (err error, ok bool) {
+	res := make(chan error, 1)
+	go func() { res <- f() }()
+	select {
+	case err := <-res:
+		return err, true
+	case <-time.After(d):
+		return nil, false
+	}
+}
+
+// A Lost hook may call back into the Client: Unlock the lock it reports
+// lost (which returns the loss), and take and release another lock,
+// whichever call found the loss: the watchdog's renewal (the key deleted
+// or taken), an Unlock or an Extend. The Client held the lock's op mutex
+// while reporting, and the hook's Unlock waited for it forever.
+func TestLostHookCallsBack(t *testing.T) {
+	const bound = 2 * time.Second
+	for _, tc := range []struct {
+		name  string
+		cause error
+		// lose makes the Client find lk lost and returns the error of the
+		// call that found it (nil for the watchdog).
+		lose func(ctx context.Context, rdb *redis.Client, lk *dlock.Lock) error
+	}{
+		{"renewal/deleted", dlock.ErrExpired, func(ctx context.Context, rdb *redis.Client, lk *dlock.Lock) error {
+			return rdb.Del(ctx, lk.Key()).Err()
+		}},
+		{"renewal/taken", dlock.ErrTaken, func(ctx context.Context, rdb *redis.Client, lk *dlock.Lock) error {
+			return rdb.Set(ctx, lk.Key(), "thief", time.Minute).Err()
+		}},
+		{"unlock", dlock.ErrExpired, func(ctx context.Context, rdb *redis.Client, lk *dlock.Lock) error {
+			rdb.Del(ctx, lk.Key())
+			return lk.Unlock(ctx)
+		}},
+		{"extend", dlock.ErrExpired, func(ctx context.Context, rdb *redis.Client, lk *dlock.Lock) error {
+			rdb.Del(ctx, lk.Key())
+			return lk.Extend(ctx, time.Minute)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				target   atomic.Pointer[dlock.Lock]
+				mu       sync.Mutex
+				events   []string // lost, lost-end, release
+				problems []string
+				lost     = make(chan struct{})
+			)
+			note := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+			fail := func(format string, args ...any) {
+				mu.Lock()
+				problems = append(problems, fmt.Sprintf(format, args...))
+				mu.Unlock()
+			}
+			var c *dlock.Client
+			other := key(t)
+			hooks := dlock.Hooks{
+				Lost: func(ctx context.Context, i dlock.LostInfo) {
+					lk := target.Load()
+					if lk == nil || i.Key != lk.Key() {
+						return
+					}
+					note("lost")
+					defer close(lost)
+					defer note("lost-end")
+					if !errors.Is(i.Cause, tc.cause) {
+						fail("LostInfo.Cause %v, want %v", i.Cause, tc.cause)
+					}
+					select {
+					case <-lk.Done():
+						fail("Done closed before Lost ran")
+					default:
+					}
+					err, ok := bounded(bound, func() error { return lk.Unlock(ctx) })
+					switch {
+					case !ok:
+						fail("Unlock of the lost lock from its Lost hook did not return within %v", bound)
+					case !errors.Is(err, dlock.ErrLost) || !errors.Is(err, tc.cause):
+						fail("Unlock of the lost lock from its Lost hook: %v, want the loss", err)
+					}
+					err, ok = bounded(bound, func() error {
+						lk2, err := c.Lock(ctx, other, dlock.WithTTL(time.Minute))
+						if err != nil {
+							return err
+						}
+						return lk2.Unlock(ctx)
+					})
+					if !ok || err != nil {
+						fail("Lock and Unlock of another key from a Lost hook: returned %v, err %v", ok, err)
+					}
+				},
+				Release: func(ctx context.Context, i dlock.ReleaseInfo) {
+					if lk := target.Load(); lk != nil && i.Key == lk.Key() {
+						note("release")
+						if !errors.Is(i.Err, dlock.ErrLost) {
+							fail("ReleaseInfo.Err %v, want the loss", i.Err)
+						}
+					}
+				},
+			}
+			c, rdb := newClient(t, dlock.Options{Hooks: hooks})
+			ctx := t.Context()
+			lk, err := c.Lock(ctx, key(t), dlock.WithTTL(600*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			target.Store(lk)
+			err, ok := bounded(3*bound, func() error { return tc.lose(ctx, rdb, lk) })
+			if !ok {
+				t.Fatalf("the call that found the loss did not return within %v", 3*bound)
+			}
+			if strings.HasPrefix(tc.name, "renewal") {
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, tc.cause) {
+				t.Errorf("%s of a deleted lock: %v, want the loss", tc.name, err)
+			}
+			select {
+			case <-lost:
+			case <-time.After(3 * bound):
+				t.Fatal("the loss was not reported")
+			}
+			if err := waitDone(t, lk, bound); !errors.Is(err, tc.cause) {
+				t.Errorf("Err after the loss: %v", err)
+			}
+			if err := lk.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("Unlock after the loss: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range problems {
+				t.Error(p)
+			}
+			// One Lost, one Release (with the loss). A loss Unlock found
+			// is reported by Lost before Unlock's Release; otherwise the
+			// hook's Unlock reported the release.
+			want := "[lost release lost-end]"
+			if tc.name == "unlock" {
+				want = "[lost lost-end release]"
+			}
+			if got := fmt.Sprint(events); got != want {
+				t.Errorf("hook events %s, want %s", got, want)
+			}
+			if n := c.Stats().Lost; n != 1 {
+				t.Errorf("Stats().Lost = %d, want 1", n)
+			}
+		})
+	}
+}
+
+// A leader's Lost hook may call back into its Leadership (Value, Resign),
+// whether Proclaim or the leader's refresher found the loss: both held
+// the Leadership's mutex while reporting it.
+func TestLostHookCallsLeadership(t *testing.T) {
+	const bound = 2 * time.Second
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		lose func(ctx context.Context, ld *dlock.Leadership) error
+	}{
+		{"proclaim", time.Minute, func(ctx context.Context, ld *dlock.Leadership) error {
+			return ld.Proclaim(ctx, "next")
+		}},
+		{"refresh", 600 * time.Millisecond, func(context.Context, *dlock.Leadership) error { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var leader atomic.Pointer[dlock.Leadership]
+			res := make(chan string, 1)
+			c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(ctx context.Context, i dlock.LostInfo) {
+				ld := leader.Load()
+				if ld == nil || i.Key != ld.Lock().Key() {
+					return
+				}
+				err, ok := bounded(bound, func() error {
+					_ = ld.Value() // "a", or the value Proclaim tried
+					return ld.Resign(ctx)
+				})
+				switch {
+				case !ok:
+					res <- fmt.Sprintf("Value and Resign from the Lost hook did not return within %v", bound)
+				case !errors.Is(err, dlock.ErrLost):
+					res <- fmt.Sprintf("Resign from the Lost hook: %v, want the loss", err)
+				default:
+					res <- ""
+				}
+			}}})
+			e := newElection(t, c, key(t), dlock.ElectionOptions{TTL: tc.ttl})
+			ctx := t.Context()
+			ld, err := e.Campaign(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			leader.Store(ld)
+			rdb.Del(ctx, ld.Lock().Key())
+			err, ok := bounded(3*bound, func() error { return tc.lose(ctx, ld) })
+			if !ok {
+				t.Fatalf("%s did not return within %v", tc.name, 3*bound)
+			}
+			if tc.name == "proclaim" && !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("Proclaim after the loss: %v", err)
+			}
+			select {
+			case msg := <-res:
+				if msg != "" {
+					t.Error(msg)
+				}
+			case <-time.After(3 * bound):
+				t.Fatal("the loss was not reported")
+			}
+			if err := waitDone(t, ld.Lock(), bound); !errors.Is(err, dlock.ErrLost) {
+				t.Errorf("Err after the loss: %v", err)
+			}
+		})
+	}
 }

@@ -8,10 +8,19 @@ import (
 	"time"
 )
 
-// Hooks are called synchronously from the goroutine that did the work, so
-// they must be quick and must not call back into the Client. Any may be nil.
-// They are the seam metrics and tracing adapters plug into. Install them in
-// Options.Hooks, or later with [Client.AddHooks].
+// Hooks are called when locks are acquired, released, renewed and lost.
+// Any may be nil. They are the seam metrics and tracing adapters plug into.
+// Install them in Options.Hooks, or later with [Client.AddHooks].
+//
+// No lock of the Client is held while a hook runs, so a hook may call back
+// into it: Unlock a lock it reports lost (which returns the loss), Lock or
+// Unlock others. Close is the exception: it waits for the watchdog's
+// reporting goroutines and runs Release hooks itself, so a hook must not
+// call it. Acquire,
+// Release, Extend's Renew and the Lost of a loss an Unlock or Extend
+// found run on the goroutine of that call, before it returns, and delay
+// it; the losses the watchdog finds are reported off its renewal path, on
+// up to 64 goroutines. Keep hooks quick all the same.
 //
 // Every hook gets a context first, for the values it carries (a tracing
 // span, a request ID), not for its cancellation:
@@ -39,14 +48,17 @@ type Hooks struct {
 	// call found is reported by Lost first. A lost lock's release is
 	// reported once: Unlock called again returns the loss without it.
 	Release func(context.Context, ReleaseInfo)
-	// Renew is called after each watchdog or Extend renewal attempt.
+	// Renew is called after each watchdog or Extend renewal attempt
+	// (after Lost, if the renewal found the lock lost).
 	Renew func(context.Context, RenewInfo)
 	// Lost is called once when a held lock is lost, before Done closes.
 	// A loss the watchdog finds (a refused renewal, a deadline passed) is
 	// reported off the watchdog's loop, on up to 64 goroutines that take
 	// the losses in order (never one per lock), so a slow hook delays no
 	// lock's renewal nor a blocked call's retry, and other locks' losses
-	// only while it runs on all 64.
+	// only while it runs on all 64. A loss is never dropped. Unlock does
+	// not wait for a loss being reported (the hook may call it): it may
+	// return the loss, and Release report it, while Lost runs.
 	Lost func(context.Context, LostInfo)
 	// Behind is called (at most once a second, like the WARN log that
 	// comes with it) when the watchdog sends renewals more than half a
@@ -60,9 +72,10 @@ type Hooks struct {
 // AddHooks installs h next to the hooks the Client has: from then on, each
 // event calls the earlier hooks first (Options.Hooks, then earlier AddHooks
 // calls, in order), then h's. Nil fields of h add nothing. It is safe to
-// call while other goroutines use the Client: a call in flight sees either
-// the hooks before or the hooks after. No lock is held while a hook runs.
-// Options().Hooks stays what was given to New.
+// call while other goroutines use the Client, and from a hook: a call in
+// flight sees either the hooks before or the hooks after (a watchdog
+// report, the hooks installed when it runs). No lock is held while a hook
+// runs (see Hooks). Options().Hooks stays what was given to New.
 func (c *Client) AddHooks(h Hooks) {
 	c.hooksMu.Lock()
 	defer c.hooksMu.Unlock()

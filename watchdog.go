@@ -345,13 +345,19 @@ func (wd *watchdog) expire(ls []*lease) {
 		go func() {
 			defer wd.batches.Done()
 			for _, l := range ls {
-				l.onDeadline()
+				if lost := l.onDeadline(); lost != nil {
+					lost()
+				}
 			}
 		}()
 		return
 	}
 	for _, l := range ls {
-		wd.report(l.onDeadline)
+		wd.report(func() {
+			if lost := l.onDeadline(); lost != nil {
+				lost()
+			}
+		})
 	}
 }
 
@@ -736,6 +742,11 @@ func (wd *watchdog) renew(leases []*lease) {
 	}
 	ls := make([]*lease, 0, len(taken))
 	var refused []int // renewals refused: the lease is lost (or retried)
+	var infos []RenewInfo
+	hook := wd.c.hooks().Renew
+	if hook != nil {
+		infos = make([]RenewInfo, 0, len(taken))
+	}
 	for n, t := range taken {
 		l := t.l
 		rep := t.reply(callReplies, bulkReplies)
@@ -747,23 +758,35 @@ func (wd *watchdog) renew(leases []*lease) {
 		if t.fence && rep.err == nil {
 			l.fencePushed(sent, t.ttl)
 		}
-		_ = l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
+		info, lost, _ := l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
+		if lost != nil { // not refused: not lost; but never leave a loss unreported
+			wd.report(lost)
+		}
+		if hook != nil {
+			infos = append(infos, info)
+		}
 		wd.backoff(l, t.ttl)
 	}
 	wd.requeueHeld(ls)
 	for _, l := range ls {
 		l.opMu.Unlock()
 	}
+	// The Renew hook runs once the leases are free: it may call Unlock.
+	for i, info := range infos {
+		hook(ls[i].ctx, info)
+	}
 	// A refused renewal ends its lease, and the Lost hook runs: on
 	// goroutines of their own, once the batch's other leases are requeued
 	// and free, so a slow hook holds up no other lease's renewal or
-	// Unlock. The lease keeps its opMu until its loss is reported (an
-	// Unlock waits for it).
+	// Unlock. The lease keeps its opMu until the reply is applied (a
+	// renewal with the value of an unanswered one may follow), not while
+	// the hooks run: they may call Unlock.
 	for _, n := range refused {
 		t := taken[n]
 		l, rep := t.l, t.reply(callReplies, bulkReplies)
 		wd.report(func() {
-			if l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err) == errRetryAlt {
+			info, lost, err := l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
+			if err == errRetryAlt {
 				// The batch's ctx ends with it: bound this one by the
 				// lease's deadline, and Close, as renewDirect does.
 				rctx, cancel := context.WithDeadline(context.Background(), later(l.Deadline(), time.Now().Add(50*time.Millisecond)))
@@ -774,12 +797,13 @@ func (wd *watchdog) renew(leases []*lease) {
 					case <-rctx.Done():
 					}
 				}()
-				_ = l.renewNow(rctx, l.ctx, t.ttl)
+				info, lost, _ = l.renewNow(rctx, l.ctx, t.ttl)
 				cancel()
 			}
 			wd.backoff(l, t.ttl)
 			wd.requeue(l)
 			l.opMu.Unlock()
+			l.renewHooks(l.ctx, info, lost)
 		})
 	}
 }
@@ -813,10 +837,11 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 				case <-ctx.Done():
 				}
 			}()
-			_ = l.renewNow(ctx, l.ctx, ttl)
+			info, lost, _ := l.renewNow(ctx, l.ctx, ttl)
 			wd.backoff(l, ttl)
 			l.opMu.Unlock()
 			wd.requeue(l)
+			l.renewHooks(l.ctx, info, lost)
 		}()
 	}
 	wg.Wait()
