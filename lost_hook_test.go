@@ -357,6 +357,85 @@ func TestLostHookCallsBack(t *testing.T) {
 	}
 }
 
+// A slow Renew hook (5 ms a call) with 2,000 locks renewed every 200 ms:
+// the Client called it inside each renewal batch, so a batch of 512
+// renewals took over 2.5 s and every lock expired. Its calls are now made
+// off the renewal path, and none is lost.
+func TestSlowRenewHookLosesNothing(t *testing.T) {
+	const n = 2000
+	var calls atomic.Int64
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Renew: func(context.Context, dlock.RenewInfo) {
+		calls.Add(1)
+		time.Sleep(5 * time.Millisecond)
+	}}})
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(600*time.Millisecond))
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if lost := c.Stats().Lost; lost != 0 {
+			t.Fatalf("%d of %d locks lost with a slow Renew hook (%d hook calls)", lost, n, calls.Load())
+		}
+	}
+	for _, lk := range locks {
+		if err := lk.Err(); err != nil {
+			t.Fatalf("%s: %v", lk.Key(), err)
+		}
+	}
+	// Spot-check Redis: the keys are still ours.
+	for _, lk := range locks[:50] {
+		if v, _ := rdb.Get(t.Context(), lk.Key()).Result(); v != lk.Token() {
+			t.Fatalf("%s holds %q, not the lock's token (Err %v; %+v)", lk.Key(), v, lk.Err(), c.Stats())
+		}
+	}
+	st := c.Stats()
+	if calls.Load() == 0 {
+		t.Fatal("the Renew hook was never called")
+	}
+	t.Logf("%d renewals, %d Renew hook calls, %d reports dropped", st.Renewals, calls.Load(), st.RenewReportsDropped)
+}
+
+// A Renew hook that blocks: the reports waiting for it stay bounded (the
+// oldest are dropped and counted), and no lock is lost.
+func TestBlockedRenewHookDropsReports(t *testing.T) {
+	const n = 2000
+	release := make(chan struct{})
+	var calls atomic.Int64
+	c, _ := newClient(t, dlock.Options{Hooks: dlock.Hooks{Renew: func(context.Context, dlock.RenewInfo) {
+		calls.Add(1)
+		<-release
+	}}})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	holdMany(t, c, key(t), n, dlock.WithTTL(600*time.Millisecond))
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().RenewReportsDropped == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no report dropped with the hook blocked: %+v", c.Stats())
+		}
+		if lost := c.Stats().Lost; lost != 0 {
+			t.Fatalf("%d locks lost with the Renew hook blocked", lost)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := calls.Load(); got > 64 {
+		t.Errorf("%d Renew hook calls at once, want at most 64", got)
+	}
+	time.Sleep(500 * time.Millisecond) // more renewals, the queue full
+	if lost := c.Stats().Lost; lost != 0 {
+		t.Fatalf("%d locks lost with the Renew hook blocked", lost)
+	}
+	unblock()
+	// The backlog drains: the hook is called for what was kept.
+	before := calls.Load()
+	deadline = time.Now().Add(5 * time.Second)
+	for calls.Load() < before+1000 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Renew hook was called %d times after it unblocked", calls.Load()-before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("%+v", c.Stats())
+}
+
 // A leader's Lost hook may call back into its Leadership (Value, Resign),
 // whether Proclaim or the leader's refresher found the loss: both held
 // the Leadership's mutex while reporting it.

@@ -19,8 +19,8 @@ import (
 // call it. Acquire,
 // Release, Extend's Renew and the Lost of a loss an Unlock or Extend
 // found run on the goroutine of that call, before it returns, and delay
-// it; the losses the watchdog finds are reported off its renewal path, on
-// up to 64 goroutines. Keep hooks quick all the same.
+// it; the watchdog's renewals and the losses it finds are reported off
+// its renewal path, on up to 64 goroutines. Keep hooks quick all the same.
 //
 // Every hook gets a context first, for the values it carries (a tracing
 // span, a request ID), not for its cancellation:
@@ -49,7 +49,14 @@ type Hooks struct {
 	// reported once: Unlock called again returns the loss without it.
 	Release func(context.Context, ReleaseInfo)
 	// Renew is called after each watchdog or Extend renewal attempt
-	// (after Lost, if the renewal found the lock lost).
+	// (after Lost, if the renewal found the lock lost). Extend calls it
+	// before it returns. The watchdog's renewals are reported after their
+	// batch is done, by the goroutines that report losses (see Lost),
+	// which take them in order, losses first: a slow hook delays no
+	// renewal, but its calls may come late and run concurrently, even for
+	// one lock. A hook slower than the renewals falls behind; when more
+	// than 16,384 reports wait for it, the oldest are dropped and counted
+	// in Stats.RenewReportsDropped.
 	Renew func(context.Context, RenewInfo)
 	// Lost is called once when a held lock is lost, before Done closes.
 	// A loss the watchdog finds (a refused renewal, a deadline passed) is
@@ -242,19 +249,23 @@ type LostInfo struct {
 
 // Stats is a snapshot of a Client's counters since New.
 type Stats struct {
-	Acquired        uint64        // successful Lock/TryLock calls
-	NotAcquired     uint64        // TryLock calls that found the key held, and Lock calls that gave up
-	Errors          uint64        // acquire calls that failed on a Redis error or bad input
-	Waits           uint64        // Lock calls that had to wait
-	Handoffs        uint64        // hand-offs received by queued waiters (FIFO)
-	Renewals        uint64        // successful renewals (watchdog and Extend)
-	RenewalFailures uint64        // renewals that failed on a Redis error
-	Lost            uint64        // locks lost while held
-	Behind          uint64        // times the watchdog warned it was falling behind (Hooks.Behind)
-	Released        uint64        // successful Unlocks
-	Held            int64         // locks held now
-	Waiting         int64         // Lock calls waiting now
-	AcquireTime     time.Duration // total time spent in successful Lock/TryLock calls
+	Acquired        uint64 // successful Lock/TryLock calls
+	NotAcquired     uint64 // TryLock calls that found the key held, and Lock calls that gave up
+	Errors          uint64 // acquire calls that failed on a Redis error or bad input
+	Waits           uint64 // Lock calls that had to wait
+	Handoffs        uint64 // hand-offs received by queued waiters (FIFO)
+	Renewals        uint64 // successful renewals (watchdog and Extend)
+	RenewalFailures uint64 // renewals that failed on a Redis error
+	Lost            uint64 // locks lost while held
+	Behind          uint64 // times the watchdog warned it was falling behind (Hooks.Behind)
+	// RenewReportsDropped counts watchdog renewals the Renew hook was not
+	// called for: it fell so far behind that the reports waiting for it
+	// passed 16,384 (see Hooks.Renew).
+	RenewReportsDropped uint64
+	Released            uint64        // successful Unlocks
+	Held                int64         // locks held now
+	Waiting             int64         // Lock calls waiting now
+	AcquireTime         time.Duration // total time spent in successful Lock/TryLock calls
 }
 
 // counters backs Stats; every field is updated atomically.
@@ -262,24 +273,25 @@ type counters struct {
 	acquired, notAcquired, errors, waits      atomic.Uint64
 	handoffs                                  atomic.Uint64
 	renewals, renewalFailures, lost, released atomic.Uint64
-	behind                                    atomic.Uint64
+	behind, renewsDropped                     atomic.Uint64
 	held, waiting, acquireNanos               atomic.Int64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Acquired:        c.acquired.Load(),
-		NotAcquired:     c.notAcquired.Load(),
-		Errors:          c.errors.Load(),
-		Waits:           c.waits.Load(),
-		Handoffs:        c.handoffs.Load(),
-		Renewals:        c.renewals.Load(),
-		RenewalFailures: c.renewalFailures.Load(),
-		Lost:            c.lost.Load(),
-		Behind:          c.behind.Load(),
-		Released:        c.released.Load(),
-		Held:            c.held.Load(),
-		Waiting:         c.waiting.Load(),
-		AcquireTime:     time.Duration(c.acquireNanos.Load()),
+		Acquired:            c.acquired.Load(),
+		NotAcquired:         c.notAcquired.Load(),
+		Errors:              c.errors.Load(),
+		Waits:               c.waits.Load(),
+		Handoffs:            c.handoffs.Load(),
+		Renewals:            c.renewals.Load(),
+		RenewalFailures:     c.renewalFailures.Load(),
+		Lost:                c.lost.Load(),
+		Behind:              c.behind.Load(),
+		RenewReportsDropped: c.renewsDropped.Load(),
+		Released:            c.released.Load(),
+		Held:                c.held.Load(),
+		Waiting:             c.waiting.Load(),
+		AcquireTime:         time.Duration(c.acquireNanos.Load()),
 	}
 }

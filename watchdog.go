@@ -49,13 +49,16 @@ type watchdog struct {
 	waitEnd  bool                // Close: blocked calls are woken, not put to sleep
 	held     int                 // registered leases (what Close releases)
 	inflight int                 // batch goroutines running
-	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting losses: Close waits for them
+	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting to hooks: Close waits for them
 	lastWarn int64               // when the last "falling behind" warning was given
-	// losses are the loss reports waiting for a goroutine (report), and
-	// lossRunning the goroutines taking them.
-	lossMu      sync.Mutex
-	losses      []func()
-	lossRunning int
+	// The reports waiting for a goroutine to run them (see report):
+	// losses, and renewals in chunks (renewsQueued of them), taken by
+	// reporting goroutines.
+	repMu        sync.Mutex
+	losses       []func()
+	renews       [][]renewReport
+	renewsQueued int
+	reporting    int
 	// wakeAt is when the loop looks at the heaps again by itself (its
 	// timer; math.MaxInt64: never, math.MinInt64: it is about to). An
 	// entry due after it needs no kick, so a lock taken while the loop
@@ -361,20 +364,64 @@ func (wd *watchdog) expire(ls []*lease) {
 	}
 }
 
-// lossWorkers caps the goroutines that report losses (and run their Lost
-// hooks) at once: a slow hook delays no other lock's report while fewer
-// than this many run, and a Client losing 100,000 locks to an outage
-// does not start a goroutine for each.
-const lossWorkers = 64
+const (
+	// reporters caps the goroutines that run the hooks of the watchdog's
+	// losses and renewals at once: a slow hook delays no other lock's
+	// report while fewer than this many run, and a Client losing 100,000
+	// locks to an outage does not start a goroutine for each.
+	reporters = 64
+	// renewChunk is how many renewal reports one reporting goroutine
+	// takes at once: a batch's reports spread over several goroutines.
+	renewChunk = 64
+	// maxQueuedRenews caps the renewal reports waiting for a reporting
+	// goroutine (a Renew hook slower than the renewals): beyond it the
+	// oldest are dropped (Stats.RenewReportsDropped).
+	maxQueuedRenews = 16384
+)
 
-// report runs f, a loss report, on one of up to lossWorkers goroutines
-// that take reports in order; Close waits for them.
+// renewReport is a watchdog renewal waiting for the Renew hook.
+type renewReport struct {
+	ctx  context.Context
+	info RenewInfo
+}
+
+// report runs f, a loss report, on one of up to reporters goroutines that
+// take reports in order, losses before renewals; Close waits for them.
+// A loss report is never dropped.
 func (wd *watchdog) report(f func()) {
-	wd.lossMu.Lock()
-	defer wd.lossMu.Unlock()
+	wd.repMu.Lock()
+	defer wd.repMu.Unlock()
 	wd.losses = append(wd.losses, f)
-	if wd.lossRunning < lossWorkers {
-		wd.lossRunning++
+	wd.startReporterLocked()
+}
+
+// reportRenewals hands a batch's renewal reports to the reporting
+// goroutines (see report) without waiting for any hook: when more than
+// maxQueuedRenews wait, the oldest are dropped and counted.
+func (wd *watchdog) reportRenewals(rs []renewReport) {
+	wd.repMu.Lock()
+	defer wd.repMu.Unlock()
+	for len(rs) > 0 {
+		n := min(len(rs), renewChunk)
+		wd.renews = append(wd.renews, rs[:n:n])
+		wd.renewsQueued += n
+		rs = rs[n:]
+		wd.startReporterLocked()
+	}
+	for wd.renewsQueued > maxQueuedRenews {
+		old := wd.renews[0]
+		wd.renews[0] = nil
+		wd.renews = wd.renews[1:]
+		wd.renewsQueued -= len(old)
+		wd.c.stats.renewsDropped.Add(uint64(len(old)))
+	}
+}
+
+// startReporterLocked starts a reporting goroutine for a report just
+// queued, unless reporters run already. Callers hold repMu.
+func (wd *watchdog) startReporterLocked() {
+	if wd.reporting < reporters {
+		wd.reporting++
 		wd.batches.Add(1)
 		go wd.reportLoop()
 	}
@@ -383,18 +430,35 @@ func (wd *watchdog) report(f func()) {
 func (wd *watchdog) reportLoop() {
 	defer wd.batches.Done()
 	for {
-		wd.lossMu.Lock()
-		if len(wd.losses) == 0 {
-			wd.losses = nil
-			wd.lossRunning--
-			wd.lossMu.Unlock()
+		var loss func()
+		var rs []renewReport
+		wd.repMu.Lock()
+		switch {
+		case len(wd.losses) > 0:
+			loss = wd.losses[0]
+			wd.losses[0] = nil
+			wd.losses = wd.losses[1:]
+		case len(wd.renews) > 0:
+			rs = wd.renews[0]
+			wd.renews[0] = nil
+			wd.renews = wd.renews[1:]
+			wd.renewsQueued -= len(rs)
+		default:
+			wd.losses, wd.renews = nil, nil
+			wd.reporting--
+			wd.repMu.Unlock()
 			return
 		}
-		f := wd.losses[0]
-		wd.losses[0] = nil
-		wd.losses = wd.losses[1:]
-		wd.lossMu.Unlock()
-		f()
+		wd.repMu.Unlock()
+		if loss != nil {
+			loss()
+			continue
+		}
+		if h := wd.c.hooks().Renew; h != nil {
+			for _, r := range rs {
+				h(r.ctx, r.info)
+			}
+		}
 	}
 }
 
@@ -742,10 +806,10 @@ func (wd *watchdog) renew(leases []*lease) {
 	}
 	ls := make([]*lease, 0, len(taken))
 	var refused []int // renewals refused: the lease is lost (or retried)
-	var infos []RenewInfo
-	hook := wd.c.hooks().Renew
-	if hook != nil {
-		infos = make([]RenewInfo, 0, len(taken))
+	var reports []renewReport
+	hooked := wd.c.hooks().Renew != nil
+	if hooked {
+		reports = make([]renewReport, 0, len(taken))
 	}
 	for n, t := range taken {
 		l := t.l
@@ -762,8 +826,8 @@ func (wd *watchdog) renew(leases []*lease) {
 		if lost != nil { // not refused: not lost; but never leave a loss unreported
 			wd.report(lost)
 		}
-		if hook != nil {
-			infos = append(infos, info)
+		if hooked {
+			reports = append(reports, renewReport{l.ctx, info})
 		}
 		wd.backoff(l, t.ttl)
 	}
@@ -771,9 +835,10 @@ func (wd *watchdog) renew(leases []*lease) {
 	for _, l := range ls {
 		l.opMu.Unlock()
 	}
-	// The Renew hook runs once the leases are free: it may call Unlock.
-	for i, info := range infos {
-		hook(ls[i].ctx, info)
+	// The Renew hook runs off the renewal path, on the reporting
+	// goroutines: a slow hook delays no renewal.
+	if len(reports) > 0 {
+		wd.reportRenewals(reports)
 	}
 	// A refused renewal ends its lease, and the Lost hook runs: on
 	// goroutines of their own, once the batch's other leases are requeued
@@ -841,7 +906,13 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 			wd.backoff(l, ttl)
 			l.opMu.Unlock()
 			wd.requeue(l)
-			l.renewHooks(l.ctx, info, lost)
+			// Off the renewal path, like a batch's (see renew).
+			switch {
+			case lost != nil:
+				wd.report(func() { l.renewHooks(l.ctx, info, lost) })
+			case wd.c.hooks().Renew != nil:
+				wd.reportRenewals([]renewReport{{l.ctx, info}})
+			}
 		}()
 	}
 	wg.Wait()

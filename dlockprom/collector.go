@@ -60,7 +60,8 @@
 //
 // # Cost
 //
-// The hooks run synchronously in the goroutine that did the work. Without
+// The hooks run in the goroutine that did the work (for the watchdog's
+// renewals and losses, on its reporting goroutines). Without
 // KeyLabel they make no allocation and take no lock: each event is one or
 // two atomic histogram or counter updates on series resolved in
 // NewCollector. See the package benchmark for the measured overhead.
