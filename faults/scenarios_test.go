@@ -805,7 +805,12 @@ func uncheckedReleaseRun(h *harness, topLevel bool) {
 	k := h.key("k")
 	a := h.worker(h.lockNode(dlock.Options{}), true)
 	b := h.worker(h.lockNode(dlock.Options{}), true)
-	la := a.Acquire(ctx, k, 100*time.Millisecond, false, dlock.WithoutRenewal())
+	// A 100ms lease can run out before its reply arrives on a busy
+	// machine (the acquire then fails): try again, a few times.
+	var la *dlock.Lock
+	for i := 0; la == nil && i < 5; i++ {
+		la = a.Acquire(ctx, k, 100*time.Millisecond, false, dlock.WithoutRenewal())
+	}
 	if la == nil {
 		h.t.Fatal("A could not acquire")
 	}
