@@ -176,7 +176,7 @@ type waitCall struct {
 	wait, queued bool
 	attempts     int
 	l            *lease // made at the grant, with first
-	ti           int32  // index in the watchdog's retry heap; -1: not there
+	ti           int32  // slot in the watchdog's retry heap; -1: not there
 }
 
 // first returns the protocol of the call's first attempt: the lease's,

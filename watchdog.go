@@ -86,7 +86,7 @@ const (
 type wdEntry struct {
 	rAt, dAt int64 // next renewal, deadline (ns since epoch)
 	every    int64 // renewal interval (ns)
-	ri, di   int32 // index in renewQ / deadQ, -1 if not there
+	ri, di   int32 // slot in renewQ / deadQ, -1 if not there
 	failing  bool  // backing off after a failed renewal: never early
 	reg      bool  // registered: renewed (if it renews) and released by Close
 }
@@ -95,9 +95,9 @@ func newWatchdog(c *Client) *watchdog {
 	wd := &watchdog{
 		c: c, epoch: time.Now(), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		renewQ: timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.ri }},
-		deadQ:  timeHeap[*lease]{pos: func(l *lease) *int32 { return &l.wd.di }},
-		waitQ:  timeHeap[*waitCall]{pos: func(a *waitCall) *int32 { return &a.ti }},
+		renewQ: timeHeap[*lease]{ref: func(l *lease) *int32 { return &l.wd.ri }},
+		deadQ:  timeHeap[*lease]{ref: func(l *lease) *int32 { return &l.wd.di }},
+		waitQ:  timeHeap[*waitCall]{ref: func(a *waitCall) *int32 { return &a.ti }},
 		wakeAt: math.MinInt64, lead: -1,
 	}
 	go wd.loop()
@@ -163,7 +163,7 @@ func (wd *watchdog) remove(l *lease) {
 		wd.held--
 	}
 	if e.ri >= 0 {
-		wd.renewQ.remove(int(e.ri))
+		wd.renewQ.remove(e.ri)
 	}
 	wd.mu.Unlock()
 }
@@ -176,8 +176,7 @@ func (wd *watchdog) renewSoon(l *lease) {
 	top := false
 	if e.ri >= 0 {
 		e.rAt, e.failing = wd.now(), true
-		wd.renewQ.fix(int(e.ri), e.rAt)
-		top = e.ri == 0
+		top = wd.renewQ.fix(e.ri, e.rAt)
 	}
 	wd.mu.Unlock() // in a batch: requeue reads nextRenew after the reply
 	if top {
@@ -197,8 +196,7 @@ func (wd *watchdog) renewEarlier(l *lease, at time.Time, every time.Duration) {
 		e.every = int64(every)
 		if t := wd.at(at); t < e.rAt {
 			e.rAt = t
-			wd.renewQ.fix(int(e.ri), t)
-			top = e.ri == 0
+			top = wd.renewQ.fix(e.ri, t)
 		}
 	}
 	wd.mu.Unlock()
@@ -219,8 +217,7 @@ func (t leaseTimer) Reset(d time.Duration) bool {
 	e.dAt = wd.now() + int64(d)
 	top := false
 	if e.di >= 0 {
-		wd.deadQ.fix(int(e.di), e.dAt)
-		top = e.di == 0
+		top = wd.deadQ.fix(e.di, e.dAt)
 	} else {
 		top = wd.deadQ.push(e.dAt, t.l)
 	}
@@ -237,7 +234,7 @@ func (t leaseTimer) Stop() bool {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	if e := &t.l.wd; e.di >= 0 {
-		wd.deadQ.remove(int(e.di))
+		wd.deadQ.remove(e.di)
 		return true
 	}
 	return false
@@ -256,8 +253,7 @@ func (wd *watchdog) sleep(a *waitCall, d time.Duration) {
 	at := wd.now() + int64(d)
 	var top bool
 	if a.ti >= 0 {
-		wd.waitQ.fix(int(a.ti), at)
-		top = a.ti == 0
+		top = wd.waitQ.fix(a.ti, at)
 	} else {
 		top = wd.waitQ.push(at, a)
 	}
@@ -271,7 +267,7 @@ func (wd *watchdog) sleep(a *waitCall, d time.Duration) {
 func (wd *watchdog) unsleep(a *waitCall) {
 	wd.mu.Lock()
 	if a.ti >= 0 {
-		wd.waitQ.remove(int(a.ti))
+		wd.waitQ.remove(a.ti)
 	}
 	wd.mu.Unlock()
 }
@@ -294,8 +290,8 @@ func (wd *watchdog) registered() []*lease {
 	defer wd.mu.Unlock()
 	out := make([]*lease, 0, wd.held)
 	for _, it := range wd.deadQ.ls {
-		if it.x.wd.reg {
-			out = append(out, it.x)
+		if l := wd.deadQ.xs[it.id]; l.wd.reg {
+			out = append(out, l)
 		}
 	}
 	return out
@@ -480,7 +476,7 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	for wd.deadQ.len() > 0 && wd.deadQ.topAt() <= now {
 		if e := &wd.deadQ.top().wd; e.dAt > now {
 			// A renewal moved the deadline: the item goes back in at it.
-			wd.deadQ.fix(0, e.dAt)
+			wd.deadQ.fixTop(e.dAt)
 			continue
 		}
 		expired = append(expired, wd.deadQ.pop())
@@ -499,10 +495,10 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 			budget = free * behindBatch // running late: larger batches
 		}
 	}
-	for budget > 0 && wd.renewQ.len() > 0 && wd.renewQ.top().wd.rAt <= now {
-		l := wd.renewQ.pop()
-		lag = max(lag, now-l.wd.rAt)
-		due = append(due, l)
+	// The heap's times, not the leases' (each lease read is a cache miss).
+	for budget > 0 && wd.renewQ.len() > 0 && wd.renewQ.topAt() <= now {
+		lag = max(lag, now-wd.renewQ.topAt())
+		due = append(due, wd.renewQ.pop())
 		budget--
 		if len(due)%batchSize == 0 {
 			// A late batch is up to four times larger: Lock and Unlock
@@ -1054,71 +1050,113 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// timeHeap is a binary min-heap by time (ns since the watchdog's epoch)
-// that keeps each item's index in the item itself (pos returns where), so
-// an item is moved or removed in O(log n) without a search: the renewal
-// and deadline heaps of leases, and the retry heap of blocked calls. Each
-// entry carries its time (a deadline item's may be earlier than its
-// lease's deadline: see take), so sifting compares within the array rather
-// than visiting every item it passes. Guarded by watchdog.mu.
+// timeHeap is a min-heap by time (ns since the watchdog's epoch) of
+// leases (the renewal and deadline heaps) or blocked calls (the retry
+// heap) that moves or removes an item in O(log n) without a search. Each
+// item in the heap holds a slot id, kept in the item itself (ref returns
+// where; -1: not in the heap), and the heap keeps each slot's index in a
+// table of its own: sifting moves entries of two dense arrays and never
+// touches the items, each of which (a lease: hundreds of bytes, among
+// 100,000) would cost a cache miss at every level. Each entry carries its
+// time (a deadline item's may be earlier than its lease's deadline: see
+// take). It is 4-ary: half the levels of a binary heap, and a node's
+// children share a cache line. Guarded by watchdog.mu.
 type timeHeap[T any] struct {
-	ls  []heapItem[T]
-	pos func(T) *int32
+	ls   []heapItem     // the heap
+	pos  []int32        // pos[id]: slot id's index in ls
+	xs   []T            // xs[id]: slot id's item
+	free []int32        // slot ids not in use
+	ref  func(T) *int32 // the item's slot id
 }
 
-type heapItem[T any] struct {
+type heapItem struct {
 	at int64
-	x  T
+	id int32
 }
+
+// heapArity is the number of children of a node.
+const heapArity = 4
 
 func (h *timeHeap[T]) len() int     { return len(h.ls) }
-func (h *timeHeap[T]) top() T       { return h.ls[0].x }
+func (h *timeHeap[T]) top() T       { return h.xs[h.ls[0].id] }
 func (h *timeHeap[T]) topAt() int64 { return h.ls[0].at }
-
-func (h *timeHeap[T]) setIndex(i int) { *h.pos(h.ls[i].x) = int32(i) }
-
-func (h *timeHeap[T]) swap(i, j int) {
-	h.ls[i], h.ls[j] = h.ls[j], h.ls[i]
-	h.setIndex(i)
-	h.setIndex(j)
-}
 
 // push adds x at time at and reports whether it became the top.
 func (h *timeHeap[T]) push(at int64, x T) bool {
-	h.ls = append(h.ls, heapItem[T]{at, x})
-	i := len(h.ls) - 1
-	h.setIndex(i)
-	return h.up(i) == 0
+	var id int32
+	if n := len(h.free); n > 0 {
+		id = h.free[n-1]
+		h.free = h.free[:n-1]
+		h.xs[id] = x
+	} else {
+		id = int32(len(h.xs))
+		h.xs = append(h.xs, x)
+		h.pos = append(h.pos, 0)
+	}
+	*h.ref(x) = id
+	h.ls = append(h.ls, heapItem{at, id})
+	return h.up(len(h.ls)-1) == 0
 }
 
 func (h *timeHeap[T]) pop() T {
-	return h.remove(0)
+	return h.removeAt(0)
 }
 
-// remove takes out the item at index i.
-func (h *timeHeap[T]) remove(i int) T {
+// remove takes out the item in slot id.
+func (h *timeHeap[T]) remove(id int32) T {
+	return h.removeAt(int(h.pos[id]))
+}
+
+// fix moves the item in slot id to time at and reports whether it is
+// the top.
+func (h *timeHeap[T]) fix(id int32, at int64) bool {
+	i := int(h.pos[id])
+	h.ls[i].at = at
+	h.sift(i)
+	return h.pos[id] == 0
+}
+
+// fixTop moves the top item to time at.
+func (h *timeHeap[T]) fixTop(at int64) {
+	h.ls[0].at = at
+	h.down(0)
+}
+
+// removeAt takes out the item at index i.
+func (h *timeHeap[T]) removeAt(i int) T {
 	n := len(h.ls) - 1
-	x := h.ls[i].x
+	id := h.ls[i].id
+	x := h.xs[id]
 	if i != n {
-		h.swap(i, n)
+		h.ls[i] = h.ls[n]
+		h.pos[h.ls[i].id] = int32(i)
 	}
-	h.ls[n] = heapItem[T]{}
 	h.ls = h.ls[:n]
 	if i < n {
 		h.sift(i)
 	}
-	*h.pos(x) = -1
+	var zero T
+	h.xs[id] = zero
+	h.free = append(h.free, id)
+	*h.ref(x) = -1
 	// Give memory back after a mass release.
 	if c := cap(h.ls); c > 1024 && len(h.ls) < c/4 {
-		h.ls = append([]heapItem[T](nil), h.ls...)
+		h.compact()
 	}
 	return x
 }
 
-// fix moves the item at i to time at.
-func (h *timeHeap[T]) fix(i int, at int64) {
-	h.ls[i].at = at
-	h.sift(i)
+// compact reallocates the heap and its slot tables at its size, the
+// slots renumbered in heap order.
+func (h *timeHeap[T]) compact() {
+	n := len(h.ls)
+	ls, pos, xs := make([]heapItem, n), make([]int32, n), make([]T, n)
+	for i, it := range h.ls {
+		x := h.xs[it.id]
+		ls[i], pos[i], xs[i] = heapItem{it.at, int32(i)}, int32(i), x
+		*h.ref(x) = int32(i)
+	}
+	h.ls, h.pos, h.xs, h.free = ls, pos, xs, nil
 }
 
 func (h *timeHeap[T]) sift(i int) {
@@ -1127,32 +1165,46 @@ func (h *timeHeap[T]) sift(i int) {
 	}
 }
 
+// up moves the item at i towards the top while it is earlier than its
+// parent, and returns where it ends.
 func (h *timeHeap[T]) up(i int) int {
+	it := h.ls[i]
 	for i > 0 {
-		p := (i - 1) / 2
-		if h.ls[p].at <= h.ls[i].at {
+		p := (i - 1) / heapArity
+		if h.ls[p].at <= it.at {
 			break
 		}
-		h.swap(p, i)
+		h.ls[i] = h.ls[p]
+		h.pos[h.ls[i].id] = int32(i)
 		i = p
 	}
+	h.ls[i] = it
+	h.pos[it.id] = int32(i)
 	return i
 }
 
+// down moves the item at i away from the top while a child is earlier.
 func (h *timeHeap[T]) down(i int) {
 	n := len(h.ls)
+	it := h.ls[i]
 	for {
-		c := 2*i + 1
+		c := heapArity*i + 1
 		if c >= n {
-			return
+			break
 		}
-		if r := c + 1; r < n && h.ls[r].at < h.ls[c].at {
-			c = r
+		m := c
+		for k := c + 1; k < min(c+heapArity, n); k++ {
+			if h.ls[k].at < h.ls[m].at {
+				m = k
+			}
 		}
-		if h.ls[i].at <= h.ls[c].at {
-			return
+		if it.at <= h.ls[m].at {
+			break
 		}
-		h.swap(i, c)
-		i = c
+		h.ls[i] = h.ls[m]
+		h.pos[h.ls[i].id] = int32(i)
+		i = m
 	}
+	h.ls[i] = it
+	h.pos[it.id] = int32(i)
 }
