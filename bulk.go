@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -32,7 +33,8 @@ var (
 	//go:embed scripts/release_many.lua
 	releaseManySrc string
 
-	extendManyScript  = libScript(extendManySrc)
+	extendManyBody    = lualib.Build(extendManySrc)
+	extendManyScript  = redis.NewScript(extendManyBody)
 	releaseManyScript = libScript(releaseManySrc)
 )
 
@@ -67,6 +69,17 @@ func bulkOf(c protocol.Call) *redis.Script {
 type bulkRenewal struct {
 	lock, fence, token string
 	ttl, fttl          int64 // milliseconds; fttl 0: leave the counter
+	// lockArg and tokenArg are lock and token as command arguments, boxed
+	// by the lease once rather than at every renewal; nil: box them here.
+	lockArg, tokenArg any
+}
+
+// arg returns s as a command argument: boxed, unless it is already.
+func arg(boxed any, s string) any {
+	if boxed != nil {
+		return boxed
+	}
+	return s
 }
 
 // asBulkRenewal returns c as a bulk renewal if extend_many can serve it: a
@@ -96,6 +109,7 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 	}
 	var (
 		sent   []protocol.Call
+		raw    []rawCall          // raw[j]: sent[j] as built arguments (bulk renewals), if any
 		owners [][]int            // owners[j]: the calls (or renewals) sent[j] answers for
 		kind   []int8             // sent[j]: 0 a call, 1 a bulk release, 2 a bulk renewal
 		groups map[groupKey][]int // by Cluster slot or Ring shard
@@ -142,13 +156,15 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 		for len(ids) > 0 {
 			part := ids[:min(len(ids), bulkMax)]
 			ids = ids[len(part):]
-			var b protocol.Call
 			if k.s == extendManyScript {
-				b = bulkRenewCall(renewals, part, k.ttl, k.fttl)
-				sent, owners, kind = append(sent, b), append(owners, part), append(kind, 2)
+				if raw == nil {
+					raw = make([]rawCall, len(sent), len(sent)+(len(renewals)+bulkMax-1)/bulkMax)
+				}
+				raw = append(raw[:len(sent)], bulkRenewCall(renewals, part, k.ttl, k.fttl))
+				sent, owners, kind = append(sent, protocol.Call{}), append(owners, part), append(kind, 2)
 				continue
 			}
-			b = protocol.Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
+			b := protocol.Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
 			for _, i := range part {
 				b.Keys = append(b.Keys, calls[i].Keys...)
 				b.Args = append(b.Args, calls[i].Args[:3]...)
@@ -157,7 +173,10 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 		}
 	}
 	callReplies, renewalReplies = make([]reply, len(calls)), make([]reply, len(renewals))
-	for j, cmd := range runBatch(ctx, c.rdb, sent) {
+	if raw != nil {
+		raw = append(raw, make([]rawCall, len(sent)-len(raw))...)
+	}
+	for j, cmd := range runRaw(ctx, c.rdb, sent, raw) {
 		switch kind[j] {
 		case 0:
 			code, err := cmd.Int64()
@@ -182,24 +201,30 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 }
 
 // bulkRenewCall is the extend_many call of renewals[part], which share
-// their TTLs and their group.
-func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) protocol.Call {
+// their TTLs and their group, as the arguments of its EVALSHA: built
+// directly, each lease's key and token boxed once by the lease, rather
+// than as a protocol.Call that go-redis copies into a new slice, boxing
+// every key again.
+func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) rawCall {
 	nk := len(part)
 	if fttl != 0 {
 		nk *= 2
 	}
-	b := protocol.Call{Script: extendManyScript, Keys: make([]string, 0, nk), Args: make([]any, 0, 2+len(part))}
-	b.Args = append(b.Args, ttl, fttl)
+	args := make([]any, 0, 3+nk+2+len(part))
+	args = append(args, "evalsha", extendManyScript.Hash(), nk)
 	for _, i := range part {
-		b.Keys = append(b.Keys, renewals[i].lock)
-		b.Args = append(b.Args, renewals[i].token)
+		args = append(args, arg(renewals[i].lockArg, renewals[i].lock))
 	}
 	if fttl != 0 {
 		for _, i := range part {
-			b.Keys = append(b.Keys, renewals[i].fence)
+			args = append(args, renewals[i].fence)
 		}
 	}
-	return b
+	args = append(args, ttl, fttl)
+	for _, i := range part {
+		args = append(args, arg(renewals[i].tokenArg, renewals[i].token))
+	}
+	return rawCall{args: args, src: extendManyBody}
 }
 
 // bulkRenewReplies reads an extend_many reply for the renewals ids into

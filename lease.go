@@ -92,6 +92,10 @@ type lease struct {
 	// bulkLean (guarded by opMu): the lease's renewal is extend.lua's
 	// single-key call, the one extend_many serves (see renewal).
 	bulkLean bool
+	// leanLock and leanToken (guarded by opMu) are the lock key and the
+	// token as a bulk renewal's arguments: boxed once, not at every
+	// renewal (see bulkRenewal).
+	leanLock, leanToken any
 }
 
 func (c *Client) newLease(proto protocol.Protocol, keys protocol.Keys, cfg lockConfig) *lease {
@@ -167,8 +171,15 @@ func (l *lease) onDeadline() (lost func()) {
 // hold opMu.
 func (l *lease) renewal(ttl time.Duration, token string) (c protocol.Call, br bulkRenewal, next string, bulk bool) {
 	if l.bulkLean {
+		if l.leanLock == nil {
+			l.leanLock = l.keys.Lock
+		}
+		if s, ok := l.leanToken.(string); !ok || s != token {
+			l.leanToken = token
+		}
 		return c, bulkRenewal{lock: l.keys.Lock, fence: l.keys.Fence, token: token,
-			ttl: ttl.Milliseconds(), fttl: fenceTTL(ttl).Milliseconds()}, token, true
+			ttl: ttl.Milliseconds(), fttl: fenceTTL(ttl).Milliseconds(),
+			lockArg: l.leanLock, tokenArg: l.leanToken}, token, true
 	}
 	c, next = l.proto.Renew(l.keys, token, ttl)
 	br, bulk = asBulkRenewal(c)

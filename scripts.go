@@ -42,9 +42,28 @@ func isNoScript(err error) bool {
 // pipeline per Cluster node or Ring shard), re-running by EVAL any call
 // that met NOSCRIPT. It returns one Cmd per call, in order.
 func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Call) []*redis.Cmd {
+	return runRaw(ctx, rdb, calls, nil)
+}
+
+// rawCall is a script call as the arguments of its EVALSHA command
+// ("evalsha", sha, numkeys, keys..., args...), and the script's source
+// for the EVAL that replaces it on NOSCRIPT.
+type rawCall struct {
+	args []any
+	src  string
+}
+
+// runRaw is runBatch where calls[i] is sent as raw[i] if raw[i] has
+// arguments (raw may be nil).
+func runRaw(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Call, raw []rawCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
+			if raw != nil && raw[i].args != nil {
+				cmds[i] = raw[i].cmd(ctx)
+				_ = p.Process(ctx, cmds[i])
+				continue
+			}
 			cmds[i] = c.Script.EvalSha(ctx, p, c.Keys, c.Args...)
 		}
 		return nil
@@ -58,12 +77,28 @@ func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []protocol.C
 	if len(again) > 0 {
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
+				if raw != nil && raw[i].args != nil {
+					raw[i].args[0], raw[i].args[1] = "eval", raw[i].src
+					cmds[i] = raw[i].cmd(ctx)
+					_ = p.Process(ctx, cmds[i])
+					continue
+				}
 				cmds[i] = calls[i].Script.Eval(ctx, p, calls[i].Keys, calls[i].Args...)
 			}
 			return nil
 		})
 	}
 	return cmds
+}
+
+// cmd returns the command of r: its keys start at its fourth argument (a
+// Cluster client routes it by the first).
+func (r rawCall) cmd(ctx context.Context) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, r.args...)
+	if n, _ := r.args[2].(int); n > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // Reply codes shared by every extend and release script (see package
