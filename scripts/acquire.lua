@@ -31,7 +31,24 @@
 --                     (not a lock, a counter, a queue): nothing was written
 local token, mode = ARGV[1], ARGV[4]
 local K, F, Q = KEYS[1], KEYS[2], KEYS[3]
-local dead, c = q_dead_fence(Q, token, F)
+local v, dead, c
+if mode == 'q' then
+  -- A queued waiter's retry, most often the confirmation of a hand-off:
+  -- the key and the counter in one read. A key holding our token makes
+  -- the tombstone moot (no script leaves a token's tombstone while the key
+  -- holds that token: a leave or a release hands the key on or deletes it
+  -- in the same run), so the tombstone is read only when it does not.
+  local r = redis.call('MGET', K, F)
+  if r[1] then
+    v = r[1] -- else read again below: MGET answers nil for another type
+  end
+  if v ~= token then
+    dead = q_dead(Q, token)
+  end
+  c = fence_mget(F, r[2])
+else
+  dead, c = q_dead_fence(Q, token, F)
+end
 if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
@@ -40,7 +57,6 @@ if not c then
 end
 -- The common case in one write: nobody queued (or barging), so a free key
 -- is taken by SET NX, whose GET also reads what a held key holds.
-local v
 if mode ~= 'q' then
   local free = mode == 'barge' or q_empty(Q)
   if free == nil then
@@ -67,8 +83,11 @@ if v == token then
   q_granted(Q, token)
   return {1, fence_draw(F, c, ARGV[3], true)}
 end
-if mode == 'q' and not q_join(Q, token, ARGV[5], ARGV[6], false) then
-  return {-2, 0}
+if mode == 'q' then
+  if not q_ok(Q) then
+    return {-2, 0}
+  end
+  q_join(Q, token, ARGV[5], ARGV[6], false)
 end
 if not v then
   local may = q_may_take(Q, token, mode)
@@ -83,8 +102,8 @@ if not v then
     return {1, fence_draw(F, c, ARGV[3], true)}
   end
 end
-if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then
-  return {-2, 0}
+if mode == 'q1' then
+  q_join(Q, token, ARGV[5], ARGV[6], true) -- Q's type: read by q_empty
 end
 if not v then
   return {0, -2}

@@ -78,8 +78,8 @@ if v == owner then
   handles = redis.call('ZCARD', H)
   return hold(handles == 0)
 end
-if mode == 'q' and not q_join(Q, token, ARGV[5], ARGV[6], false) then
-  return {-2, 0}
+if mode == 'q' then
+  q_join(Q, token, ARGV[5], ARGV[6], false) -- Q's type was checked above
 end
 if not v then
   local may = q_may_take(Q, token, mode)
@@ -90,8 +90,8 @@ if not v then
     return hold(true)
   end
 end
-if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then
-  return {-2, 0}
+if mode == 'q1' then
+  q_join(Q, token, ARGV[5], ARGV[6], true)
 end
 if not v then
   return {0, -2}

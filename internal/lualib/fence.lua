@@ -36,6 +36,17 @@ local function fence_read(f)
   return fence_value(redis.pcall('GET', f))
 end
 
+-- fence_mget returns the counter value of f from v, f's element of an MGET
+-- reply (see fence_value). MGET answers nil for a key of another type as
+-- for a missing one, so only then is f read again (fence_read: its type
+-- is checked before any write; a missing counter costs that second read).
+local function fence_mget(f, v)
+  if not v then
+    return fence_read(f)
+  end
+  return fence_value(v)
+end
+
 -- fence_draw draws the next fencing token after c (f's value, from
 -- fence_read): max(c + 1, the server's TIME in microseconds). The counter
 -- then lives at least fttl ms more. excl: the grant is exclusive (no other

@@ -3,12 +3,12 @@
 -- release scripts of dlock, dlock/legacy and dlock/redlock), and the
 -- expire step of a token lock's renewal.
 
--- owner_check compares what lock key k holds with token, the caller's
--- value, and returns the reply every extend and release script shares:
--- 1 k holds token, 0 k is gone, -1 k holds another owner's value, -2 k
--- is not a string (another program's key under our name: write nothing).
-local function owner_check(k, token)
-  local v = redis.pcall('GET', k)
+-- owner_of compares v, a lock key's GET (pcall) reply, with token, the
+-- caller's value, and returns the reply every extend and release script
+-- shares: 1 the key holds token, 0 it is gone, -1 it holds another
+-- owner's value, -2 it is not a string (another program's key under our
+-- name: write nothing).
+local function owner_of(v, token)
   if is_err(v) then
     return -2
   end
@@ -19,6 +19,11 @@ local function owner_check(k, token)
     return -1
   end
   return 1
+end
+
+-- owner_check reads lock key k and compares it with token (owner_of).
+local function owner_check(k, token)
+  return owner_of(redis.pcall('GET', k), token)
 end
 
 -- ext_apply sets k's TTL to ms and pushes its fence counter f's TTL out to

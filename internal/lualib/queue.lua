@@ -40,21 +40,15 @@ local function q_dead(q, token)
   return redis.pcall('GET', q .. ':' .. token) == Q_DEAD
 end
 
--- q_dead_fence is q_dead(q, token) and fence_read(f) in one read, for the
--- acquire scripts: it returns true if token is dead (f not read), else
--- false and f's value (nil: not a counter). MGET reads both in one
--- command; it answers nil for a key of another type as for a missing one,
--- so f is read again by fence_read only then (its type checked before any
--- write; a missing counter costs that second read).
+-- q_dead_fence is q_dead(q, token) and fence_read(f) in one read (MGET),
+-- for the acquire scripts: it returns true if token is dead, else false
+-- and f's value (nil: not a counter; see fence_mget).
 local function q_dead_fence(q, token, f)
   local r = redis.call('MGET', q .. ':' .. token, f)
   if r[1] == Q_DEAD then
     return true
   end
-  if not r[2] then
-    return false, fence_read(f)
-  end
-  return false, fence_value(r[2])
+  return false, fence_mget(f, r[2])
 end
 
 -- q_notify tells the waiter token, on its Client's channel ch, that its
@@ -104,10 +98,14 @@ end
 -- 'wait', so each head is read (LINDEX) before it is popped; without,
 -- every live waiter is served, and heads are popped at once (LPOP).
 -- Returns nil, having written nothing, if q is not a list; false if q ran
--- out; else the answer that ended the walk.
-local function q_serve(q, self, peek, serve)
-  local m
-  if peek then
+-- out; else the answer that ended the walk. head, lease (without peek):
+-- the caller popped q's head already, head (false: q was empty), and
+-- read its lease key (false: none; see q_release).
+local function q_serve(q, self, peek, serve, head, lease)
+  local m = head
+  if m ~= nil then
+    -- popped by the caller
+  elseif peek then
     m = redis.pcall('LINDEX', q, 0)
   else
     m = redis.pcall('LPOP', q)
@@ -116,12 +114,15 @@ local function q_serve(q, self, peek, serve)
     return nil
   end
   while m do
-    local l, p, ch, req = q .. ':' .. m
+    local l, p, ch, req = q .. ':' .. m, lease
+    lease = nil
     local act, stop = 'pop', false
     if m == self then
       act, stop = serve(m, nil)
     else
-      p = redis.call('GET', l)
+      if p == nil then
+        p = redis.call('GET', l)
+      end
       if p and p ~= Q_DEAD then
         ch, req = q_parse(p)
         act, stop = serve(m, req)
@@ -195,35 +196,38 @@ local function q_may_take(q, token, mode)
   return not ahead
 end
 
--- q_keep makes q live at least ms more (a list we created has a TTL; one
--- left without by an older version gets one).
-local function q_keep(q, ms)
-  if redis.call('PTTL', q) < tonumber(ms) then
+-- q_keep makes q live at least ms more: its TTL is raised, never lowered
+-- (GT). created: the caller's push just created q (the push answered 1),
+-- so it has no TTL yet, and gets ms. One command either way: a list we
+-- created always has a TTL, so PEXPIRE GT need not read it first.
+local function q_keep(q, ms, created)
+  if created then
     redis.call('PEXPIRE', q, ms)
+  else
+    redis.call('PEXPIRE', q, ms, 'GT')
   end
 end
 
 -- q_join refreshes token's lease in q to lease ms with payload p, and
 -- keeps token queued: at the tail on a first attempt (first); else back
 -- at the head if its hand-off lapsed (the lease is marked handed), or at
--- the tail if its lease had lapsed and it is no longer in the list.
--- Returns false, having written nothing, if q is not a list.
+-- the tail if its lease had lapsed and it is no longer in the list. The
+-- caller has checked that q is a list or missing (q_ok, or the LINDEX of
+-- q_empty or q_ahead, in the same script run): q_join does not read q's
+-- type again.
 local function q_join(q, token, p, lease, first)
-  if not q_ok(q) then
-    return false
-  end
   local had = redis.call('SET', q .. ':' .. token, p, 'PX', lease, 'GET')
+  local n = 0
   if first then
-    redis.call('RPUSH', q, token)
+    n = redis.call('RPUSH', q, token)
   elseif had and string.byte(had, 1) == 33 then
     if not redis.call('LPOS', q, token) then
-      redis.call('LPUSH', q, token)
+      n = redis.call('LPUSH', q, token)
     end
   elseif not had and not redis.call('LPOS', q, token) then
-    redis.call('RPUSH', q, token)
+    n = redis.call('RPUSH', q, token)
   end
-  q_keep(q, lease)
-  return true
+  q_keep(q, lease, n == 1)
 end
 
 -- q_granted ends token's wait in q: it got what it waited for, so its
@@ -268,11 +272,12 @@ end
 -- marked handed, and the waiter is told on its channel. Dead waiters are
 -- skipped. With no live waiter, k is deleted and 'released' is published
 -- on wake. Returns false, having written nothing, if q is not a list.
-local function q_handoff(k, q, pickup, wake)
+-- head, lease: q's head popped by the caller, and its lease (q_serve).
+local function q_handoff(k, q, pickup, wake, head, lease)
   local r = q_serve(q, nil, false, function(m)
     redis.call('SET', k, m, 'PX', pickup)
     return 'hand', true
-  end)
+  end, head, lease)
   if r == nil then
     return false
   end
@@ -283,6 +288,25 @@ local function q_handoff(k, q, pickup, wake)
   return true
 end
 
+-- q_unpop puts m, the head q_release popped, back at q's head, with p
+-- its lease as read then: q's order is as it was. If the pop had emptied
+-- q (Redis deleted it, and its TTL with it), q gets m's lease's TTL back:
+-- a queue lives at least as long as its waiters' leases (q_join), and m
+-- is its only one; if m is dead (no lease, or a tombstone), q stays gone,
+-- as the next walk of q would have left it.
+local function q_unpop(q, m, p)
+  if not p or p == Q_DEAD then
+    redis.call('LPUSHX', q, m)
+    return
+  end
+  if redis.call('LPUSH', q, m) == 1 then
+    local t = redis.call('PTTL', q .. ':' .. m)
+    if t > 0 then
+      redis.call('PEXPIRE', q, t)
+    end
+  end
+end
+
 -- q_release releases the exclusive key k for its holder token: it hands k
 -- to q's first live waiter or frees it (q_handoff), and leaves token's
 -- release tombstone (q_released). A release of token that finds the key
@@ -290,20 +314,40 @@ end
 -- and the Redis client sent it again): it answers 1, not a loss. Returns
 -- release.lua's replies: 1 released, 0 gone, -1 another owner's token,
 -- -2 k is not a string or q not a list (nothing written).
+--
+-- The hand-off reads k and the next waiter's lease in one MGET: q's head
+-- is popped first, and put back (q_unpop) if k turns out not to be ours.
+-- MGET answers nil for a key of another type as for a missing one, so k
+-- is read again (GET, type-checked) only then.
 local function q_release(k, q, token, wake, pickup)
-  local code = owner_check(k, token)
-  if code == -2 then
-    return -2
+  local m = redis.pcall('LPOP', q)
+  if is_err(m) then
+    -- q is not a list: nothing popped, nothing to write.
+    local code = owner_check(k, token)
+    if code ~= 1 and code ~= -2 and q_dead(q, token) then
+      return 1
+    end
+    return code == 1 and -2 or code
   end
+  local v, p = false, nil
+  if m then
+    local r = redis.call('MGET', k, q .. ':' .. m)
+    v, p = r[1], r[2]
+  end
+  if not v then
+    v = redis.pcall('GET', k)
+  end
+  local code = owner_of(v, token)
   if code ~= 1 then
-    if q_dead(q, token) then
+    if m then
+      q_unpop(q, m, p)
+    end
+    if code ~= -2 and q_dead(q, token) then
       return 1
     end
     return code
   end
-  if not q_handoff(k, q, pickup, wake) then
-    return -2
-  end
+  q_handoff(k, q, pickup, wake, m, p)
   q_released(q, token)
   return 1
 end
