@@ -62,8 +62,8 @@ func fmtCommands(by map[string]int64) string {
 // on a private server: a waiter joining a non-empty queue, the holder's
 // release handing the lock to the queue's head, and that waiter's
 // confirmation. Before, the steps took 10, 8 and 7 commands: the join read
-// the queue's type twice (LINDEX, then LLEN) and its TTL before raising it
-// (PTTL, then PEXPIRE), the release read the key and
+// the key by itself (GET), the queue's type twice (LINDEX, then LLEN) and
+// its TTL before raising it (PTTL, then PEXPIRE), the release read the key and
 // the next waiter's lease with two GETs, and the confirmation read its
 // own lease (for a tombstone it cannot have while the key holds its
 // token) and then the key.
@@ -106,7 +106,7 @@ func TestHandOffCommandBudget(t *testing.T) {
 		run    func()
 		budget int64
 	}{
-		{"join a queue", acquire(w2, "q1", false), 8},
+		{"join a queue", acquire(w2, "q1", false), 7},
 		{"release, handing off", release(holder), 7},
 		{"confirm the hand-off", acquire(w1, "q", true), 6},
 		{"release, handing off again", release(w1), 7},

@@ -46,6 +46,10 @@ if mode == 'q' then
     dead = q_dead(Q, token)
   end
   c = fence_mget(F, r[2])
+elseif mode == 'q1' then
+  -- A waiter's first attempt finds the key held, most often: the key is
+  -- read with the tombstone and the counter (else a GET below).
+  dead, c, v = q_dead_fence(Q, token, F, K)
 else
   dead, c = q_dead_fence(Q, token, F)
 end
@@ -62,7 +66,7 @@ if mode ~= 'q' then
   if free == nil then
     return {-2, 0}
   end
-  if free then
+  if free and v == nil then
     v = redis.pcall('SET', K, token, 'NX', 'PX', ARGV[2], 'GET')
     if is_err(v) then
       return {-2, 0}

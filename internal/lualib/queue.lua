@@ -42,13 +42,21 @@ end
 
 -- q_dead_fence is q_dead(q, token) and fence_read(f) in one read (MGET),
 -- for the acquire scripts: it returns true if token is dead, else false
--- and f's value (nil: not a counter; see fence_mget).
-local function q_dead_fence(q, token, f)
-  local r = redis.call('MGET', q .. ':' .. token, f)
+-- and f's value (nil: not a counter; see fence_mget). With k, the lock
+-- key is read too, and its value is the third result: nil if it is
+-- missing or not a string (MGET cannot tell those apart: the caller reads
+-- it again, type-checked, when it needs to know).
+local function q_dead_fence(q, token, f, k)
+  local r
+  if k then
+    r = redis.call('MGET', q .. ':' .. token, f, k)
+  else
+    r = redis.call('MGET', q .. ':' .. token, f)
+  end
   if r[1] == Q_DEAD then
     return true
   end
-  return false, fence_mget(f, r[2])
+  return false, fence_mget(f, r[2]), r[3] or nil
 end
 
 -- q_notify tells the waiter token, on its Client's channel ch, that its
