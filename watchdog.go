@@ -836,19 +836,32 @@ func (wd *watchdog) renew(leases []*lease) {
 	if len(reports) > 0 {
 		wd.reportRenewals(reports)
 	}
-	// A refused renewal ends its lease, and the Lost hook runs: on
-	// goroutines of their own, once the batch's other leases are requeued
-	// and free, so a slow hook holds up no other lease's renewal or
-	// Unlock. The lease keeps its opMu until the reply is applied (a
-	// renewal with the value of an unanswered one may follow), not while
-	// the hooks run: they may call Unlock.
-	for _, n := range refused {
-		t := taken[n]
-		l, rep := t.l, t.reply(callReplies, bulkReplies)
-		wd.report(func() {
+	if len(refused) == 0 {
+		return
+	}
+	// A refused renewal ends its lease (or is sent again with the value of
+	// an unanswered one: see errRetryAlt). Its reply is applied on a
+	// goroutine of its own, once the batch's other leases are requeued and
+	// free, and its hooks (Lost, then Renew) go to the reporting
+	// goroutines once its opMu is free: the hooks may call Unlock. Not
+	// applied on a reporting goroutine: while Lost hooks of other locks ran
+	// on all of them, the lease stayed "held" and its opMu taken, so an
+	// Unlock of it waited for those hooks (from one of them, forever).
+	wd.batches.Add(1)
+	go func() {
+		defer wd.batches.Done()
+		for _, n := range refused {
+			t := taken[n]
+			l, rep := t.l, t.reply(callReplies, bulkReplies)
 			info, lost, err := l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
-			if err == errRetryAlt {
-				// The batch's ctx ends with it: bound this one by the
+			if err != errRetryAlt {
+				wd.refusedDone(l, t.ttl, info, lost)
+				continue
+			}
+			wd.batches.Add(1)
+			go func() { // a round trip: the other refusals don't wait for it
+				defer wd.batches.Done()
+				// The batch's ctx ended with it: bound this one by the
 				// lease's deadline, and Close, as renewDirect does.
 				rctx, cancel := context.WithDeadline(context.Background(), later(l.Deadline(), time.Now().Add(50*time.Millisecond)))
 				go func() {
@@ -858,14 +871,27 @@ func (wd *watchdog) renew(leases []*lease) {
 					case <-rctx.Done():
 					}
 				}()
-				info, lost, _ = l.renewNow(rctx, l.ctx, t.ttl)
+				info, lost, _ := l.renewNow(rctx, l.ctx, t.ttl)
 				cancel()
-			}
-			wd.backoff(l, t.ttl)
-			wd.requeue(l)
-			l.opMu.Unlock()
-			l.renewHooks(l.ctx, info, lost)
-		})
+				wd.refusedDone(l, t.ttl, info, lost)
+			}()
+		}
+	}()
+}
+
+// refusedDone ends a refused renewal of l (see renew) once its reply is
+// applied: it requeues l, lets go of its opMu and hands its hooks to the
+// reporting goroutines (a loss's Lost and Renew in order; a Renew alone
+// with the batches' renewal reports).
+func (wd *watchdog) refusedDone(l *lease, ttl time.Duration, info RenewInfo, lost func()) {
+	wd.backoff(l, ttl)
+	wd.requeue(l)
+	l.opMu.Unlock()
+	switch {
+	case lost != nil:
+		wd.report(func() { l.renewHooks(l.ctx, info, lost) })
+	case wd.c.hooks().Renew != nil:
+		wd.reportRenewals([]renewReport{{l.ctx, info}})
 	}
 }
 

@@ -1,0 +1,116 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// While Lost hooks of other locks run on all 64 reporting goroutines, a
+// lock whose renewal Redis refuses (its key taken) must be known lost at
+// once (Err), and Unlock must return that loss without waiting for those
+// hooks, also when the hooks themselves call it. The watchdog applied a
+// refused renewal's reply on a reporting goroutine, holding the lock's op
+// mutex while the report waited for one: Err said held until the
+// deadline, Unlock waited for the other hooks, and hooks that Unlocked the
+// lock waited for their own goroutines (a deadlock until they gave up).
+func TestRefusedRenewalNotQueuedBehindLostHooks(t *testing.T) {
+	const blockers = 64 // the reporting goroutines (see Hooks.Lost)
+	var (
+		victim   atomic.Pointer[dlock.Lock]
+		in       atomic.Int64 // blockers' Lost hooks running
+		gate     = make(chan struct{})
+		mu       sync.Mutex
+		problems []string
+	)
+	var gateOnce sync.Once
+	open := func() { gateOnce.Do(func() { close(gate) }) }
+	defer open()
+	hook := func(ctx context.Context, i dlock.LostInfo) {
+		if !strings.Contains(i.Key, ":blocker:") {
+			return
+		}
+		in.Add(1)
+		select {
+		case <-gate:
+		case <-time.After(20 * time.Second):
+		}
+		lk := victim.Load()
+		err, ok := bounded(2*time.Second, func() error { return lk.Unlock(ctx) })
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !ok:
+			problems = append(problems, "Unlock of the lock whose renewal was refused, from a Lost hook, did not return within 2s")
+		case !errors.Is(err, dlock.ErrTaken):
+			problems = append(problems, fmt.Sprintf("Unlock of the taken lock from a Lost hook: %v", err))
+		}
+	}
+	// Renewed every 200ms, with a 10s TTL: a renewal finds the key taken
+	// long before the deadline would.
+	c, rdb := newClient(t, dlock.Options{RenewInterval: 200 * time.Millisecond, Hooks: dlock.Hooks{Lost: hook}})
+	ctx := t.Context()
+	base := key(t)
+	v, err := c.Lock(ctx, base+":victim", dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim.Store(v)
+	bl := holdMany(t, c, base+":blocker", blockers, dlock.WithTTL(10*time.Second))
+	for _, lk := range bl {
+		rdb.Del(ctx, lk.Key())
+	}
+	for deadline := time.Now().Add(5 * time.Second); in.Load() < blockers; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d blockers' Lost hooks running", in.Load(), blockers)
+		}
+	}
+	// Every reporting goroutine is in a hook: take the victim's key.
+	if err := rdb.Set(ctx, v.Key(), "thief", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stolen := time.Now()
+	for v.Err() == nil && time.Since(stolen) < 3*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := v.Err(); !errors.Is(err, dlock.ErrTaken) {
+		t.Errorf("3s after its key was taken (renewals every 200ms, deadline %v away), Err = %v, want ErrTaken",
+			time.Until(v.Deadline()).Round(time.Millisecond), err)
+	}
+	err, ok := bounded(2*time.Second, func() error { return v.Unlock(ctx) })
+	switch {
+	case !ok:
+		t.Error("Unlock of the lock whose renewal was refused waited for other locks' Lost hooks (over 2s)")
+	case !errors.Is(err, dlock.ErrTaken):
+		t.Errorf("Unlock of the taken lock: %v, want ErrTaken", err)
+	}
+	open()
+	// The hooks' own Unlocks of the victim.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st := c.Stats(); st.Lost == blockers+1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("not every loss reported: %+v", st)
+		}
+	}
+	if err := waitDone(t, v, 10*time.Second); !errors.Is(err, dlock.ErrTaken) {
+		t.Errorf("Err after Done: %v", err)
+	}
+	// Wait for the blockers' hooks to finish before reading problems.
+	for _, lk := range bl {
+		waitDone(t, lk, 10*time.Second)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("%d of %d Lost hooks: %s", len(problems), blockers, problems[0])
+	}
+}
+
