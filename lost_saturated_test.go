@@ -114,3 +114,39 @@ func TestRefusedRenewalNotQueuedBehindLostHooks(t *testing.T) {
 	}
 }
 
+// A Renew hook that blocks (or falls far behind) must not hold up the
+// losses: they were reported by the same 64 goroutines, which a blocked
+// Renew hook filled, so a lock lost meanwhile never had Lost called nor
+// Done closed.
+func TestBlockedRenewHookDelaysNoLoss(t *testing.T) {
+	const n = 2000
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	var calls, losses atomic.Int64
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{
+		Renew: func(context.Context, dlock.RenewInfo) {
+			calls.Add(1)
+			<-release
+		},
+		Lost: func(context.Context, dlock.LostInfo) { losses.Add(1) },
+	}})
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(600*time.Millisecond))
+	for deadline := time.Now().Add(10 * time.Second); c.Stats().RenewReportsDropped == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no report dropped with the Renew hook blocked: %+v", c.Stats())
+		}
+	}
+	t.Logf("%d Renew hook calls blocked", calls.Load())
+	gone := locks[n/2]
+	rdb.Del(t.Context(), gone.Key())
+	select {
+	case <-gone.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatalf("a lock lost while a Renew hook blocked: Done not closed after 3s (Err %v, Lost hook called %d times)", gone.Err(), losses.Load())
+	}
+	if !errors.Is(gone.Err(), dlock.ErrExpired) || losses.Load() != 1 {
+		t.Errorf("Err %v, Lost hook called %d times", gone.Err(), losses.Load())
+	}
+}

@@ -20,7 +20,8 @@ import (
 // Release, Extend's Renew and the Lost of a loss an Unlock or Extend
 // found run on the goroutine of that call, before it returns, and delay
 // it; the watchdog's renewals and the losses it finds are reported off
-// its renewal path, on up to 64 goroutines. Keep hooks quick all the same.
+// its renewal path, each on up to 64 goroutines of their own. Keep hooks
+// quick all the same.
 //
 // Every hook gets a context first, for the values it carries (a tracing
 // span, a request ID), not for its cancellation:
@@ -51,10 +52,12 @@ type Hooks struct {
 	// Renew is called after each watchdog or Extend renewal attempt
 	// (after Lost, if the renewal found the lock lost). Extend calls it
 	// before it returns. The watchdog's renewals are reported after their
-	// batch is done, by the goroutines that report losses (see Lost),
-	// which take them in order, losses first: a slow hook delays no
-	// renewal, but its calls may come late and run concurrently, even for
-	// one lock. A hook slower than the renewals falls behind; when more
+	// batch is done, on up to 64 goroutines that take them in order (not
+	// those that report losses: a Renew hook that falls behind or blocks
+	// delays no Lost nor Done): a slow hook delays no renewal, but its
+	// calls may come late (after Lost or Release of the lock) and run
+	// concurrently, even for one lock. A hook slower than the renewals
+	// falls behind; when more
 	// than 16,384 reports wait for it, the oldest are dropped and counted
 	// in Stats.RenewReportsDropped.
 	Renew func(context.Context, RenewInfo)

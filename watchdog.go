@@ -52,13 +52,15 @@ type watchdog struct {
 	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting to hooks: Close waits for them
 	lastWarn int64               // when the last "falling behind" warning was given
 	// The reports waiting for a goroutine to run them (see report):
-	// losses, and renewals in chunks (renewsQueued of them), taken by
-	// reporting goroutines.
+	// losses, taken by up to reporters goroutines (lossRunning), and
+	// renewals in chunks (renewsQueued of them), taken by up to
+	// renewReporters others (renewRunning).
 	repMu        sync.Mutex
 	losses       []func()
 	renews       [][]renewReport
 	renewsQueued int
-	reporting    int
+	lossRunning  int
+	renewRunning int
 	// wakeAt is when the loop looks at the heaps again by itself (its
 	// timer; math.MaxInt64: never, math.MinInt64: it is about to). An
 	// entry due after it needs no kick, so a lock taken while the loop
@@ -361,11 +363,15 @@ func (wd *watchdog) expire(ls []*lease) {
 }
 
 const (
-	// reporters caps the goroutines that run the hooks of the watchdog's
-	// losses and renewals at once: a slow hook delays no other lock's
-	// report while fewer than this many run, and a Client losing 100,000
-	// locks to an outage does not start a goroutine for each.
+	// reporters caps the goroutines that report the watchdog's losses
+	// (and run their Lost hooks) at once: a slow hook delays no other
+	// lock's report while fewer than this many run, and a Client losing
+	// 100,000 locks to an outage does not start a goroutine for each.
 	reporters = 64
+	// renewReporters caps the goroutines that run the Renew hook for the
+	// watchdog's renewals, apart from those reporting losses: a Renew
+	// hook that cannot keep up (or blocks) holds up no loss's report.
+	renewReporters = 64
 	// renewChunk is how many renewal reports one reporting goroutine
 	// takes at once: a batch's reports spread over several goroutines.
 	renewChunk = 64
@@ -382,18 +388,41 @@ type renewReport struct {
 }
 
 // report runs f, a loss report, on one of up to reporters goroutines that
-// take reports in order, losses before renewals; Close waits for them.
-// A loss report is never dropped.
+// take the losses in order; Close waits for them. A loss report is never
+// dropped, nor does it wait for a Renew hook (see reportRenewals).
 func (wd *watchdog) report(f func()) {
 	wd.repMu.Lock()
 	defer wd.repMu.Unlock()
 	wd.losses = append(wd.losses, f)
-	wd.startReporterLocked()
+	if wd.lossRunning < reporters {
+		wd.lossRunning++
+		wd.batches.Add(1)
+		go wd.lossLoop()
+	}
 }
 
-// reportRenewals hands a batch's renewal reports to the reporting
-// goroutines (see report) without waiting for any hook: when more than
-// maxQueuedRenews wait, the oldest are dropped and counted.
+func (wd *watchdog) lossLoop() {
+	defer wd.batches.Done()
+	for {
+		wd.repMu.Lock()
+		if len(wd.losses) == 0 {
+			wd.losses = nil
+			wd.lossRunning--
+			wd.repMu.Unlock()
+			return
+		}
+		f := wd.losses[0]
+		wd.losses[0] = nil
+		wd.losses = wd.losses[1:]
+		wd.repMu.Unlock()
+		f()
+	}
+}
+
+// reportRenewals hands a batch's renewal reports to up to renewReporters
+// goroutines of their own (Close waits for them), without waiting for any
+// hook: when more than maxQueuedRenews wait, the oldest are dropped and
+// counted.
 func (wd *watchdog) reportRenewals(rs []renewReport) {
 	wd.repMu.Lock()
 	defer wd.repMu.Unlock()
@@ -402,7 +431,11 @@ func (wd *watchdog) reportRenewals(rs []renewReport) {
 		wd.renews = append(wd.renews, rs[:n:n])
 		wd.renewsQueued += n
 		rs = rs[n:]
-		wd.startReporterLocked()
+		if wd.renewRunning < renewReporters {
+			wd.renewRunning++
+			wd.batches.Add(1)
+			go wd.renewLoop()
+		}
 	}
 	for wd.renewsQueued > maxQueuedRenews {
 		old := wd.renews[0]
@@ -413,43 +446,21 @@ func (wd *watchdog) reportRenewals(rs []renewReport) {
 	}
 }
 
-// startReporterLocked starts a reporting goroutine for a report just
-// queued, unless reporters run already. Callers hold repMu.
-func (wd *watchdog) startReporterLocked() {
-	if wd.reporting < reporters {
-		wd.reporting++
-		wd.batches.Add(1)
-		go wd.reportLoop()
-	}
-}
-
-func (wd *watchdog) reportLoop() {
+func (wd *watchdog) renewLoop() {
 	defer wd.batches.Done()
 	for {
-		var loss func()
-		var rs []renewReport
 		wd.repMu.Lock()
-		switch {
-		case len(wd.losses) > 0:
-			loss = wd.losses[0]
-			wd.losses[0] = nil
-			wd.losses = wd.losses[1:]
-		case len(wd.renews) > 0:
-			rs = wd.renews[0]
-			wd.renews[0] = nil
-			wd.renews = wd.renews[1:]
-			wd.renewsQueued -= len(rs)
-		default:
-			wd.losses, wd.renews = nil, nil
-			wd.reporting--
+		if len(wd.renews) == 0 {
+			wd.renews = nil
+			wd.renewRunning--
 			wd.repMu.Unlock()
 			return
 		}
+		rs := wd.renews[0]
+		wd.renews[0] = nil
+		wd.renews = wd.renews[1:]
+		wd.renewsQueued -= len(rs)
 		wd.repMu.Unlock()
-		if loss != nil {
-			loss()
-			continue
-		}
 		if h := wd.c.hooks().Renew; h != nil {
 			for _, r := range rs {
 				h(r.ctx, r.info)
@@ -831,8 +842,8 @@ func (wd *watchdog) renew(leases []*lease) {
 	for _, l := range ls {
 		l.opMu.Unlock()
 	}
-	// The Renew hook runs off the renewal path, on the reporting
-	// goroutines: a slow hook delays no renewal.
+	// The Renew hook runs off the renewal path, on goroutines of its
+	// own: a slow hook delays no renewal.
 	if len(reports) > 0 {
 		wd.reportRenewals(reports)
 	}
