@@ -361,17 +361,20 @@ func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) 
 	return func() { l.reportLoss(ctx, info) }, err
 }
 
-// reportLoss calls the Lost hook, then closes Done.
+// reportLoss calls the Lost hook, then closes Done: also if the hook
+// panics (a caller that recovers must not leave Done open for good).
 func (l *lease) reportLoss(ctx context.Context, info LostInfo) {
+	defer func() {
+		l.mu.Lock()
+		l.reporting = false
+		done := l.done
+		l.mu.Unlock()
+		if done != nil {
+			close(done)
+		}
+	}()
 	if h := l.c.hooks().Lost; h != nil {
 		h(ctx, info)
-	}
-	l.mu.Lock()
-	l.reporting = false
-	done := l.done
-	l.mu.Unlock()
-	if done != nil {
-		close(done)
 	}
 }
 

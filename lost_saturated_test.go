@@ -150,3 +150,35 @@ func TestBlockedRenewHookDelaysNoLoss(t *testing.T) {
 		t.Errorf("Err %v, Lost hook called %d times", gone.Err(), losses.Load())
 	}
 }
+
+// A Lost hook that panics (its caller recovers, as net/http recovers a
+// handler's panic) must not leave the lock's Done open forever: Done was
+// closed after the hook returned, so a panic skipped it, and anything
+// waiting for Done (Do's loss watch, a leader's loop) waited for good.
+func TestPanickingLostHookStillClosesDone(t *testing.T) {
+	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
+		panic("lost hook")
+	}}})
+	ctx := t.Context()
+	lk, err := c.Lock(ctx, key(t), dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb.Del(ctx, lk.Key())
+	func() {
+		defer func() {
+			if r := recover(); r != "lost hook" {
+				t.Errorf("recovered %v, want the hook's panic", r)
+			}
+		}()
+		_ = lk.Unlock(ctx)
+	}()
+	select {
+	case <-lk.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("Done not closed after the Lost hook panicked")
+	}
+	if err := lk.Err(); !errors.Is(err, dlock.ErrExpired) {
+		t.Errorf("Err %v", err)
+	}
+}
