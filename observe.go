@@ -16,10 +16,11 @@ import (
 // into it: Unlock a lock it reports lost (which returns the loss), Lock or
 // Unlock others. Close is the exception: it waits for the watchdog's
 // reporting goroutines and runs Release hooks itself, so a hook must not
-// call it. Acquire,
-// Release, Extend's Renew and the Lost of a loss an Unlock or Extend
-// found run on the goroutine of that call, before it returns, and delay
-// it; the watchdog's renewals and the losses it finds are reported off
+// call it. Acquire, Release, Extend's Renew and the Lost of a loss an
+// Unlock, an Extend or an Err found (Err, Leadership's Err and Proclaim
+// find one when called past the deadline before the watchdog has) run on
+// the goroutine of that call, before it returns, and delay it; the
+// watchdog's renewals and the losses it finds are reported off
 // its renewal path, each on up to 64 goroutines of their own. Keep hooks
 // quick all the same.
 //
