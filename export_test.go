@@ -81,3 +81,15 @@ func SleepingWaiters(c *Client) int {
 
 // WatchdogWakes is how many times c's watchdog loop has woken.
 func WatchdogWakes(c *Client) int64 { return c.wd.wakes.Load() }
+
+// SetPubSubProbe sets the liveness probe of c's pub/sub connection: a probe
+// every every (0: none) while c has waiters, due back within within. Call
+// it before c waits.
+func SetPubSubProbe(c *Client, every, within time.Duration) {
+	c.notify.mu.Lock()
+	defer c.notify.mu.Unlock()
+	c.notify.probeEvery, c.notify.probeWithin = every, within
+}
+
+// ProbePrefix starts every payload of a pub/sub liveness probe.
+const ProbePrefix = probePrefix

@@ -1,6 +1,9 @@
 package dlock
 
-import "testing"
+import (
+	"encoding/hex"
+	"testing"
+)
 
 // A queued waiter whose token was replaced (the engine gives up a token
 // after an ambiguous acquire and retries with a fresh one) is woken by a
@@ -27,5 +30,16 @@ func TestRetokenedWaiterWokenByHandoffID(t *testing.T) {
 	n.dropQueueWaiter(w)
 	if len(n.grants) != 0 {
 		t.Fatalf("grants left after the waiter left: %v", n.grants)
+	}
+}
+
+// A liveness probe's payload is never taken for a hand-off: it is neither
+// a hex hand-off ID nor a token, whatever its sequence number.
+func TestProbePayloadIsNoHandoff(t *testing.T) {
+	for _, seq := range []string{"0", "1", "18446744073709551615", "0123456789abcdef0123456789abcdef01"} {
+		p := probePrefix + seq
+		if _, err := hex.DecodeString(p); isToken(p) || err == nil {
+			t.Fatalf("probe payload %q could name a waiter", p)
+		}
 	}
 }

@@ -266,6 +266,7 @@ type Stats struct {
 	// called for: it fell so far behind that the reports waiting for it
 	// passed 16,384 (see Hooks.Renew).
 	RenewReportsDropped uint64
+	PubSubRedials       uint64        // pub/sub connections replaced because they missed their liveness probe
 	Released            uint64        // successful Unlocks
 	Held                int64         // locks held now
 	Waiting             int64         // Lock calls waiting now
@@ -277,7 +278,7 @@ type counters struct {
 	acquired, notAcquired, errors, waits      atomic.Uint64
 	handoffs                                  atomic.Uint64
 	renewals, renewalFailures, lost, released atomic.Uint64
-	behind, renewsDropped                     atomic.Uint64
+	behind, renewsDropped, pubsubRedials      atomic.Uint64
 	held, waiting, acquireNanos               atomic.Int64
 }
 
@@ -293,6 +294,7 @@ func (c *counters) snapshot() Stats {
 		Lost:                c.lost.Load(),
 		Behind:              c.behind.Load(),
 		RenewReportsDropped: c.renewsDropped.Load(),
+		PubSubRedials:       c.pubsubRedials.Load(),
 		Released:            c.released.Load(),
 		Held:                c.held.Load(),
 		Waiting:             c.waiting.Load(),

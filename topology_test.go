@@ -125,6 +125,7 @@ func topoSuite(t *testing.T, tp *topo) {
 		t.Run("slots", func(t *testing.T) { topoSlots(t, tp) })
 	}
 	t.Run("fifo", func(t *testing.T) { topoFIFO(t, tp) })
+	t.Run("probe", func(t *testing.T) { topoProbe(t, tp) })
 	t.Run("watchdog", func(t *testing.T) { topoWatchdog(t, tp) })
 	t.Run("admin", func(t *testing.T) { topoAdmin(t, tp) })
 	t.Run("election", func(t *testing.T) { topoElection(t, tp) })
@@ -270,6 +271,47 @@ func topoScan(t *testing.T, tp *topo, pattern string) []string {
 // topoFIFO: queued waiters from several clients get the lock in arrival
 // order by direct hand-off (their retry is far away), and Barging waiters
 // are woken by the release's publication.
+// topoProbe: the pub/sub liveness probe goes round on a healthy topology
+// (on a Cluster the PUBLISH goes to the channel's slot owner and the bus
+// carries it to the subscription's node): a waiter probing every 50ms for
+// two seconds, each probe due back within one, makes no redial, and the
+// hand-off still comes by message.
+func topoProbe(t *testing.T, tp *topo) {
+	ctx := t.Context()
+	k := "topo:probe"
+	holder, _ := tp.client(t, dlock.Options{})
+	lk, err := holder.Lock(ctx, k, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := tp.client(t, dlock.Options{RetryInterval: time.Minute, WaiterLease: time.Minute})
+	dlock.SetPubSubProbe(c, 50*time.Millisecond, time.Second)
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, k)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	topoWaitQueued(t, holder, k, 1)
+	time.Sleep(2 * time.Second)
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not handed the lock")
+	}
+	if n := c.Stats().PubSubRedials; n != 0 {
+		t.Errorf("%d pub/sub redials on a healthy topology", n)
+	}
+}
+
 func topoFIFO(t *testing.T, tp *topo) {
 	ctx := t.Context()
 	k := "topo:fifo"

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +57,31 @@ type notifier struct {
 	ops     []psOp
 	sending bool
 	closed  bool
-	loopWG  sync.WaitGroup // the reader and the sender
+	loopWG  sync.WaitGroup // the reader, the sender and a probe's PUBLISH
+
+	// The liveness probe (see notifier), driven by the reader.
+	probeEvery  time.Duration // between probes while waiters are registered; 0: no probes
+	probeWithin time.Duration // how long after Redis's reply a probe must arrive
+	probeSeq    uint64
+	probeWant   string    // the payload of the probe in flight ("": none)
+	probeAcked  time.Time // when Redis replied to its PUBLISH (zero: not yet)
+	lastProbe   time.Time // when the last probe was sent
+	lastRedial  time.Time
+	probeSoon   bool // a waiter saw a symptom: probe at the next tick
 }
+
+// The liveness probe's defaults: a subscription that stops hearing its
+// channels is noticed within about probeEvery + probeWithin + two reader
+// ticks (under 6 s), and costs one PUBLISH every 3 s per Client while it
+// has waiters.
+const (
+	pubsubProbeEvery  = 3 * time.Second
+	pubsubProbeWithin = 2 * time.Second
+)
+
+// probePrefix starts every probe payload: a ':' is in no token and no hex
+// hand-off ID, so a probe is never taken for a hand-off (see handedOff).
+const probePrefix = "probe:"
 
 // psOp is a SUBSCRIBE (confirmed != nil) or UNSUBSCRIBE of channel.
 type psOp struct {
@@ -81,8 +106,8 @@ type waiter struct {
 	// all: every message on channel wakes this waiter (an election feed),
 	// not just one waiter of the channel.
 	all bool
-	// handed: the notifier woke this queued waiter (a hand-off, or a
-	// reconnect), not its retry time.
+	// handed: the notifier woke this waiter (a hand-off, a release
+	// message, or a reconnect), not its retry time.
 	handed atomic.Bool
 }
 
@@ -102,7 +127,8 @@ func newNotifier(c *Client) *notifier {
 	return &notifier{
 		c: c, own: c.opts.Prefix + ":client:" + newToken(), ctx: ctx, cancel: cancel,
 		chans: map[string]*chanWaiters{}, pending: map[string][]chan struct{}{},
-		grants: map[[sha1.Size]byte]*waiter{},
+		grants:     map[[sha1.Size]byte]*waiter{},
+		probeEvery: pubsubProbeEvery, probeWithin: pubsubProbeWithin,
 	}
 }
 
@@ -363,6 +389,7 @@ func (n *notifier) wakeOne(channel string, except *waiter) {
 		if w == except || woken && !w.all {
 			continue
 		}
+		w.handed.Store(true)
 		if w.signal() {
 			woken = woken || !w.all
 		}
@@ -378,6 +405,7 @@ func (n *notifier) wakeAll() {
 	}
 	for _, cw := range n.chans {
 		for _, w := range cw.waiters {
+			w.handed.Store(true)
 			w.signal()
 		}
 	}
@@ -400,14 +428,29 @@ func (n *notifier) confirm(channel string) {
 
 // loop reads the pub/sub connection until Close. After a connection error
 // go-redis reconnects and re-subscribes; messages may have been missed
-// meanwhile, so every waiter is woken to try again.
+// meanwhile, so every waiter is woken to try again. Between messages it
+// runs the liveness probe (see notifier) and replaces a stale connection.
 func (n *notifier) loop(ps *redis.PubSub) {
 	defer n.loopWG.Done()
 	ctx := n.ctx
 	backoff := 50 * time.Millisecond
 	down := false // the connection failed and has not delivered since
+	lastRead := time.Now()
+	// After a redial: the confirmations of its subscriptions, and when it
+	// was made; every waiter is woken once they all came (or probeWithin).
+	var resubscribed []chan struct{}
+	var redialed time.Time
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, 30*time.Second)
+		if len(resubscribed) > 0 {
+			for len(resubscribed) > 0 && isClosed(resubscribed[0]) {
+				resubscribed = resubscribed[1:]
+			}
+			if len(resubscribed) == 0 || time.Since(redialed) >= n.within() {
+				resubscribed = nil
+				n.wakeAll()
+			}
+		}
+		msg, err := ps.ReceiveTimeout(ctx, n.tick(down || len(resubscribed) > 0))
 		if err != nil {
 			n.mu.Lock()
 			closed := n.closed
@@ -416,9 +459,22 @@ func (n *notifier) loop(ps *redis.PubSub) {
 				return
 			}
 			if isTimeout(err) {
-				// Idle: check the connection is alive; a dead one errors
-				// on the next receive and is redialled.
-				_ = ps.Ping(ctx)
+				if !down && len(resubscribed) == 0 && n.probeStep(time.Now()) {
+					next, awaited := n.redial(ps)
+					if next == nil {
+						return // closed
+					}
+					ps, resubscribed, redialed = next, awaited, time.Now()
+					lastRead = redialed
+					continue
+				}
+				if down || time.Since(lastRead) >= 30*time.Second {
+					// Idle, or reconnected with nothing heard yet: check
+					// the connection is alive (its PONG ends down); a dead
+					// one errors on the next receive and is redialled.
+					lastRead = time.Now()
+					_ = ps.Ping(ctx)
+				}
 				continue
 			}
 			if !down {
@@ -426,6 +482,7 @@ func (n *notifier) loop(ps *redis.PubSub) {
 				// their retries until the connection is back.
 				n.c.opts.Logger.Debug("dlock: pub/sub receive failed; waking all waiters", "err", err)
 				down = true
+				n.dropProbe()
 				n.wakeAll()
 			}
 			select { // redial with back-off, at most every 500ms
@@ -436,6 +493,7 @@ func (n *notifier) loop(ps *redis.PubSub) {
 			backoff = min(2*backoff, 500*time.Millisecond)
 			continue
 		}
+		lastRead = time.Now()
 		if down {
 			// Reconnected and re-subscribed: anything published meanwhile
 			// was missed, so every waiter tries again now.
@@ -448,14 +506,189 @@ func (n *notifier) loop(ps *redis.PubSub) {
 				n.confirm(m.Channel)
 			}
 		case *redis.Message:
-			if m.Channel == n.own {
+			switch {
+			case m.Channel != n.own:
+				n.wakeOne(m.Channel, nil)
+			case strings.HasPrefix(m.Payload, probePrefix):
+				n.probeArrived(m.Payload)
+			default:
 				probe.Point(probe.HandoffReceived, "")
 				n.handedOff(m.Payload)
-			} else {
-				n.wakeOne(m.Channel, nil)
 			}
 		}
 	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// tick is how long the reader waits for a message before it looks at the
+// probe again: a quarter of the probe's shorter period while waiters are
+// registered or a redial is confirmed, probeEvery otherwise, 30 s with the
+// probe off (as for an idle connection). busy: the connection is down or
+// being resubscribed.
+func (n *notifier) tick(busy bool) time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probeEvery <= 0 {
+		return 30 * time.Second
+	}
+	if busy || n.probeWant != "" || n.probeSoon || len(n.grants) > 0 || len(n.chans) > 0 {
+		return max(min(n.probeEvery, n.probeWithin)/4, time.Millisecond)
+	}
+	return n.probeEvery
+}
+
+func (n *notifier) within() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.probeWithinLocked()
+}
+
+func (n *notifier) probeWithinLocked() time.Duration {
+	return max(n.probeWithin, time.Millisecond)
+}
+
+// probeStep runs the probe's schedule at now: it reports whether the probe
+// in flight is overdue (the subscription is stale), or sends the next one
+// if it is due and waiters are registered.
+func (n *notifier) probeStep(now time.Time) (stale bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed || n.probeEvery <= 0 {
+		return false
+	}
+	if n.probeWant != "" {
+		if n.probeAcked.IsZero() || now.Sub(n.probeAcked) < n.probeWithin {
+			return false // its PUBLISH is in flight, or it may still come
+		}
+		n.probeWant = ""
+		// At most one redial per probeEvery, whatever asked for probes.
+		return now.Sub(n.lastRedial) >= n.probeEvery
+	}
+	if len(n.grants) == 0 && len(n.chans) == 0 {
+		n.probeSoon = false
+		return false
+	}
+	if !n.probeSoon && now.Sub(n.lastProbe) < n.probeEvery {
+		return false
+	}
+	if n.ownConfirmed == nil {
+		// Only listening waiters so far: the probe needs the own channel.
+		n.ownConfirmed = n.subscribeLocked(n.own)
+		return false
+	}
+	if !isClosed(n.ownConfirmed) {
+		return false // probe once the subscription is confirmed
+	}
+	n.probeSoon = false
+	n.lastProbe = now
+	n.probeSeq++
+	payload := probePrefix + strconv.FormatUint(n.probeSeq, 10)
+	n.probeWant, n.probeAcked = payload, time.Time{}
+	n.loopWG.Add(1)
+	go n.sendProbe(payload)
+	return false
+}
+
+// sendProbe PUBLISHes a probe through the command path and records when
+// Redis replied. An error drops the probe: it says Redis is down or slow,
+// not that the subscription is stale, and the connection's own error path
+// covers a Redis that is down.
+func (n *notifier) sendProbe(payload string) {
+	defer n.loopWG.Done()
+	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	defer cancel()
+	err := n.c.rdb.Publish(ctx, n.own, payload).Err()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probeWant != payload {
+		return // arrived before the reply, or dropped
+	}
+	if err != nil {
+		n.probeWant = ""
+		n.c.opts.Logger.Debug("dlock: pub/sub probe not sent", "err", err)
+		return
+	}
+	n.probeAcked = time.Now()
+}
+
+// probeArrived records that a probe came back on the subscription.
+func (n *notifier) probeArrived(payload string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if payload == n.probeWant {
+		n.probeWant = ""
+	}
+}
+
+// dropProbe forgets the probe in flight (the connection failed: its own
+// error path takes over).
+func (n *notifier) dropProbe() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.probeWant = ""
+}
+
+// suspect asks for a probe at the reader's next tick: a waiter acquired on
+// its retry before the holder's TTL ran out, without the wake-up the
+// release should have sent (a hand-off whose message never came, or a
+// release by a client that publishes nothing).
+func (n *notifier) suspect() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probeEvery > 0 && n.probeWant == "" && time.Since(n.lastProbe) >= n.probeWithin {
+		n.probeSoon = true
+	}
+}
+
+// redial replaces the stale connection old: a new one subscribes the own
+// channel (if it was) and every channel with listeners, through the
+// sender's queue so that later (UN)SUBSCRIBEs follow in order. It returns
+// the new connection (nil: the Client closed) and the confirmations to
+// await before waking every waiter. Confirmations still awaited on old
+// are given up (those waiters are woken after the redial anyway).
+func (n *notifier) redial(old *redis.PubSub) (*redis.PubSub, []chan struct{}) {
+	ps := n.c.rdb.Subscribe(n.ctx) // dials on first use
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		_ = ps.Close()
+		return nil, nil
+	}
+	n.ps = ps
+	n.lastRedial = time.Now()
+	for _, q := range n.pending {
+		for _, ch := range q {
+			close(ch)
+		}
+	}
+	n.pending = map[string][]chan struct{}{}
+	var awaited []chan struct{}
+	if n.ownConfirmed != nil {
+		n.ownConfirmed = n.subscribeLocked(n.own)
+		awaited = append(awaited, n.ownConfirmed)
+	}
+	for ch, cw := range n.chans {
+		cw.confirmed = n.subscribeLocked(ch)
+		awaited = append(awaited, cw.confirmed)
+	}
+	waiters := len(n.grants)
+	for _, cw := range n.chans {
+		waiters += len(cw.waiters)
+	}
+	n.mu.Unlock()
+	_ = old.Close()
+	n.c.stats.pubsubRedials.Add(1)
+	n.c.opts.Logger.Warn("dlock: pub/sub connection missed its liveness probe: it no longer hears this Client's messages (a failover can leave it on a node nobody publishes to); replacing it and waking every waiter",
+		"channels", len(awaited), "waiters", waiters)
+	return ps, awaited
 }
 
 func isTimeout(err error) bool {
@@ -555,6 +788,8 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	}
 	defer c.wd.unsleep(a)
 	next := c.retryAfter(ttl, a.queued)
+	// early: the next retry comes before the holder's TTL runs out.
+	early := c.retryEarly(ttl, a.queued)
 	// A Redis error while waiting (a blip, a failover) does not end the
 	// wait: the caller asked to wait until ctx ends. The attempts back off
 	// from 50ms to RetryInterval; the last error is reported if ctx ends.
@@ -574,19 +809,27 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			c.giveUp(a)
 			return waited, ErrClosed
 		}
-		if w.handed.Swap(false) && a.queued {
+		woken := w.handed.Swap(false)
+		if woken && a.queued {
 			c.stats.handoffs.Add(1)
 			probe.Point(probe.BeforeConfirm, a.keys.Lock)
 		}
 		if ok, ttl, err = a.attempt(ctx, a.retry()); ok {
+			if !woken && early {
+				// Acquired on a retry made before the holder's TTL ran
+				// out: the release's message should have woken this
+				// waiter. Check the subscription now.
+				c.notify.suspect()
+			}
 			return waited, nil
 		}
 		next = c.retryAfter(ttl, a.queued)
+		early = c.retryEarly(ttl, a.queued)
 		switch {
 		case err == nil:
 			redisErr, backoff = nil, 50*time.Millisecond
 		case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
-			redisErr, next = err, backoff
+			redisErr, next, early = err, backoff, false
 			backoff = min(2*backoff, c.opts.RetryInterval)
 			c.opts.Logger.Debug("dlock: redis error while waiting; retrying", "channel", a.keys.Wake, "err", err)
 		case errors.Is(err, ErrContextDone):
@@ -607,6 +850,18 @@ func (c *Client) giveUp(a *waitCall) {
 	} else {
 		c.notify.handoff(&a.waiter)
 	}
+}
+
+// retryEarly reports whether the fallback retry after an attempt that
+// found the holder's TTL at holderTTL comes before that TTL runs out: a
+// retry that then acquires found the lock released early, and the release
+// should have woken the waiter first.
+func (c *Client) retryEarly(holderTTL time.Duration, queued bool) bool {
+	d := c.opts.RetryInterval
+	if queued {
+		d = min(d, c.opts.WaiterLease/3)
+	}
+	return holderTTL > d
 }
 
 // retryAfter is the fallback wait of a blocked caller: the holder's
