@@ -606,6 +606,9 @@ func (n *notifier) sendProbe(payload string) {
 	ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
 	defer cancel()
 	err := n.c.rdb.Publish(ctx, n.own, payload).Err()
+	if err != nil {
+		n.c.opts.Logger.Debug("dlock: pub/sub probe not sent", "err", err)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.probeWant != payload {
@@ -613,7 +616,6 @@ func (n *notifier) sendProbe(payload string) {
 	}
 	if err != nil {
 		n.probeWant = ""
-		n.c.opts.Logger.Debug("dlock: pub/sub probe not sent", "err", err)
 		return
 	}
 	n.probeAcked = time.Now()
