@@ -64,13 +64,10 @@ type lease struct {
 	err       error // why the lease ended; nil while held
 	// done is closed once, when the lease is released or lost; made by
 	// the first Done call (most locks never need one).
-	done chan struct{}
-	// reporting: the lease is lost and its loss not reported yet (see
-	// lose): done stays open until the Lost hook has run.
-	reporting bool
-	timer     leaseTimer // fires at deadline (the watchdog's deadline heap)
-	renewErr  error      // last renewal's Redis error, nil after a success
-	renewing  bool       // a renewal is in flight (its reply not applied yet)
+	done     chan struct{}
+	timer    leaseTimer // fires at deadline (the watchdog's deadline heap)
+	renewErr error      // last renewal's Redis error, nil after a success
+	renewing bool       // a renewal is in flight (its reply not applied yet)
 	// wd is the lease's place in the watchdog's heaps (guarded by wd.mu).
 	wd wdEntry
 	// releaseTried: a release whose reply was lost may have deleted the key,
@@ -332,12 +329,14 @@ func causeOf(code int64) error {
 	}
 }
 
-// lose ends a held lease with cause and returns the loss error and, if
-// this call ended it, the loss's report: the Lost hook (with ctx), then
-// Done closing. Only the first call has effect. Hooks may call back into
-// the Client, so the caller runs the report once it holds no lock (an
-// Unlock or Extend that found the loss, before it returns), or hands it to
-// the watchdog's reporters (wd.report); until it has run, Done stays open.
+// lose ends a held lease with cause, closes Done at once, and returns the
+// loss error and, if this call ended it, the loss's report: the Lost hook
+// (with ctx). Only the first call has effect. Done closes here, not after
+// the hook, so work bound to it (Do's context, an elected leader's) stops
+// as soon as the loss is known, however long a hook takes. Hooks may call
+// back into the Client, so the caller runs the report once it holds no
+// lock (an Unlock or Extend that found the loss, before it returns), or
+// hands it to the watchdog's reporters (wd.report).
 func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) {
 	l.mu.Lock()
 	if l.state != stateHeld {
@@ -347,9 +346,11 @@ func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) 
 	}
 	l.state = stateLost
 	l.err = &lostError{key: l.keys.Lock, cause: cause}
-	l.reporting = true
 	l.timer.Stop()
 	err, value := l.err, l.value
+	if l.done != nil {
+		close(l.done) // Done made before the loss; one made later is closedChan
+	}
 	l.mu.Unlock()
 
 	l.c.wd.remove(l)
@@ -361,18 +362,8 @@ func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) 
 	return func() { l.reportLoss(ctx, info) }, err
 }
 
-// reportLoss calls the Lost hook, then closes Done: also if the hook
-// panics (a caller that recovers must not leave Done open for good).
+// reportLoss calls the Lost hook (Done has closed already, see lose).
 func (l *lease) reportLoss(ctx context.Context, info LostInfo) {
-	defer func() {
-		l.mu.Lock()
-		l.reporting = false
-		done := l.done
-		l.mu.Unlock()
-		if done != nil {
-			close(done)
-		}
-	}()
 	if h := l.c.hooks().Lost; h != nil {
 		h(ctx, info)
 	}
@@ -511,7 +502,7 @@ func (l *lease) doneChan() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
-		if l.state != stateHeld && !l.reporting {
+		if l.state != stateHeld {
 			return closedChan
 		}
 		l.done = make(chan struct{})

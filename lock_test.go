@@ -205,6 +205,7 @@ func TestLossDetectedAfterForeignSet(t *testing.T) {
 	if !errors.Is(err, dlock.ErrTaken) {
 		t.Fatalf("Err = %v, want ErrTaken", err)
 	}
+	waitFor(t, "the Lost hook", func() bool { return lost.Load() != nil }) // it runs after Done closes
 	info, _ := lost.Load().(dlock.LostInfo)
 	if info.Key != k || !errors.Is(info.Cause, dlock.ErrTaken) || info.Fence != lk.Fence() {
 		t.Fatalf("Lost hook got %+v", info)

@@ -194,6 +194,8 @@ func TestManyLossesBoundedGoroutines(t *testing.T) {
 	for _, lk := range locks {
 		<-lk.Done()
 	}
+	// Done closes as a loss is found; its Lost hook runs after.
+	waitFor(t, "every Lost hook", func() bool { return calls.Load() >= n })
 	if calls.Load() != n {
 		t.Fatalf("%d Lost calls, want %d", calls.Load(), n)
 	}
@@ -276,8 +278,8 @@ func TestLostHookCallsBack(t *testing.T) {
 					}
 					select {
 					case <-lk.Done():
-						fail("Done closed before Lost ran")
 					default:
+						fail("Done still open when Lost ran: it closes as soon as the loss is known")
 					}
 					err, ok := bounded(bound, func() error { return lk.Unlock(ctx) })
 					switch {

@@ -146,15 +146,18 @@ func TestBlockedRenewHookDelaysNoLoss(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatalf("a lock lost while a Renew hook blocked: Done not closed after 3s (Err %v, Lost hook called %d times)", gone.Err(), losses.Load())
 	}
+	// Done closes as the loss is found; the Lost hook runs right after.
+	waitFor(t, "the Lost hook", func() bool { return losses.Load() > 0 })
+	time.Sleep(50 * time.Millisecond) // a second call would come now
 	if !errors.Is(gone.Err(), dlock.ErrExpired) || losses.Load() != 1 {
 		t.Errorf("Err %v, Lost hook called %d times", gone.Err(), losses.Load())
 	}
 }
 
 // A Lost hook that panics (its caller recovers, as net/http recovers a
-// handler's panic) must not leave the lock's Done open forever: Done was
-// closed after the hook returned, so a panic skipped it, and anything
-// waiting for Done (Do's loss watch, a leader's loop) waited for good.
+// handler's panic) must not leave the lock's Done open forever, or
+// anything waiting for Done (Do's loss watch, a leader's loop) would wait
+// for good. (Done closes before the hook runs.)
 func TestPanickingLostHookStillClosesDone(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) {
 		panic("lost hook")
@@ -181,4 +184,43 @@ func TestPanickingLostHookStillClosesDone(t *testing.T) {
 	if err := lk.Err(); !errors.Is(err, dlock.ErrExpired) {
 		t.Errorf("Err %v", err)
 	}
+}
+
+// Done closes when a lock is lost, before and apart from its Lost hook:
+// with every goroutine that reports losses held by slow Lost hooks of
+// other locks, a lock expiring meanwhile has Done closed at its deadline
+// (work bound to it, like Do's context, stops then), and its Lost hook
+// runs once a reporting goroutine is free. Done used to wait for the hook.
+func TestDoneClosesWhileLostHooksBusy(t *testing.T) {
+	release := make(chan struct{})
+	var fastLost, blocked atomic.Int64
+	prefix := key(t)
+	c, _ := newClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(_ context.Context, i dlock.LostInfo) {
+		if strings.HasPrefix(i.Key, prefix+":slow:") {
+			blocked.Add(1)
+			<-release
+			return
+		}
+		fastLost.Add(1)
+	}}})
+	defer close(release)
+	holdMany(t, c, prefix+":slow", 64, dlock.WithTTL(500*time.Millisecond), dlock.WithoutRenewal())
+	waitFor(t, "64 Lost hooks to block", func() bool { return blocked.Load() == 64 })
+	lk, err := c.Lock(t.Context(), prefix+":fast", dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatalf("Done still open 3s after a 300ms lock's deadline while Lost hooks of other locks ran (Err %v)", lk.Err())
+	}
+	if !errors.Is(lk.Err(), dlock.ErrExpired) {
+		t.Fatalf("Err %v", lk.Err())
+	}
+	if n := fastLost.Load(); n != 0 {
+		t.Fatalf("the Lost hook ran %d times with every reporting goroutine busy", n)
+	}
+	release <- struct{}{} // frees one reporting goroutine
+	waitFor(t, "the Lost hook of the lock lost meanwhile", func() bool { return fastLost.Load() == 1 })
 }

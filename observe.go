@@ -62,7 +62,9 @@ type Hooks struct {
 	// than 16,384 reports wait for it, the oldest are dropped and counted
 	// in Stats.RenewReportsDropped.
 	Renew func(context.Context, RenewInfo)
-	// Lost is called once when a held lock is lost, before Done closes.
+	// Lost is called once when a held lock is lost, after Done has closed:
+	// Done closes as soon as the loss is known, so work bound to it (Do's
+	// context, an elected leader's) stops whatever a hook does.
 	// A loss the watchdog finds (a refused renewal, a deadline passed) is
 	// reported off the watchdog's loop, on up to 64 goroutines that take
 	// the losses in order (never one per lock), so a slow hook delays no

@@ -336,30 +336,25 @@ func (wd *watchdog) loop() {
 }
 
 // expire looks at leases past their deadline, on a goroutine of its own:
-// each is lost (its Lost hook runs there) or re-armed at a deadline a
-// renewal moved. The loop does not wait for them: a slow Lost hook would
-// hold up every other lock's renewal and deadline, and every blocked
-// call's retry (a queued waiter's lease refresh).
+// each is lost (Done closes there, at once) or re-armed at a deadline a
+// renewal moved. The loop does not wait for them, and a loss's Lost hook
+// runs on the reporting goroutines (report): a slow hook holds up no other
+// lock's renewal, deadline or Done, nor a blocked call's retry (a queued
+// waiter's lease refresh).
 func (wd *watchdog) expire(ls []*lease) {
-	if wd.c.hooks().Lost == nil {
-		wd.batches.Add(1)
-		go func() {
-			defer wd.batches.Done()
-			for _, l := range ls {
-				if lost := l.onDeadline(); lost != nil {
+	wd.batches.Add(1)
+	go func() {
+		defer wd.batches.Done()
+		for _, l := range ls {
+			if lost := l.onDeadline(); lost != nil {
+				if wd.c.hooks().Lost != nil {
+					wd.report(lost)
+				} else {
 					lost()
 				}
 			}
-		}()
-		return
-	}
-	for _, l := range ls {
-		wd.report(func() {
-			if lost := l.onDeadline(); lost != nil {
-				lost()
-			}
-		})
-	}
+		}
+	}()
 }
 
 const (
