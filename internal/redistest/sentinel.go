@@ -338,6 +338,25 @@ func (s *Sentinel) Client(t testing.TB) *redis.Client {
 	return c
 }
 
+// errUnknownMaster: a sentinel names a master that is not a node of the
+// topology.
+var errUnknownMaster = errors.New("redistest: sentinel names unknown master")
+
+// namedBy returns the node sentinel sp names as master.
+func (s *Sentinel) namedBy(ctx context.Context, sp *sentinelProc) (*Server, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: sp.addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
+	defer c.Close()
+	addr, err := c.GetMasterAddrByName(ctx, MasterName).Result()
+	if err != nil {
+		return nil, err
+	}
+	n := s.node(net.JoinHostPort(addr[0], addr[1]))
+	if n == nil {
+		return nil, fmt.Errorf("%w %v (sentinel %s)", errUnknownMaster, addr, sp.addr())
+	}
+	return n, nil
+}
+
 // Master returns the node the sentinels currently name as master (the
 // answer of the first sentinel that replies), after checking that it is
 // running and answers ROLE with "master".
@@ -347,16 +366,13 @@ func (s *Sentinel) Master(ctx context.Context) (*Server, error) {
 		if sp.p.exited() {
 			continue
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: sp.addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
-		addr, err := c.GetMasterAddrByName(ctx, MasterName).Result()
-		_ = c.Close()
+		n, err := s.namedBy(ctx, sp)
+		if errors.Is(err, errUnknownMaster) {
+			return nil, err
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
-		}
-		n := s.node(net.JoinHostPort(addr[0], addr[1]))
-		if n == nil {
-			return nil, fmt.Errorf("redistest: sentinel names unknown master %v", addr)
 		}
 		if err := isRole(ctx, n, "master"); err != nil {
 			return nil, err
@@ -426,15 +442,9 @@ func (s *Sentinel) agreedMaster(ctx context.Context) (*Server, error) {
 		if sp.p.exited() {
 			continue
 		}
-		c := redis.NewSentinelClient(&redis.Options{Addr: sp.addr(), DialTimeout: time.Second, ReadTimeout: time.Second})
-		addr, err := c.GetMasterAddrByName(ctx, MasterName).Result()
-		_ = c.Close()
+		n, err := s.namedBy(ctx, sp)
 		if err != nil {
 			return nil, err
-		}
-		n := s.node(net.JoinHostPort(addr[0], addr[1]))
-		if n == nil {
-			return nil, fmt.Errorf("sentinel %s names unknown master %v", sp.addr(), addr)
 		}
 		if m != nil && n != m {
 			return nil, fmt.Errorf("sentinels name both %s and %s", m.Addr(), n.Addr())
