@@ -97,7 +97,9 @@ func (c *Client) Stats() Stats { return c.stats.snapshot() }
 // still holds: in pipelines, several at once, like renewals, all within
 // one Options.ReleaseTimeout. If some could not be released it returns a
 // *CloseError (matching ErrUnavailable) that says how many are left to
-// expire by their TTL. Close is idempotent; later calls return nil.
+// expire by their TTL; those locks end as lost (Err matches ErrLost and
+// ErrClosed, Done closes, the Lost hook runs), since nothing renews them
+// any more. Close is idempotent; later calls return nil.
 func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {
@@ -114,6 +116,16 @@ func (c *Client) Close() error {
 		err = closeError(left, len(held), errs)
 		if err != nil {
 			c.opts.Logger.Warn("dlock: Close left locks to expire by their TTL", "left", left, "of", len(held), "err", err)
+		}
+		// A lock Close could not release (or whose release is still in
+		// flight) stays in Redis until its TTL, but nothing renews it and
+		// no timer is left to end it at its deadline: end it now, so its
+		// Done closes and its Err says why. A release that lands later
+		// still counts as a release.
+		for _, l := range held {
+			if lost, _ := l.lose(l.ctx, errLeftByClose); lost != nil {
+				lost()
+			}
 		}
 		c.bgMu.Lock()
 		c.bgDone = true

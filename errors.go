@@ -113,6 +113,10 @@ var (
 	ErrValueTooLong = argError(fmt.Sprintf("leader value longer than %d bytes", MaxLeaderValue))
 )
 
+// errLeftByClose is the loss cause of a lock Close could not release: the
+// Client renews it no more, and Redis keeps it until its TTL.
+var errLeftByClose = fmt.Errorf("%w before it could release the lock (Redis keeps it until its TTL)", ErrClosed)
+
 // MaxKeyLength is the longest lock key accepted, in bytes.
 const MaxKeyLength = 64 << 10
 

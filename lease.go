@@ -356,8 +356,10 @@ func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) 
 	l.c.wd.remove(l)
 	l.c.stats.held.Add(-1)
 	l.c.stats.lost.Add(1)
-	l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
-		"token", shortToken(value), "cause", cause)
+	if cause != errLeftByClose { // Close logs what it leaves, once
+		l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
+			"token", shortToken(value), "cause", cause)
+	}
 	info := LostInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Cause: cause}
 	return func() { l.reportLoss(ctx, info) }, err
 }

@@ -79,7 +79,7 @@ func TestCloseServerGone(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	const n, timeout = 2000, 500 * time.Millisecond
 	c, _ := newClientOn(t, rdb, dlock.Options{ReleaseTimeout: timeout})
-	holdMany(t, c, "k", n, dlock.WithTTL(time.Minute))
+	locks := holdMany(t, c, "k", n, dlock.WithTTL(time.Minute))
 	p.Blackhole(true) // connections stay open, nothing answers
 	start := time.Now()
 	err := c.Close()
@@ -97,6 +97,22 @@ func TestCloseServerGone(t *testing.T) {
 		t.Fatalf("Close took %s with ReleaseTimeout %s", took, timeout)
 	}
 	t.Logf("Close with the server gone: %s: %v", took, err)
+	// The locks Close left are no longer renewed, and the watchdog that
+	// would have ended them at their deadline is gone: Close ends them,
+	// so Done closes (work bound to it stops) and Err says why.
+	for _, lk := range locks {
+		select {
+		case <-lk.Done():
+		default:
+			t.Fatalf("%s: Done still open after Close left it (Err %v)", lk.Key(), lk.Err())
+		}
+		if err := lk.Err(); !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrClosed) {
+			t.Fatalf("%s: Err %v, want ErrLost and ErrClosed", lk.Key(), err)
+		}
+	}
+	if h := c.Stats().Held; h != 0 {
+		t.Fatalf("Stats().Held %d after Close", h)
+	}
 }
 
 // stallPipelines delays every pipeline by d.
