@@ -96,6 +96,16 @@ func (e *env) one(t *testing.T, name string) sdktrace.ReadOnlySpan {
 	return s[0]
 }
 
+// lostSpan waits for the one ended dlock.lost span: the Lost hook that
+// ends it runs just after the lock's Done closes.
+func (e *env) lostSpan(t *testing.T) sdktrace.ReadOnlySpan {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); len(e.ended("dlock.lost")) == 0 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return e.one(t, "dlock.lost")
+}
+
 // attrs returns a span's attributes by key.
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	m := make(map[attribute.Key]attribute.Value)

@@ -2,6 +2,8 @@ package dlockotel
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -19,13 +21,27 @@ func (t *Telemetry) Do(ctx context.Context, c *dlock.Client, key string, fn func
 	ctx, span := t.tracer.Start(ctx, "dlock.do", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(t.keyAttrs(key)...))
 	defer span.End()
-	err := c.Do(ctx, key, fn, opts...)
+	ev := &lostEvent{}
+	err := c.Do(context.WithValue(ctx, lostEventKey{}, ev), key, fn, opts...)
 	if err != nil {
+		if errors.Is(err, dlock.ErrLost) && ev.done.CompareAndSwap(false, true) {
+			// The lock's Done (and so fn's ctx) ends before the Lost hook
+			// runs: the hook may come after this span ends, so the event
+			// is added here, once.
+			span.AddEvent("dlock.lost", trace.WithAttributes(t.keyAttrs(key,
+				attrLostReason.String(lostReasonName(dlock.OutcomeOf(err))))...))
+		}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return err
 }
+
+// lostEvent marks a Do's ctx: whichever of Do and the Lost hook comes
+// first adds the do span's dlock.lost event.
+type lostEvent struct{ done atomic.Bool }
+
+type lostEventKey struct{}
 
 // acquireSpan records a Lock or TryLock call as a dlock.acquire span, a
 // child of the call's ctx's span, from the call's start to now.
@@ -88,7 +104,9 @@ func (t *Telemetry) lostSpan(ctx context.Context, i dlock.LostInfo, o dlock.Outc
 		attrLostReason.String(lostReasonName(o)),
 		attrHoldDuration.Float64(i.Held.Seconds()))
 	if caller := trace.SpanFromContext(ctx); caller.IsRecording() {
-		caller.AddEvent("dlock.lost", trace.WithAttributes(attrs...))
+		if ev, _ := ctx.Value(lostEventKey{}).(*lostEvent); ev == nil || ev.done.CompareAndSwap(false, true) {
+			caller.AddEvent("dlock.lost", trace.WithAttributes(attrs...))
+		}
 	}
 	status := "lock lost"
 	if i.Cause != nil {

@@ -247,7 +247,7 @@ func TestLostInDo(t *testing.T) {
 	}
 
 	do, acq := e.one(t, "dlock.do"), e.one(t, "dlock.acquire")
-	lost := e.one(t, "dlock.lost")
+	lost := e.lostSpan(t)
 	childOf(t, lost, do.SpanContext())
 	childOf(t, acq, do.SpanContext())
 	a := attrs(lost)
@@ -281,7 +281,7 @@ func TestLostAfterLock(t *testing.T) {
 	}
 	op.End()
 	<-lk.Done()
-	lost := e.one(t, "dlock.lost")
+	lost := e.lostSpan(t)
 	childOf(t, lost, op.SpanContext())
 	if got := attrs(lost)["dlock.lost.reason"].AsString(); got != "expired" {
 		t.Errorf("reason %q", got)
@@ -300,7 +300,7 @@ func TestLostUntraced(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-lk.Done()
-	lost := e.one(t, "dlock.lost")
+	lost := e.lostSpan(t)
 	if lost.Parent().IsValid() || len(lost.Links()) != 0 {
 		t.Errorf("lost span parent %v links %v, want a root span", lost.Parent(), lost.Links())
 	}

@@ -309,6 +309,10 @@ func TestLost(t *testing.T) {
 		t.Fatalf("Unlock of a taken lock: %v", err)
 	}
 
+	// The expiry's Lost hook runs on a reporting goroutine, after Done.
+	eventually(t, 5*time.Second, "the expiry counted", func() bool {
+		return gather(t, m).value("dlock_lost_total", "reason", "expired") == 1
+	})
 	s := gather(t, m)
 	for reason, want := range map[string]float64{"expired": 1, "taken": 1, "unreachable": 0} {
 		if got := s.value("dlock_lost_total", "reason", reason); got != want {
@@ -342,6 +346,10 @@ func TestRenewals(t *testing.T) {
 		return gather(t, m).value("dlock_renewals_total", "result", "lost") == 1
 	})
 	<-lk.Done()
+	// The Lost hook that counts the loss runs just after Done closes.
+	eventually(t, 5*time.Second, "the loss counted", func() bool {
+		return gather(t, m).value("dlock_lost_total", "reason", "expired") == 1
+	})
 	s := gather(t, m)
 	if got := s.value("dlock_lost_total", "reason", "expired"); got != 1 {
 		t.Errorf("lost{reason=expired} = %v, want 1", got)
@@ -386,6 +394,9 @@ func TestUnreachable(t *testing.T) {
 	if !errors.Is(lk.Err(), dlock.ErrUnreachable) {
 		t.Fatalf("Err = %v, want ErrUnreachable", lk.Err())
 	}
+	eventually(t, 5*time.Second, "the loss counted", func() bool {
+		return gather(t, m).value("dlock_lost_total", "reason", "unreachable") == 1
+	})
 	s := gather(t, m)
 	if got := s.value("dlock_lost_total", "reason", "unreachable"); got != 1 {
 		t.Errorf("lost{reason=unreachable} = %v, want 1", got)
