@@ -66,14 +66,7 @@ func TestSlowLostHookDelaysNothingElse(t *testing.T) {
 	}
 	// The hook runs now, for up to 1.5 s: the other lock (renewed every
 	// 200ms, 600ms TTL) must stay held meanwhile.
-	for end := time.Now().Add(hook - 100*time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if err := other.Err(); err != nil {
-			t.Fatalf("the other lock was lost while a Lost hook ran: %v", err)
-		}
-		if v, _ := rdb.Get(ctx, other.Key()).Result(); v != other.Token() {
-			t.Fatalf("the other lock's key holds %q while it believes it holds it", v)
-		}
-	}
+	stillHeldFor(t, rdb, other, hook-100*time.Millisecond)
 }
 
 // The same for a loss the watchdog's renewal batch finds: the other locks
@@ -101,14 +94,7 @@ func TestSlowLostHookInRenewalBatch(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for end := time.Now().Add(hook - 100*time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
-		if err := other.Err(); err != nil {
-			t.Fatalf("the other lock was lost while a Lost hook ran: %v", err)
-		}
-		if v, _ := rdb.Get(ctx, other.Key()).Result(); v != other.Token() {
-			t.Fatalf("the other lock's key holds %q while it believes it holds it", v)
-		}
-	}
+	stillHeldFor(t, rdb, other, hook-100*time.Millisecond)
 }
 
 // A queued waiter keeps its place in the queue while a Lost hook of its
@@ -501,5 +487,20 @@ func TestLostHookCallsLeadership(t *testing.T) {
 				t.Errorf("Err after the loss: %v", err)
 			}
 		})
+	}
+}
+
+// stillHeldFor checks, every 50ms for d, that lk believes it holds its key
+// and that the key holds its token (a Lost hook of another lock runs
+// meanwhile).
+func stillHeldFor(t *testing.T, rdb redis.UniversalClient, lk *dlock.Lock, d time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := lk.Err(); err != nil {
+			t.Fatalf("the other lock was lost while a Lost hook ran: %v", err)
+		}
+		if v, _ := rdb.Get(t.Context(), lk.Key()).Result(); v != lk.Token() {
+			t.Fatalf("the other lock's key holds %q while it believes it holds it", v)
+		}
 	}
 }
