@@ -31,7 +31,7 @@ func init() {
 // While it leads it acts every 10ms: it checks its leadership (Err) and
 // then writes its id to the resource DLOCK_TEST_KEY+":res" with fenced.Set,
 // printing "acted <term> ok <unix ns>" or "acted <term> refused <unix ns>"
-// (the time after the write). When it finds the
+// (the time before the write). When it finds the
 // leadership lost it prints "lost <term>" and exits 0. A "resign" line on
 // stdin resigns ("resigned").
 func runElectChild() int {
@@ -82,12 +82,13 @@ func runElectChild() int {
 			fmt.Println("lost", l.Term())
 			return 0
 		}
+		sent := time.Now().UnixNano() // before the write: a pause may fall between the write and the print
 		err := fenced.Set(ctx, rdb, name+":res", l.Term(), id+":"+strconv.FormatUint(l.Term(), 10), id)
 		switch {
 		case err == nil:
-			fmt.Println("acted", l.Term(), "ok", time.Now().UnixNano())
+			fmt.Println("acted", l.Term(), "ok", sent)
 		case errors.Is(err, fenced.ErrStale):
-			fmt.Println("acted", l.Term(), "refused", time.Now().UnixNano())
+			fmt.Println("acted", l.Term(), "refused", sent)
 		default:
 			fmt.Println("error", err)
 		}
@@ -245,8 +246,9 @@ func TestElectionChildPausedLeader(t *testing.T) {
 		if strings.HasPrefix(l, "lost") {
 			break
 		}
-		// What a printed before its pause may still be in the pipe: its
-		// acts are stamped before the pause. After it, at most the one act
+		// What a printed before its pause may still be in the pipe, and an
+		// act whose write was sent before the pause may be printed after
+		// it: both are stamped before the pause. After it, at most the one act
 		// that was between its check and its write when the pause came;
 		// the fence refuses it.
 		f := strings.Fields(l)
