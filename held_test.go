@@ -61,6 +61,10 @@ func TestManyHeldLocks(t *testing.T) {
 		t.Logf("CPU hog: %d busy goroutines", runtime.NumCPU())
 	}
 	var behind atomic.Int64
+	var phase atomic.Value // what the test is doing: each "falling behind" warning is counted under it
+	phase.Store("acquire")
+	var phaseMu sync.Mutex
+	behindIn := map[string][]time.Duration{} // warnings per phase, at their time since the start
 	var lostExpired, lostUnreachable, lostOther atomic.Int64
 	var firstLoss atomic.Int64
 	begin := time.Now()
@@ -80,8 +84,13 @@ func TestManyHeldLocks(t *testing.T) {
 			}
 		},
 		Behind: func(_ context.Context, i dlock.BehindInfo) {
+			at := time.Since(begin)
+			ph := phase.Load().(string)
+			phaseMu.Lock()
+			behindIn[ph] = append(behindIn[ph], at.Round(time.Second))
+			phaseMu.Unlock()
 			if behind.Add(1) <= 5 {
-				t.Logf("behind: %+v", i)
+				t.Logf("behind at %s (%s): %+v", at.Round(time.Millisecond), ph, i)
 			}
 		},
 	}})
@@ -110,7 +119,9 @@ func TestManyHeldLocks(t *testing.T) {
 		}
 		return r
 	}
+	phase.Store("sample, none held")
 	empty := rate("empty")
+	phase.Store("acquire")
 
 	runtime.GC()
 	var m0, m1 runtime.MemStats
@@ -145,12 +156,15 @@ func TestManyHeldLocks(t *testing.T) {
 	goroutinesPerLock := float64(runtime.NumGoroutine()-g0) / float64(n)
 
 	// Hold them, measuring renewals and CPU.
+	phase.Store("hold")
 	s0, cpu0, rcpu0, rt0 := c.Stats(), selfCPU(), redisCPU(t, rdb), rt.n.Load()
 	t0 := time.Now()
 	time.Sleep(hold / 2)
 	// Acquire throughput with all of them held, once renewals are steady
 	// (the sample's own locks add 1% to what is held).
+	phase.Store("sample, all held")
 	full := rate("full")
+	phase.Store("hold")
 	time.Sleep(time.Until(t0.Add(hold)))
 	el := time.Since(t0)
 	rt1 := rt.n.Load() // the sample's own round trips included: 2,000 of them
@@ -163,11 +177,16 @@ func TestManyHeldLocks(t *testing.T) {
 		}
 	}
 
-	// Capacity: how fast the watchdog renews when every lock is due at
-	// once (Extend-free: shorten the interval by renewing with a TTL whose
-	// interval is tiny is not possible from outside, so time a burst of
-	// pipelined renewals the way the watchdog sends them).
-	capacity := renewCapacity(t, c, locks, ttl)
+	// Capacity: every lock renewed once more, the way the watchdog sends
+	// renewals (bulk calls in pipelines of 512, 8 at once), from outside
+	// the watchdog (the replies are not applied), while the watchdog goes
+	// on with its own: what both renew in that time is the capacity.
+	phase.Store("burst")
+	wd0 := c.Stats().Renewals
+	burstTime := dlock.RenewBurst(c, locks, ttl)
+	beside := float64(c.Stats().Renewals-wd0) / burstTime.Seconds()
+	capacity := float64(n) / burstTime.Seconds()
+	phase.Store("close")
 
 	closeStart := time.Now()
 	closeErr := c.Close()
@@ -179,8 +198,9 @@ func TestManyHeldLocks(t *testing.T) {
 	t.Logf("heap per held lock: %.0f B; goroutines per held lock: %.4f", heapPerLock, goroutinesPerLock)
 	t.Logf("acquire: all %d in %s (8 goroutines); 1,000 in a row: %.0f/s with none held, %.0f/s with %d held (%.0f%%)",
 		n, acquireAll.Round(time.Millisecond), empty, full, n, 100*full/empty)
-	t.Logf("renewals: %.0f/s (schedule needs %.0f/s); capacity of one burst: %.0f/s (%.1fx the schedule)",
-		renewals, float64(n)/(ttl/3).Seconds(), capacity, capacity/(float64(n)/(ttl/3).Seconds()))
+	schedule := float64(n) / (ttl / 3).Seconds()
+	t.Logf("renewals: %.0f/s (schedule needs %.0f/s); capacity: one extra renewal of every lock in %s (%.0f/s) beside the watchdog's own %.0f/s: %.0f/s in all, %.1fx the schedule",
+		renewals, schedule, burstTime.Round(time.Millisecond), capacity, beside, capacity+beside, (capacity+beside)/schedule)
 	t.Logf("round trips per renewal interval: %.1f (each a pipeline of bulk calls, or a command)",
 		float64(rt1-rt0-2*sample)/(el.Seconds()/(ttl/3).Seconds()))
 	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores (INFO used_cpu_sys+user); per renewal: client %.2f µs, redis-server %.2f µs (the 1,000-lock sample included)",
@@ -189,20 +209,19 @@ func TestManyHeldLocks(t *testing.T) {
 	t.Logf("lost: %d (expired %d, unreachable %d, other %d; first %s after the start); renewal failures: %d; behind warnings: %d",
 		lost, lostExpired.Load(), lostUnreachable.Load(), lostOther.Load(), time.Duration(firstLoss.Load()).Round(time.Millisecond), s1.RenewalFailures, s1.Behind)
 	t.Logf("Close: %s, err %v; lock keys left in Redis: %d", closeTime.Round(time.Millisecond), closeErr, left)
+	phaseMu.Lock()
+	for _, ph := range []string{"sample, none held", "acquire", "hold", "sample, all held", "burst", "close"} {
+		if ats := behindIn[ph]; len(ats) > 0 {
+			t.Logf("behind warnings while %s: %d, at %v", ph, len(ats), ats)
+		}
+	}
+	phaseMu.Unlock()
 	if lost > 0 {
 		t.Errorf("%d locks lost", lost)
 	}
 	if closeErr != nil {
 		t.Errorf("Close: %v", closeErr)
 	}
-}
-
-// renewCapacity times renewing every lock once the way the watchdog
-// sends renewals (bulk calls in pipelines of 512, 8 at once), from outside
-// the watchdog (the replies are not applied).
-func renewCapacity(t *testing.T, c *dlock.Client, locks []*dlock.Lock, ttl time.Duration) float64 {
-	t.Helper()
-	return float64(len(locks)) / dlock.RenewBurst(c, locks, ttl).Seconds()
 }
 
 func envInt(t *testing.T, name string, def int) int {
