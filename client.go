@@ -111,7 +111,10 @@ func (c *Client) Close() error {
 		c.notify.close()
 		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		defer cancel()
-		held := c.wd.registered()
+		// Every lease still held, also one whose Unlock failed: it is
+		// no longer renewed, and with the watchdog stopped nothing would
+		// end it at its deadline (its Done would never close).
+		held := c.wd.live()
 		left, errs := c.wd.releaseAll(ctx, held)
 		err = closeError(left, len(held), errs)
 		if err != nil {

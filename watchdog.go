@@ -47,7 +47,7 @@ type watchdog struct {
 	deadQ    timeHeap[*lease]    // every lease with a live deadline, by deadline
 	waitQ    timeHeap[*waitCall] // sleeping blocked calls, by next retry
 	waitEnd  bool                // Close: blocked calls are woken, not put to sleep
-	held     int                 // registered leases (what Close releases)
+	held     int                 // registered leases
 	inflight int                 // batch goroutines running
 	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting to hooks: Close waits for them
 	lastWarn int64               // when the last "falling behind" warning was given
@@ -90,7 +90,7 @@ type wdEntry struct {
 	every    int64 // renewal interval (ns)
 	ri, di   int32 // slot in renewQ / deadQ, -1 if not there
 	failing  bool  // backing off after a failed renewal: never early
-	reg      bool  // registered: renewed (if it renews) and released by Close
+	reg      bool  // registered: renewed (if it renews)
 }
 
 func newWatchdog(c *Client) *watchdog {
@@ -155,8 +155,9 @@ func (wd *watchdog) kick() {
 	}
 }
 
-// remove unregisters a lease: no more renewals, and Close leaves it alone.
-// Its deadline stays watched until the lease ends (leaseTimer.Stop).
+// remove unregisters a lease: no more renewals. Its deadline stays
+// watched until the lease ends (leaseTimer.Stop), and Close releases it
+// if it is still held then (an Unlock that failed).
 func (wd *watchdog) remove(l *lease) {
 	wd.mu.Lock()
 	e := &l.wd
@@ -285,16 +286,16 @@ func (wd *watchdog) wakeAllWaits() {
 	}
 }
 
-// registered returns every registered lease (for Close, once the loop
-// and the batches have stopped).
-func (wd *watchdog) registered() []*lease {
+// live returns every lease with a deadline still watched (for Close,
+// once the loop and the batches have stopped): the registered ones, and
+// those an Unlock unregistered whose release failed (Redis unreachable),
+// which stay held until their deadline, now that no loop ends them there.
+func (wd *watchdog) live() []*lease {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
-	out := make([]*lease, 0, wd.held)
+	out := make([]*lease, 0, wd.deadQ.len())
 	for _, it := range wd.deadQ.ls {
-		if l := wd.deadQ.xs[it.id]; l.wd.reg {
-			out = append(out, l)
-		}
+		out = append(out, wd.deadQ.xs[it.id])
 	}
 	return out
 }
