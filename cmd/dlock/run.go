@@ -549,6 +549,7 @@ func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv 
 		lostCh   = lk.Done()
 		stopping bool      // SIGTERM sent: the tree is being stopped
 		killAt   time.Time // when SIGKILL follows
+		killWhen string    // killAt in words, for the message
 		killed   bool
 		ws       syscall.WaitStatus
 	)
@@ -557,8 +558,8 @@ func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv 
 	// each time the timer fires.
 	timer := time.NewTimer(time.Until(lk.Deadline().Add(-killAfter)))
 	defer timer.Stop()
-	stop := func(at time.Time) {
-		stopping, killAt = true, at
+	stop := func(at time.Time, when string) {
+		stopping, killAt, killWhen = true, at, when
 		g.term()
 		timer.Reset(time.Until(killAt))
 	}
@@ -573,7 +574,7 @@ loop:
 			case killed:
 			case stopping && !now.Before(killAt):
 				killed = true
-				say("%s is still running at the lock's deadline; sending SIGKILL to its process tree", argv[0])
+				say("%s is still running %s; sending SIGKILL to its process tree", argv[0], killWhen)
 				g.kill()
 			case stopping:
 				timer.Reset(time.Until(killAt))
@@ -587,7 +588,7 @@ loop:
 				}
 				say("renewals of %q are failing and its deadline is %v away: sending SIGTERM to the process tree of %s (SIGKILL at the deadline), so that it stops before the lock can expire",
 					key, time.Until(dl).Round(time.Millisecond), argv[0])
-				stop(dl)
+				stop(dl, "at the lock's deadline")
 			}
 		case <-lostCh:
 			lostCh = nil
@@ -606,7 +607,7 @@ loop:
 			}
 			say("lost the lock %q while %s was running: %s; sending SIGTERM to its process tree (SIGKILL in %v)",
 				key, argv[0], lossReason(lost), killAfter)
-			stop(time.Now().Add(killAfter))
+			stop(time.Now().Add(killAfter), killAfter.String()+" after SIGTERM")
 		case ws = <-exited:
 			break loop
 		}

@@ -219,3 +219,37 @@ func TestRunTerminal(t *testing.T) {
 		t.Errorf("after dlock: the shell's pid, pgid, terminal foreground group = %v: the terminal was not given back", a)
 	}
 }
+
+// processStopped reports whether pid is stopped (state T in /proc).
+func processStopped(pid int) bool {
+	_, state, ok := procStat(pid)
+	return ok && state == 'T'
+}
+
+// TestRunLostLockContinuesStoppedTree: a process under the lock that is
+// stopped (SIGSTOP) when the lock is lost is continued after SIGTERM, so
+// that it acts on it (here, a trap that cleans up and exits) instead of
+// sitting stopped until SIGKILL --kill-after later.
+func TestRunLostLockContinuesStoppedTree(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	key := testKey(t)
+	dir := t.TempDir()
+	pidFile, cleaned := filepath.Join(dir, "pid"), filepath.Join(dir, "cleaned")
+	script := `trap 'echo done > ` + cleaned + `; exit 0' TERM; ` + writePid(pidFile) +
+		`; kill -STOP $$; while :; do sleep 0.05; done`
+	// Renewals every 4s see the loss; SIGKILL comes 6s after SIGTERM.
+	p := startDlock(t, nil, onSrv("run", "--ttl", "12s", "--kill-after", "6s", key, "-c", script)...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	waitFor(t, 30*time.Second, "the command to stop itself", func() bool { return processStopped(pid) })
+	if n, err := rdb.Del(context.Background(), key).Result(); err != nil || n != 1 {
+		t.Fatalf("DEL %s: %d, %v", key, n, err)
+	}
+	r := p.wait(60 * time.Second)
+	expectCode(t, r, 124)
+	expectStderr(t, r, "lost the lock")
+	if !fileExists(cleaned) {
+		t.Errorf("the stopped command never acted on SIGTERM (killed by SIGKILL instead):\n%v", r)
+	}
+}

@@ -30,8 +30,9 @@ import (
 //     flock(1), which holds the lock while any holder of its descriptor
 //     lives, dlock holds the lock until the last process under it is gone;
 //   - takes orders from dlock over a pipe: forward a signal to COMMAND's
-//     group, or stop the whole tree (SIGTERM, SIGKILL; every process of the
-//     group and every descendant, again and again until none is left);
+//     group, or stop the whole tree (SIGTERM, then SIGCONT for the stopped
+//     processes; SIGKILL, again and again until none is left; every process
+//     of the group and every descendant);
 //   - kills the whole tree with SIGKILL when the pipe reaches end of file:
 //     dlock is gone (even by SIGKILL) and nobody renews the lock.
 //
@@ -212,6 +213,10 @@ func (a *app) cmdGuard(args []string) int {
 				again = time.After(20 * time.Millisecond)
 			case o == ctlTerm:
 				t.kill(syscall.SIGTERM)
+				// A stopped process (SIGSTOP, Ctrl-Z) acts on SIGTERM
+				// only when it runs again: continue it, or it would sit
+				// until SIGKILL without a chance to clean up.
+				t.kill(syscall.SIGCONT)
 			}
 		case <-again:
 			t.kill(syscall.SIGKILL)
