@@ -77,7 +77,8 @@ INT for "cmd &" in a script) stays ignored, for COMMAND too, and is not
 passed on.
 COMMAND runs in a process group of its own (a session of its own when
 dlock has no terminal; with a terminal, the terminal's foreground group, which
-dlock takes back after). The lock is held until every process started under
+dlock takes back after; Ctrl-Z does not suspend COMMAND, which holds the
+lock: it is resumed at once). The lock is held until every process started under
 it is gone, background jobs and daemons included (Linux: dlock is a child
 subreaper), as flock(1) holds while any holder of its descriptor lives.
 
@@ -669,7 +670,7 @@ func killLeftovers() {
 	self := os.Getpid()
 	done := make(chan struct{})
 	go func() {
-		reapAll(-1)
+		reapAll(-1, nil)
 		close(done)
 	}()
 	for {

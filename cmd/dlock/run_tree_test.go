@@ -253,3 +253,34 @@ func TestRunLostLockContinuesStoppedTree(t *testing.T) {
 		t.Errorf("the stopped command never acted on SIGTERM (killed by SIGKILL instead):\n%v", r)
 	}
 }
+
+// TestRunTerminalSuspend: Ctrl-Z stops COMMAND's group, the terminal's
+// foreground, but not dlock, which holds the lock: the shell would never
+// see its job stop and get the terminal back, and Ctrl-C would reach only
+// the stopped group. COMMAND is resumed instead, with a message, and runs
+// to its end.
+func TestRunTerminalSuspend(t *testing.T) {
+	t.Parallel()
+	script, err := exec.LookPath("script")
+	if err != nil {
+		t.Skip("needs script(1) for a pseudo-terminal")
+	}
+	dir := t.TempDir()
+	pidFile, resumed, code := filepath.Join(dir, "pid"), filepath.Join(dir, "resumed"), filepath.Join(dir, "code")
+	// The SIGTSTP of Ctrl-Z, sent by COMMAND to itself.
+	inner := writePid(pidFile) + `; kill -TSTP $$; echo resumed > ` + resumed
+	shell := `"$DLOCK_BIN" --redis "$REDIS" run "$KEY" -- sh -c "$INNER"; echo $? > ` + code
+	p := startProc(t, script, []string{"DLOCK_BIN=" + binPath, "REDIS=" + srv.URL(), "KEY=" + testKey(t), "INNER=" + inner},
+		"-qec", shell, "/dev/null")
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	waitFor(t, 30*time.Second, "the suspended command to go on", func() bool { return fileExists(resumed) })
+	r := p.wait(60 * time.Second)
+	expectCode(t, r, 0)
+	if data, err := os.ReadFile(code); err != nil || strings.TrimSpace(string(data)) != "0" {
+		t.Errorf("dlock exited %q (%v), want 0:\n%v", data, err, r)
+	}
+	if !strings.Contains(r.stdout, "cannot be suspended") {
+		t.Errorf("no message on the terminal:\n%v", r)
+	}
+}

@@ -106,16 +106,23 @@ func (g *guard) kill()                { g.send(ctlKill) }
 
 // reapAll waits for every child of this process until none is left, and
 // returns the status of pid. With this process a subreaper, that is its
-// whole tree.
-func reapAll(pid int) (ws syscall.WaitStatus, found bool) {
+// whole tree. If stopped is not nil, it is called with each child that
+// stops and the signal that stopped it.
+func reapAll(pid int, stopped func(pid int, sig syscall.Signal)) (ws syscall.WaitStatus, found bool) {
+	opts := 0
+	if stopped != nil {
+		opts = syscall.WUNTRACED
+	}
 	for {
 		var st syscall.WaitStatus
-		p, err := syscall.Wait4(-1, &st, 0, nil)
+		p, err := syscall.Wait4(-1, &st, opts, nil)
 		switch {
 		case errors.Is(err, syscall.EINTR):
 			continue
 		case err != nil: // ECHILD: no child left
 			return ws, found
+		case st.Stopped():
+			stopped(p, st.StopSignal())
 		case p == pid:
 			ws, found = st, true
 		}
@@ -174,9 +181,27 @@ func (a *app) cmdGuard(args []string) int {
 	pgid := p.Pid
 	t := &tree{self: os.Getpid(), pgid: pgid}
 
+	// Ctrl-Z stops COMMAND's group, the terminal's foreground, and
+	// nothing else: dlock, renewing the lock, runs on, so the shell never
+	// sees its job stop and get the terminal back, and Ctrl-C reaches only
+	// the stopped group. The terminal would hang, and the lock stay held,
+	// until someone killed the tree from elsewhere. COMMAND is resumed
+	// instead: it cannot be suspended while it holds the lock.
+	suspended := func(pid int, sig syscall.Signal) {
+		if sig != syscall.SIGTSTP {
+			return // SIGSTOP, SIGTTIN, SIGTTOU: not a request to suspend
+		}
+		name := argv[0]
+		if pid != p.Pid {
+			name = "process " + strconv.Itoa(pid) + " under the lock"
+		}
+		a.errorf("run: %s got SIGTSTP (Ctrl-Z) and is resumed: it cannot be suspended while it holds the lock (Ctrl-C stops it)", name)
+		_ = syscall.Kill(-pgid, syscall.SIGCONT)
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
 	gone := make(chan syscall.WaitStatus)
 	go func() {
-		ws, _ := reapAll(p.Pid)
+		ws, _ := reapAll(p.Pid, suspended)
 		gone <- ws
 	}()
 	orders := make(chan byte)
