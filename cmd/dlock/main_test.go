@@ -115,9 +115,16 @@ func startDlock(t testing.TB, extraEnv []string, args ...string) *proc {
 // startDlock.
 func startProc(t testing.TB, path string, extraEnv []string, args ...string) *proc {
 	t.Helper()
+	return startProcAttr(t, nil, path, extraEnv, args...)
+}
+
+// startProcAttr is startProc with the process attributes attr.
+func startProcAttr(t testing.TB, attr *syscall.SysProcAttr, path string, extraEnv []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(baseEnv(), extraEnv...)
+	p.cmd.SysProcAttr = attr
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	// Grandchildren that outlive the child must not keep the pipes, and
 	// Wait, hanging.

@@ -74,7 +74,9 @@ Signals INT, TERM, HUP, QUIT, USR1 and USR2 are passed on to COMMAND. A
 signal that arrives while dlock connects to Redis or waits for the lock ends
 dlock at once (exit 128+N). A signal dlock was started with ignored (nohup;
 INT for "cmd &" in a script) stays ignored, for COMMAND too, and is not
-passed on.
+passed on. SIGTSTP (Ctrl-Z) stops neither dlock nor COMMAND while COMMAND
+runs: a stopped dlock would renew nothing, and a stopped COMMAND would keep
+the lock and the terminal.
 COMMAND runs in a process group of its own (a session of its own when
 dlock has no terminal; with a terminal, the terminal's foreground group, which
 dlock takes back after; Ctrl-Z does not suspend COMMAND, which holds the
@@ -524,6 +526,16 @@ func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv 
 		defer cancel()
 		return lk.Unlock(ctx)
 	}
+	// SIGTSTP would stop dlock, not COMMAND's tree, which is in groups of
+	// its own: `fg` then Ctrl-Z on a dlock started with '&', or a `kill
+	// -TSTP`, would leave the command running while nobody renewed the
+	// lock. dlock catches it and goes on (COMMAND gets the default action
+	// back at exec). One dlock was started with ignored stays ignored.
+	tstp := make(chan os.Signal, 1)
+	if !signal.Ignored(syscall.SIGTSTP) {
+		signal.Notify(tstp, syscall.SIGTSTP)
+		defer signal.Stop(tstp)
+	}
 	becomeSubreaper() // should the guard die, its orphans come to dlock
 	g, err := startGuard(path, argv, env)
 	if err != nil {
@@ -569,6 +581,9 @@ loop:
 		select {
 		case sig := <-sigs:
 			g.signal(sig)
+		case <-tstp:
+			say("got SIGTSTP: not stopping, as %s runs on under the lock %q and only dlock renews it (SIGINT or SIGTERM stop %s)",
+				argv[0], key, argv[0])
 		case <-timer.C:
 			now := time.Now()
 			switch {

@@ -284,3 +284,40 @@ func TestRunTerminalSuspend(t *testing.T) {
 		t.Errorf("no message on the terminal:\n%v", r)
 	}
 }
+
+// TestRunSIGTSTP: SIGTSTP to dlock (Ctrl-Z after `fg` on a dlock started
+// with '&'; COMMAND's tree is in groups of its own and goes on) does not
+// stop dlock: a stopped dlock renews nothing, and the lock would expire
+// while the command still ran.
+func TestRunSIGTSTP(t *testing.T) {
+	t.Parallel()
+	c, _ := lib(t)
+	key := testKey(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// A group of its own, whose parent (this test) is in another group of
+	// the same session: not an orphaned group, where the kernel would
+	// discard SIGTSTP.
+	p := startProcAttr(t, &syscall.SysProcAttr{Setpgid: true}, binPath, nil,
+		onSrv("run", "--ttl", "3s", key, "-c", writePid(pidFile)+"; while :; do sleep 0.05; done")...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	p.signal(syscall.SIGTSTP)
+	// Longer than the TTL: a stopped dlock lets the key expire meanwhile.
+	end := time.Now().Add(5 * time.Second)
+	for time.Now().Before(end) {
+		if processStopped(p.cmd.Process.Pid) {
+			t.Fatal("SIGTSTP stopped dlock while the command ran: nobody renews the lock")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if info, err := c.Inspect(context.Background(), key); err != nil || !info.Held {
+		t.Fatalf("the lock is not held while the command runs: %+v, %v", info, err)
+	}
+	if processGone(pid) {
+		t.Fatal("the command is gone")
+	}
+	p.signal(syscall.SIGTERM) // passed on: the command dies of it
+	r := p.wait(60 * time.Second)
+	expectCode(t, r, 128+15)
+	expectStderr(t, r, "got SIGTSTP: not stopping")
+}
