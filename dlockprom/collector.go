@@ -6,7 +6,9 @@
 //     events), which it provides through [Collector.Hooks], for the
 //     histograms and counters;
 //   - the Client's [dlock.Client.Stats] snapshot, read at scrape time, for
-//     the dlock_held and dlock_waiting gauges ([Collector.Track]).
+//     the dlock_held and dlock_waiting gauges and the counters of
+//     Stats.Behind, RenewReportsDropped and PubSubRedials
+//     ([Collector.Track]).
 //
 // It registers nothing itself: register it on the registry you serve.
 // Install its Hooks on the Client (with AddHooks, or in dlock.Options at
@@ -18,20 +20,24 @@
 //	reg.MustRegister(m)
 //
 // One Collector can serve several Clients (add its Hooks to each and
-// Track each): counters and histograms then cover all of them and the gauges
-// are sums. To tell Clients apart instead, give each its own Collector with
-// distinct Opts.ConstLabels.
+// Track each): the hook-fed series then cover all of them and the
+// Stats-fed ones are sums. To tell Clients apart instead, give each its own
+// Collector with distinct Opts.ConstLabels.
 //
 // # Metrics
 //
-//	dlock_acquire_duration_seconds  histogram  result     time in Lock/TryLock, per outcome
-//	dlock_wait_duration_seconds     histogram             time in calls that found the key held
-//	dlock_hold_duration_seconds     histogram             acquire to release or loss
-//	dlock_lost_total                counter    reason     locks lost while held
-//	dlock_renewals_total            counter    result     renewal attempts (watchdog and Extend)
-//	dlock_handoffs_total            counter               acquires that had waited
-//	dlock_held                      gauge                 locks held now
-//	dlock_waiting                   gauge                 Lock calls waiting now
+//	dlock_acquire_duration_seconds     histogram  result  time in Lock/TryLock, per outcome
+//	dlock_wait_duration_seconds        histogram          time in calls that found the key held
+//	dlock_hold_duration_seconds        histogram          acquire to release or loss
+//	dlock_lost_total                   counter    reason  locks lost while held
+//	dlock_renewals_total               counter    result  renewal attempts (watchdog and Extend)
+//	dlock_handoffs_total               counter            acquires that had waited
+//	dlock_releases_total               counter            locks released by Unlock
+//	dlock_held                         gauge              locks held now
+//	dlock_waiting                      gauge              Lock calls waiting now
+//	dlock_watchdog_behind_total        counter            watchdog Behind warnings
+//	dlock_renew_reports_dropped_total  counter            renewals the Renew hook missed
+//	dlock_pubsub_redials_total         counter            pub/sub connections replaced
 //
 // The labels name the event's [dlock.Outcome] (dlock.OutcomeOf of its
 // error). result of dlock_acquire_duration_seconds is one of acquired,
@@ -43,6 +49,11 @@
 // until its deadline) or lost.
 // Without Opts.KeyLabel, every one of these label values is exported from
 // the first scrape, at 0.
+//
+// The last five are read from the tracked Clients' Stats at scrape time
+// (sums over them); the others are fed by the Hooks. A Client no longer
+// tracked keeps adding its last counts to the three Stats-fed counters, so
+// they never go down.
 //
 // A "hand-off" is, for now, an acquire that succeeded after waiting for the
 // key: the previous holder released it (or it expired) and a waiter got it.
@@ -56,7 +67,7 @@
 // set, which Prometheus cannot store. Opts.KeyLabel opts in to a "key" label
 // on every hook-fed metric, with the value KeyLabel returns for the key; it
 // must map keys to a small, fixed set (for example the part before the first
-// ':'). The gauges never have it.
+// ':'). The series read from Stats never have it.
 //
 // # Cost
 //
@@ -120,7 +131,7 @@ type Opts struct {
 	ConstLabels prometheus.Labels
 
 	// KeyLabel, if set, adds a "key" label to every metric fed by the hooks
-	// (all but dlock_held and dlock_waiting), whose value is KeyLabel(key).
+	// (not to those read from Stats), whose value is KeyLabel(key).
 	// It must return few distinct values: each is a new series of every
 	// such metric (and each histogram series is one per bucket). It is
 	// called once per event, in the hook, so it must be fast. Default: nil,
@@ -153,8 +164,10 @@ type Collector struct {
 	lost     *prometheus.CounterVec
 	renewals *prometheus.CounterVec
 	handoffs *prometheus.CounterVec
+	releases *prometheus.CounterVec
 
-	heldDesc, waitingDesc *prometheus.Desc
+	heldDesc, waitingDesc                *prometheus.Desc
+	behindDesc, droppedDesc, redialsDesc *prometheus.Desc
 
 	// Series resolved up front, used when keyLabel is nil; indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -164,9 +177,20 @@ type Collector struct {
 	waitObs   prometheus.Observer
 	holdObs   prometheus.Observer
 	handoffC  prometheus.Counter
+	releaseC  prometheus.Counter
 
 	mu      sync.Mutex
 	sources map[*StatsSource]struct{} // pointer keys: sources need not be comparable
+	retired statsCounters             // the Stats-fed counters of untracked sources, at Untrack
+}
+
+// statsCounters are the counters read from Stats.
+type statsCounters struct{ behind, dropped, redials uint64 }
+
+func (a *statsCounters) add(s dlock.Stats) {
+	a.behind += s.Behind
+	a.dropped += s.RenewReportsDropped
+	a.redials += s.PubSubRedials
 }
 
 // NewCollector returns a Collector. Add its Hooks to the Client, Track the
@@ -221,10 +245,21 @@ func NewCollector(opts Opts) *Collector {
 			Help:        "Locks acquired after waiting for another holder to release them.",
 			ConstLabels: opts.ConstLabels,
 		}, labels()),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "dlock_releases_total",
+			Help:        "Locks released by Unlock (not lost).",
+			ConstLabels: opts.ConstLabels,
+		}, labels()),
 		heldDesc: prometheus.NewDesc("dlock_held",
 			"Locks held now by the tracked clients.", nil, opts.ConstLabels),
 		waitingDesc: prometheus.NewDesc("dlock_waiting",
 			"Lock calls of the tracked clients waiting for a key now.", nil, opts.ConstLabels),
+		behindDesc: prometheus.NewDesc("dlock_watchdog_behind_total",
+			"Warnings that the watchdog of a tracked client fell behind its renewals (Hooks.Behind).", nil, opts.ConstLabels),
+		droppedDesc: prometheus.NewDesc("dlock_renew_reports_dropped_total",
+			"Watchdog renewals of the tracked clients not reported to the Renew hook, which fell too far behind.", nil, opts.ConstLabels),
+		redialsDesc: prometheus.NewDesc("dlock_pubsub_redials_total",
+			"Pub/sub connections of the tracked clients replaced because they missed their liveness probe.", nil, opts.ConstLabels),
 		sources: make(map[*StatsSource]struct{}),
 	}
 	if c.keyLabel == nil {
@@ -242,6 +277,7 @@ func NewCollector(opts Opts) *Collector {
 		c.waitObs = c.wait.WithLabelValues()
 		c.holdObs = c.hold.WithLabelValues()
 		c.handoffC = c.handoffs.WithLabelValues()
+		c.releaseC = c.releases.WithLabelValues()
 	}
 	return c
 }
@@ -257,10 +293,12 @@ func (c *Collector) Hooks() dlock.Hooks {
 	}
 }
 
-// Track adds s (normally the *dlock.Client that runs c's Hooks)
-// to the sources of dlock_held and dlock_waiting, which report the sum over
-// all tracked sources. The returned func stops tracking s; call it when the
-// Client is closed for good if the Collector outlives it.
+// Track adds s (normally the *dlock.Client that runs c's Hooks) to the
+// sources of the Stats-fed series (dlock_held, dlock_waiting and the
+// counters of Stats.Behind, RenewReportsDropped and PubSubRedials), which
+// report the sum over all tracked sources. The returned func stops
+// tracking s; call it when the Client is closed for good if the Collector
+// outlives it. The counters keep the counts s had then.
 func (c *Collector) Track(s StatsSource) (untrack func()) {
 	p := &s
 	c.mu.Lock()
@@ -268,8 +306,11 @@ func (c *Collector) Track(s StatsSource) (untrack func()) {
 	c.mu.Unlock()
 	return func() {
 		c.mu.Lock()
-		delete(c.sources, p)
-		c.mu.Unlock()
+		defer c.mu.Unlock()
+		if _, ok := c.sources[p]; ok {
+			delete(c.sources, p)
+			c.retired.add(s.Stats())
+		}
 	}
 }
 
@@ -281,8 +322,12 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.lost.Describe(ch)
 	c.renewals.Describe(ch)
 	c.handoffs.Describe(ch)
+	c.releases.Describe(ch)
 	ch <- c.heldDesc
 	ch <- c.waitingDesc
+	ch <- c.behindDesc
+	ch <- c.droppedDesc
+	ch <- c.redialsDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -293,21 +338,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.lost.Collect(ch)
 	c.renewals.Collect(ch)
 	c.handoffs.Collect(ch)
+	c.releases.Collect(ch)
 
 	c.mu.Lock()
 	sources := make([]StatsSource, 0, len(c.sources))
 	for p := range c.sources {
 		sources = append(sources, *p)
 	}
+	counts := c.retired
 	c.mu.Unlock()
 	var held, waiting int64
 	for _, s := range sources {
 		st := s.Stats()
 		held += st.Held
 		waiting += st.Waiting
+		counts.add(st)
 	}
 	ch <- prometheus.MustNewConstMetric(c.heldDesc, prometheus.GaugeValue, float64(held))
 	ch <- prometheus.MustNewConstMetric(c.waitingDesc, prometheus.GaugeValue, float64(waiting))
+	ch <- prometheus.MustNewConstMetric(c.behindDesc, prometheus.CounterValue, float64(counts.behind))
+	ch <- prometheus.MustNewConstMetric(c.droppedDesc, prometheus.CounterValue, float64(counts.dropped))
+	ch <- prometheus.MustNewConstMetric(c.redialsDesc, prometheus.CounterValue, float64(counts.redials))
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -343,6 +394,11 @@ func (c *Collector) onRelease(_ context.Context, i dlock.ReleaseInfo) {
 		return
 	}
 	c.observeHold(i.Key, i.Held.Seconds())
+	if c.keyLabel == nil {
+		c.releaseC.Inc()
+		return
+	}
+	inc(c.releases, c.key(i.Key))
 }
 
 func (c *Collector) onLost(_ context.Context, i dlock.LostInfo) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,6 +131,15 @@ dlock_handoffs_total 0
 # HELP dlock_held Locks held now by the tracked clients.
 # TYPE dlock_held gauge
 dlock_held 0
+# HELP dlock_pubsub_redials_total Pub/sub connections of the tracked clients replaced because they missed their liveness probe.
+# TYPE dlock_pubsub_redials_total counter
+dlock_pubsub_redials_total 0
+# HELP dlock_releases_total Locks released by Unlock (not lost).
+# TYPE dlock_releases_total counter
+dlock_releases_total 0
+# HELP dlock_renew_reports_dropped_total Watchdog renewals of the tracked clients not reported to the Renew hook, which fell too far behind.
+# TYPE dlock_renew_reports_dropped_total counter
+dlock_renew_reports_dropped_total 0
 # HELP dlock_lost_total Locks lost while held, by reason (expired, taken, unreachable).
 # TYPE dlock_lost_total counter
 dlock_lost_total{reason="expired"} 0
@@ -143,9 +153,13 @@ dlock_renewals_total{result="ok"} 0
 # HELP dlock_waiting Lock calls of the tracked clients waiting for a key now.
 # TYPE dlock_waiting gauge
 dlock_waiting 0
+# HELP dlock_watchdog_behind_total Warnings that the watchdog of a tracked client fell behind its renewals (Hooks.Behind).
+# TYPE dlock_watchdog_behind_total counter
+dlock_watchdog_behind_total 0
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
-		"dlock_handoffs_total", "dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting"); err != nil {
+		"dlock_handoffs_total", "dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting",
+		"dlock_releases_total", "dlock_watchdog_behind_total", "dlock_renew_reports_dropped_total", "dlock_pubsub_redials_total"); err != nil {
 		t.Error(err)
 	}
 	for name, n := range map[string]int{
@@ -251,6 +265,9 @@ func TestAcquireResults(t *testing.T) {
 	if got := s.count("dlock_hold_duration_seconds"); got != 2 {
 		t.Errorf("hold: %d observations, want 2", got)
 	}
+	if got, want := s.value("dlock_releases_total"), float64(c.Stats().Released); got != 2 || got != want {
+		t.Errorf("releases = %v, want 2 (Stats.Released %v)", got, want)
+	}
 	if got := s.value("dlock_held"); got != 0 {
 		t.Errorf("dlock_held = %v after releasing everything, want 0", got)
 	}
@@ -321,6 +338,9 @@ func TestLost(t *testing.T) {
 	}
 	if got := s.count("dlock_hold_duration_seconds"); got != 2 {
 		t.Errorf("hold: %d observations, want 2 (one per lost lock)", got)
+	}
+	if got := s.value("dlock_releases_total"); got != 0 {
+		t.Errorf("releases = %v, want 0 (both locks were lost)", got)
 	}
 	if got := s.value("dlock_held"); got != 0 {
 		t.Errorf("dlock_held = %v, want 0", got)
@@ -453,18 +473,91 @@ func (f statsFunc) Stats() dlock.Stats { return f() }
 
 func TestTrackSums(t *testing.T) {
 	m := dlockprom.NewCollector(dlockprom.Opts{ConstLabels: prometheus.Labels{"client": "test"}})
-	untrackA := m.Track(statsFunc(func() dlock.Stats { return dlock.Stats{Held: 2, Waiting: 1} }))
-	m.Track(statsFunc(func() dlock.Stats { return dlock.Stats{Held: 3} }))
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100}
+	untrackA := m.Track(statsFunc(func() dlock.Stats { return a }))
+	m.Track(statsFunc(func() dlock.Stats {
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200}
+	}))
+	counters := func(s scrape) [3]float64 {
+		return [3]float64{
+			s.value("dlock_watchdog_behind_total", "client", "test"),
+			s.value("dlock_renew_reports_dropped_total", "client", "test"),
+			s.value("dlock_pubsub_redials_total", "client", "test"),
+		}
+	}
 	s := gather(t, m)
 	if h, w := s.value("dlock_held", "client", "test"), s.value("dlock_waiting", "client", "test"); h != 5 || w != 1 {
 		t.Errorf("held, waiting = %v, %v; want 5, 1", h, w)
 	}
+	if got, want := counters(s), [3]float64{3, 30, 300}; got != want {
+		t.Errorf("behind, dropped, redials = %v, want %v", got, want)
+	}
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials = 4, 40, 400 // counted until untracked
 	untrackA()
 	untrackA() // idempotent
+	a = dlock.Stats{}
 	s = gather(t, m)
 	if h, w := s.value("dlock_held"), s.value("dlock_waiting"); h != 3 || w != 0 {
 		t.Errorf("after untrack: held, waiting = %v, %v; want 3, 0", h, w)
 	}
+	// The counters never go down: an untracked source's counts stay.
+	if got, want := counters(s), [3]float64{6, 60, 600}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials = %v, want %v", got, want)
+	}
+}
+
+// stallPipelines delays every pipeline (the watchdog's renewals) by d.
+type stallPipelines struct{ d atomic.Int64 }
+
+func (s *stallPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (s *stallPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (s *stallPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(s.d.Load()))
+		return next(ctx, cmds)
+	}
+}
+
+// TestStatsCounters: the counters read from Stats equal the Client's, and
+// a watchdog whose renewals' replies come late is counted behind.
+func TestStatsCounters(t *testing.T) {
+	m := dlockprom.NewCollector(dlockprom.Opts{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	stall := &stallPipelines{}
+	rdb.AddHook(stall)
+	c, err := dlock.New(rdb, dlock.Options{RenewInterval: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stall.d.Store(0)
+		_ = c.Close()
+		_ = rdb.Close()
+	})
+	c.AddHooks(m.Hooks())
+	m.Track(c)
+	lk, err := c.TryLock(t.Context(), key(t), dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each renewal's reply comes 250ms late: more than half the interval.
+	stall.d.Store(int64(250 * time.Millisecond))
+	eventually(t, 10*time.Second, "a Behind warning", func() bool {
+		return gather(t, m).value("dlock_watchdog_behind_total") >= 1
+	})
+	stall.d.Store(0)
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lost while only late: %v", err)
+	}
+	// Stats and the scrape are read apart; the watchdog may warn between
+	// them (at most once a second), so compare until they agree.
+	eventually(t, 10*time.Second, "the counters to equal Stats", func() bool {
+		st := c.Stats()
+		s := gather(t, m)
+		return s.value("dlock_watchdog_behind_total") == float64(st.Behind) &&
+			s.value("dlock_renew_reports_dropped_total") == float64(st.RenewReportsDropped) &&
+			s.value("dlock_pubsub_redials_total") == float64(st.PubSubRedials)
+	})
 }
 
 // TestLabels checks the label every outcome of every event is counted

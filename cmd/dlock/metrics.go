@@ -66,6 +66,9 @@ func writeMetrics(w io.Writer, s dlock.Stats, lk *dlock.Lock) {
 		`{result="ok"}`+n(s.Renewals), `{result="error"}`+n(s.RenewalFailures))
 	metric("dlock_lost_total", "counter", "Locks lost while held.", n(s.Lost))
 	metric("dlock_releases_total", "counter", "Successful releases.", n(s.Released))
+	metric("dlock_watchdog_behind_total", "counter", "Warnings that the watchdog fell behind its renewals.", n(s.Behind))
+	metric("dlock_renew_reports_dropped_total", "counter", "Watchdog renewals not reported to the Renew hook, which fell too far behind.", n(s.RenewReportsDropped))
+	metric("dlock_pubsub_redials_total", "counter", "Pub/sub connections replaced because they missed their liveness probe.", n(s.PubSubRedials))
 	if lk != nil && lk.Err() == nil {
 		metric("dlock_lock_fence", "gauge", "Fencing token of the lock this run holds.", n(lk.Fence()))
 		metric("dlock_lock_deadline_seconds", "gauge", "Seconds until the held lock's deadline (renewed by the watchdog).",

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock"
 )
 
 func freeAddr(t *testing.T) string {
@@ -36,7 +38,8 @@ func TestRunMetricsAddr(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
 		t.Errorf("Content-Type %q", ct)
 	}
-	for _, want := range []string{"dlock_held 1\n", `dlock_acquires_total{result="acquired"} 1`, "# TYPE dlock_lost_total counter", "dlock_lock_fence ", "dlock_lock_deadline_seconds "} {
+	for _, want := range []string{"dlock_held 1\n", `dlock_acquires_total{result="acquired"} 1`, "# TYPE dlock_lost_total counter", "dlock_lock_fence ", "dlock_lock_deadline_seconds ",
+		"dlock_releases_total 0\n", "dlock_watchdog_behind_total 0\n", "dlock_renew_reports_dropped_total 0\n", "dlock_pubsub_redials_total 0\n"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
@@ -49,4 +52,36 @@ func TestRunMetricsAddr(t *testing.T) {
 	r := dlockRun(t, nil, onSrv("run", "--metrics-addr", "256.0.0.1:1", testKey(t), "--", "true")...)
 	expectCode(t, r, 125)
 	expectStderr(t, r, "--metrics-addr")
+}
+
+// Every counter of Stats is printed, each under its own name, as a counter.
+func TestWriteMetricsStats(t *testing.T) {
+	var b strings.Builder
+	writeMetrics(&b, dlock.Stats{
+		Acquired: 1, NotAcquired: 2, Errors: 3, Waits: 4, Handoffs: 5, Renewals: 6, RenewalFailures: 7,
+		Lost: 8, Behind: 9, RenewReportsDropped: 10, PubSubRedials: 11, Released: 12, Held: 13, Waiting: 14,
+	}, nil)
+	for _, want := range []string{
+		"# TYPE dlock_held gauge\ndlock_held 13\n",
+		"# TYPE dlock_waiting gauge\ndlock_waiting 14\n",
+		`dlock_acquires_total{result="acquired"} 1` + "\n",
+		`dlock_acquires_total{result="not_acquired"} 2` + "\n",
+		`dlock_acquires_total{result="error"} 3` + "\n",
+		"# TYPE dlock_waits_total counter\ndlock_waits_total 4\n",
+		"# TYPE dlock_handoffs_total counter\ndlock_handoffs_total 5\n",
+		`dlock_renewals_total{result="ok"} 6` + "\n",
+		`dlock_renewals_total{result="error"} 7` + "\n",
+		"# TYPE dlock_lost_total counter\ndlock_lost_total 8\n",
+		"# TYPE dlock_watchdog_behind_total counter\ndlock_watchdog_behind_total 9\n",
+		"# TYPE dlock_renew_reports_dropped_total counter\ndlock_renew_reports_dropped_total 10\n",
+		"# TYPE dlock_pubsub_redials_total counter\ndlock_pubsub_redials_total 11\n",
+		"# TYPE dlock_releases_total counter\ndlock_releases_total 12\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "dlock_lock_fence") {
+		t.Errorf("a lock's gauges without a lock:\n%s", b.String())
+	}
 }
