@@ -100,6 +100,12 @@ func (c *Client) Stats() Stats { return c.stats.snapshot() }
 // expire by their TTL; those locks end as lost (Err matches ErrLost and
 // ErrClosed, Done closes, the Lost hook runs), since nothing renews them
 // any more. Close is idempotent; later calls return nil.
+//
+// Close then waits for the Lost and Renew hook calls of the watchdog (and
+// of the locks it ended) to return, but for at most another
+// ReleaseTimeout: a hook that blocks does not hang Close. Past it, Close
+// logs a WARN with how many are still running and returns; those calls
+// keep running until their hooks return. Hooks must not block (see Hooks).
 func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {
@@ -107,7 +113,7 @@ func (c *Client) Close() error {
 		c.wd.wakeAllWaits() // blocked calls return ErrClosed
 		close(c.wd.stop)
 		<-c.wd.done
-		c.wd.batches.Wait() // their round trips were cancelled by stop
+		c.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitHooks below
 		c.notify.close()
 		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		defer cancel()
@@ -127,9 +133,10 @@ func (c *Client) Close() error {
 		// still counts as a release.
 		for _, l := range held {
 			if lost, _ := l.lose(l.ctx, errLeftByClose); lost != nil {
-				lost()
+				c.wd.reportLost(lost)
 			}
 		}
+		c.wd.waitHooks(c.opts.ReleaseTimeout)
 		c.bgMu.Lock()
 		c.bgDone = true
 		c.bgMu.Unlock()

@@ -22,7 +22,11 @@ import (
 // the goroutine of that call, before it returns, and delay it; the
 // watchdog's renewals and the losses it finds are reported off
 // its renewal path, each on up to 64 goroutines of their own. Keep hooks
-// quick all the same.
+// quick all the same, and never let one block: Close waits for the
+// watchdog's Lost and Renew hook calls at most Options.ReleaseTimeout,
+// then logs a WARN and returns; a hook still running then keeps running
+// after Close has returned, until it returns, and so do the reports
+// queued behind it.
 //
 // Every hook gets a context first, for the values it carries (a tracing
 // span, a request ID), not for its cancellation:

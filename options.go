@@ -88,7 +88,8 @@ type Options struct {
 	// ReleaseTimeout bounds each release the Client makes on its own: in
 	// Close, the compensating release after an ambiguous acquire, and the
 	// withdrawal of a waiter that gives up (retried until it answers or
-	// this time is up). Default: 5s.
+	// this time is up). It also bounds how long Close waits for Lost and
+	// Renew hook calls still running (see Client.Close). Default: 5s.
 	ReleaseTimeout time.Duration
 
 	// Logger receives structured logs: lost locks at WARN, renewals and

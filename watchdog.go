@@ -49,7 +49,8 @@ type watchdog struct {
 	waitEnd  bool                // Close: blocked calls are woken, not put to sleep
 	held     int                 // registered leases
 	inflight int                 // batch goroutines running
-	batches  sync.WaitGroup      // renewal batches, and the goroutines reporting to hooks: Close waits for them
+	batches  sync.WaitGroup      // renewal batches and the goroutines applying their replies: Close waits for them
+	hooks    sync.WaitGroup      // the goroutines reporting to hooks: Close waits for them, at most ReleaseTimeout (see waitHooks)
 	lastWarn int64               // when the last "falling behind" warning was given
 	// The reports waiting for a goroutine to run them (see report):
 	// losses, taken by up to reporters goroutines (lossRunning), and
@@ -348,11 +349,7 @@ func (wd *watchdog) expire(ls []*lease) {
 		defer wd.batches.Done()
 		for _, l := range ls {
 			if lost := l.onDeadline(); lost != nil {
-				if wd.c.hooks().Lost != nil {
-					wd.report(lost)
-				} else {
-					lost()
-				}
+				wd.reportLost(lost)
 			}
 		}
 	}()
@@ -384,21 +381,57 @@ type renewReport struct {
 }
 
 // report runs f, a loss report, on one of up to reporters goroutines that
-// take the losses in order; Close waits for them. A loss report is never
-// dropped, nor does it wait for a Renew hook (see reportRenewals).
+// take the losses in order; Close waits for them (see waitHooks). A loss
+// report is never dropped, nor does it wait for a Renew hook (see
+// reportRenewals).
 func (wd *watchdog) report(f func()) {
 	wd.repMu.Lock()
 	defer wd.repMu.Unlock()
 	wd.losses = append(wd.losses, f)
 	if wd.lossRunning < reporters {
 		wd.lossRunning++
-		wd.batches.Add(1)
+		wd.hooks.Add(1)
 		go wd.lossLoop()
 	}
 }
 
+// reportLost runs lost, the report of a loss (see lease.lose), on the
+// reporting goroutines if there is a Lost hook, here if not.
+func (wd *watchdog) reportLost(lost func()) {
+	if wd.c.hooks().Lost != nil {
+		wd.report(lost)
+	} else {
+		lost()
+	}
+}
+
+// waitHooks waits for the goroutines reporting to hooks, for at most d:
+// a hook that never returns must not hang Close. If they are still
+// running then, it logs how many and returns; they end when their hooks
+// return (after running the reports queued behind them). Nothing may
+// report to them any more (the loop and the batches have stopped).
+func (wd *watchdog) waitHooks(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wd.hooks.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	wd.repMu.Lock()
+	running, queued := wd.lossRunning+wd.renewRunning, len(wd.losses)+wd.renewsQueued
+	wd.repMu.Unlock()
+	wd.c.opts.Logger.Warn("dlock: Close stopped waiting for Lost or Renew hook calls that have not returned; they keep running (hooks must not block)",
+		"running", running, "queued", queued, "waited", d)
+}
+
 func (wd *watchdog) lossLoop() {
-	defer wd.batches.Done()
+	defer wd.hooks.Done()
 	for {
 		wd.repMu.Lock()
 		if len(wd.losses) == 0 {
@@ -416,7 +449,7 @@ func (wd *watchdog) lossLoop() {
 }
 
 // reportRenewals hands a batch's renewal reports to up to renewReporters
-// goroutines of their own (Close waits for them), without waiting for any
+// goroutines of their own (Close waits for them: see waitHooks), without waiting for any
 // hook: when more than maxQueuedRenews wait, the oldest are dropped and
 // counted.
 func (wd *watchdog) reportRenewals(rs []renewReport) {
@@ -429,7 +462,7 @@ func (wd *watchdog) reportRenewals(rs []renewReport) {
 		rs = rs[n:]
 		if wd.renewRunning < renewReporters {
 			wd.renewRunning++
-			wd.batches.Add(1)
+			wd.hooks.Add(1)
 			go wd.renewLoop()
 		}
 	}
@@ -443,7 +476,7 @@ func (wd *watchdog) reportRenewals(rs []renewReport) {
 }
 
 func (wd *watchdog) renewLoop() {
-	defer wd.batches.Done()
+	defer wd.hooks.Done()
 	for {
 		wd.repMu.Lock()
 		if len(wd.renews) == 0 {
