@@ -28,7 +28,7 @@ func TestRunMetricsAddr(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	key := testKey(t)
 	p := startDlock(t, nil, onSrv("run", "--metrics-addr", addr, key, "--", "sh", "-c", "touch "+ready+"; sleep 1")...)
-	waitFor(t, 10*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	waitFor(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) }) // dlock and sh starting on a loaded machine
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
