@@ -91,8 +91,10 @@ last renewal's send time plus TTL minus the drift allowance, TTL*1% + 2ms).
 If the lock is lost anyway (someone deleted or took it), the tree gets
 SIGTERM at once and SIGKILL --kill-after later. Either way dlock says why on
 stderr, waits until the whole tree is gone, and exits 124, never 0. If dlock
-itself is killed (even SIGKILL), its process tree is SIGKILLed. Not covered:
-a machine paused past the deadline; pass DLOCK_FENCE to the resource.
+itself is killed (even SIGKILL), its process tree is SIGKILLed; if it is
+stopped (SIGSTOP) or hangs, the tree gets SIGTERM half of --kill-after before
+the lock's last deadline and SIGKILL at it. Not covered: a machine paused past
+the deadline; pass DLOCK_FENCE to the resource.
 
 Exit codes:
   COMMAND's status   COMMAND ran and exited
@@ -571,8 +573,24 @@ func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv 
 	// each time the timer fires.
 	timer := time.NewTimer(time.Until(lk.Deadline().Add(-killAfter)))
 	defer timer.Stop()
+	// The guard stops the tree by the last deadline dlock gave it, should
+	// dlock stop giving them while it lives (SIGSTOP, a hang): SIGTERM half
+	// of killAfter before it and SIGKILL at it. A new deadline reaches the
+	// guard within a tick of killAfter/4 (5ms..250ms), so that its SIGTERM
+	// stays later than the one dlock sends itself when renewals fail.
+	var told time.Time
+	tell := func() {
+		if dl := lk.Deadline(); !dl.IsZero() && !dl.Equal(told) {
+			told = dl
+			g.deadline(dl.Add(-killAfter/2), dl)
+		}
+	}
+	tell()
+	tick := time.NewTicker(min(max(killAfter/4, 5*time.Millisecond), 250*time.Millisecond))
+	defer tick.Stop()
 	stop := func(at time.Time, when string) {
 		stopping, killAt, killWhen = true, at, when
+		g.deadline(at, at) // the guard's SIGKILL, should dlock not send it
 		g.term()
 		timer.Reset(time.Until(killAt))
 	}
@@ -581,6 +599,8 @@ loop:
 		select {
 		case sig := <-sigs:
 			g.signal(sig)
+		case <-tick.C:
+			tell()
 		case <-tstp:
 			say("got SIGTSTP: not stopping, as %s runs on under the lock %q and only dlock renews it (SIGINT or SIGTERM stop %s)",
 				argv[0], key, argv[0])

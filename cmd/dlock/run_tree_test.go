@@ -321,3 +321,82 @@ func TestRunSIGTSTP(t *testing.T) {
 	expectCode(t, r, 128+15)
 	expectStderr(t, r, "got SIGTSTP: not stopping")
 }
+
+// TestRunStoppedDlockStopsTree: a dlock stopped while the command runs
+// (SIGSTOP; a hang would be the same) renews nothing, and the lock expires:
+// its guard stops the tree by the last deadline dlock gave it, so that the
+// key never expires while the command still runs.
+func TestRunStoppedDlockStopsTree(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	key := testKey(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	// SIGTERM from the guard 1s (half of --kill-after) before the deadline.
+	p := startDlock(t, nil, onSrv("run", "--ttl", "4s", "--kill-after", "2s", key, "-c",
+		writePid(pidFile)+"; while :; do sleep 0.05; done")...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	p.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		exists, err := rdb.Exists(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := !processGone(pid)
+		if exists == 0 && running {
+			t.Fatal("the key expired on the server while the command of a stopped dlock still ran")
+		}
+		if exists == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key still exists 60s after dlock was stopped")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.signal(syscall.SIGCONT)
+	r := p.wait(60 * time.Second)
+	expectCode(t, r, 124)
+	expectStderr(t, r, "has given no later one")
+}
+
+// TestRunPausedGuardKeepsHealthyTree: a guard that was paused for a while
+// (a starved machine; a guard slow to start) finds the deadlines dlock sent
+// meanwhile queued in its pipe, the first ones past. It acts on the latest,
+// and does not stop the tree of a lock that dlock renewed all along.
+func TestRunPausedGuardKeepsHealthyTree(t *testing.T) {
+	t.Parallel()
+	c, _ := lib(t)
+	key := testKey(t)
+	dir := t.TempDir()
+	pidFile, gate := filepath.Join(dir, "pid"), filepath.Join(dir, "gate")
+	p := startDlock(t, nil, onSrv("run", "--ttl", "1s", key, "-c",
+		writePid(pidFile)+"; while [ ! -e "+gate+" ]; do sleep 0.02; done")...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	ppid, _, ok := procStat(pid) // the command's parent: the guard
+	if !ok {
+		t.Fatal("cannot read the command's parent")
+	}
+	if err := syscall.Kill(ppid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(ppid, syscall.SIGCONT) })
+	time.Sleep(3 * time.Second) // three TTLs of deadlines pile up
+	if err := syscall.Kill(ppid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if processGone(pid) {
+		t.Fatalf("the guard stopped the command of a lock renewed all along:\n%v", p.wait(60*time.Second))
+	}
+	if info, err := c.Inspect(context.Background(), key); err != nil || !info.Held {
+		t.Fatalf("the lock is not held: %+v, %v", info, err)
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expectCode(t, p.wait(60*time.Second), 0)
+}

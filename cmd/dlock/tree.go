@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,7 +36,13 @@ import (
 //     processes; SIGKILL, again and again until none is left; every process
 //     of the group and every descendant);
 //   - kills the whole tree with SIGKILL when the pipe reaches end of file:
-//     dlock is gone (even by SIGKILL) and nobody renews the lock.
+//     dlock is gone (even by SIGKILL) and nobody renews the lock;
+//   - stops the tree by the lock's deadline if dlock, alive, tells it of no
+//     later one (stopped with SIGSTOP, hung): dlock sends each deadline of
+//     the lock as it moves, and the guard sends SIGTERM half of
+//     --kill-after before the last one it got and SIGKILL at it, unless
+//     dlock's own orders came first (with its SIGTERM, dlock gives the
+//     time of its SIGKILL as the last deadline).
 //
 // The end of file of a pipe is the parent-death signal here, rather than
 // PR_SET_PDEATHSIG: it is sent when the last writer is gone whatever killed
@@ -46,11 +54,14 @@ import (
 const guardCommand = "__run-guard"
 
 // Orders on the guard's control pipe: one byte, then for ctlSignal the
-// signal number.
+// signal number, for ctlDeadline two times (monoNow's clock, 8 bytes each,
+// big-endian): when to SIGTERM and when to SIGKILL the tree if no later
+// deadline comes.
 const (
-	ctlSignal = 's' // forward a signal to COMMAND's process group
-	ctlTerm   = 'T' // SIGTERM the whole tree
-	ctlKill   = 'K' // SIGKILL the whole tree, until it is gone
+	ctlSignal   = 's' // forward a signal to COMMAND's process group
+	ctlTerm     = 'T' // SIGTERM the whole tree
+	ctlKill     = 'K' // SIGKILL the whole tree, until it is gone
+	ctlDeadline = 'D' // the lock's deadline moved
 )
 
 // How the guard places COMMAND.
@@ -103,6 +114,18 @@ func (g *guard) send(b ...byte) {
 func (g *guard) signal(sig os.Signal) { g.send(ctlSignal, byte(signum(sig))) }
 func (g *guard) term()                { g.send(ctlTerm) }
 func (g *guard) kill()                { g.send(ctlKill) }
+
+// deadline tells the guard to SIGTERM the tree at term and SIGKILL it at
+// kill unless a later deadline comes first.
+func (g *guard) deadline(term, kill time.Time) {
+	b := []byte{ctlDeadline}
+	b = binary.BigEndian.AppendUint64(b, uint64(monoAt(term)))
+	b = binary.BigEndian.AppendUint64(b, uint64(monoAt(kill)))
+	g.send(b...)
+}
+
+// monoAt is t on monoNow's clock, which the guard shares.
+func monoAt(t time.Time) int64 { return monoNow() + int64(time.Until(t)) }
 
 // reapAll waits for every child of this process until none is left, and
 // returns the status of pid. With this process a subreaper, that is its
@@ -205,29 +228,86 @@ func (a *app) cmdGuard(args []string) int {
 		gone <- ws
 	}()
 	orders := make(chan byte)
+	deadlines := make(chan [2]int64)
+	// reading: an order is being read or handed over. With the bytes still
+	// in the pipe, it tells the backstop that a later deadline may be on
+	// its way (a guard slow to start finds a backlog of them).
+	var reading atomic.Bool
+	ctlFD := int(ctl.Fd())
 	go func() {
 		defer close(orders)
-		var b [2]byte
+		var b [17]byte
 		for {
+			reading.Store(false)
 			if _, err := io.ReadFull(ctl, b[:1]); err != nil {
 				return
 			}
-			if b[0] == ctlSignal {
-				if _, err := io.ReadFull(ctl, b[1:]); err != nil {
+			reading.Store(true)
+			switch b[0] {
+			case ctlSignal:
+				if _, err := io.ReadFull(ctl, b[1:2]); err != nil {
 					return
 				}
 				t.signalGroup(syscall.Signal(b[1]))
-				continue
+			case ctlDeadline:
+				if _, err := io.ReadFull(ctl, b[1:17]); err != nil {
+					return
+				}
+				deadlines <- [2]int64{int64(binary.BigEndian.Uint64(b[1:9])), int64(binary.BigEndian.Uint64(b[9:17]))}
+			default:
+				orders <- b[0]
 			}
-			orders <- b[0]
 		}
 	}()
 
-	var again <-chan time.Time // while killing: SIGKILL again (forks race the kill)
+	var (
+		again          <-chan time.Time // while killing: SIGKILL again (forks race the kill)
+		termAt, killAt int64            // the backstop, on monoNow's clock
+		armed, termed  bool             // a deadline came; SIGTERM was sent
+		backstop       = time.NewTimer(time.Hour)
+	)
+	backstop.Stop()
+	arm := func() {
+		if !armed {
+			return
+		}
+		next := termAt
+		if termed {
+			next = killAt
+		}
+		backstop.Reset(time.Duration(next - monoNow()))
+	}
 	for {
 		select {
 		case ws := <-gone:
 			return exitStatusOf(ws)
+		case d := <-deadlines:
+			if !termed { // once stopping, the tree's deadline stays
+				termAt, killAt, armed = d[0], d[1], true
+				arm()
+			}
+		case <-backstop.C:
+			if reading.Load() || pipeUnread(ctlFD) {
+				backstop.Reset(time.Millisecond) // the latest deadline first
+				continue
+			}
+			now := monoNow()
+			switch {
+			case again != nil: // already being killed
+			case now >= killAt:
+				a.errorf("run: the lock's deadline has come: sending SIGKILL to the process tree of %s", argv[0])
+				t.kill(syscall.SIGKILL)
+				again = time.After(20 * time.Millisecond)
+			case !termed && now >= termAt:
+				a.errorf("run: the lock's deadline is %v away and dlock, still running, has given no later one (is it stopped?): sending SIGTERM to the process tree of %s (SIGKILL at the deadline)",
+					time.Duration(killAt-now).Round(time.Millisecond), argv[0])
+				termed = true
+				t.kill(syscall.SIGTERM)
+				t.kill(syscall.SIGCONT)
+				arm()
+			default:
+				arm()
+			}
 		case o, ok := <-orders:
 			switch {
 			case !ok: // dlock is gone: nobody renews the lock
@@ -237,6 +317,8 @@ func (a *app) cmdGuard(args []string) int {
 				t.kill(syscall.SIGKILL)
 				again = time.After(20 * time.Millisecond)
 			case o == ctlTerm:
+				termed = true
+				arm()
 				t.kill(syscall.SIGTERM)
 				// A stopped process (SIGSTOP, Ctrl-Z) acts on SIGTERM
 				// only when it runs again: continue it, or it would sit

@@ -65,3 +65,18 @@ func procStat(pid int) (ppid int, state byte, ok bool) {
 	ppid, err = strconv.Atoi(f[1])
 	return ppid, f[0][0], err == nil
 }
+
+// monoNow reads CLOCK_MONOTONIC in nanoseconds: one clock for dlock and its
+// guard, which wall-clock steps do not move.
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// pipeUnread reports whether the pipe fd has bytes not yet read (TIOCINQ
+// is FIONREAD).
+func pipeUnread(fd int) bool {
+	n, err := unix.IoctlGetInt(fd, unix.TIOCINQ)
+	return err == nil && n > 0
+}
