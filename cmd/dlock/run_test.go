@@ -222,9 +222,9 @@ func TestRunForwardsSignals(t *testing.T) {
 touch %s
 while :; do sleep 0.02; done`, name, got, code, name, ready)
 			p := startDlock(t, nil, onSrv("run", testKey(t), "--", "sh", "-c", script)...)
-			waitFor(t, 10*time.Second, "the command to start", func() bool { return fileExists(ready) })
+			waitFor(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
 			p.signal(sig)
-			r := p.wait(10 * time.Second)
+			r := p.wait(30 * time.Second)
 			expectCode(t, r, code)
 			data, _ := os.ReadFile(got)
 			if strings.TrimSpace(string(data)) != name {
@@ -237,9 +237,9 @@ while :; do sleep 0.02; done`, name, got, code, name, ready)
 		ready := filepath.Join(t.TempDir(), "ready")
 		p := startDlock(t, nil, onSrv("run", testKey(t), "--", "sh", "-c",
 			"touch "+ready+"; while :; do sleep 0.02; done")...)
-		waitFor(t, 10*time.Second, "the command to start", func() bool { return fileExists(ready) })
+		waitFor(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
 		p.signal(syscall.SIGTERM)
-		expectCode(t, p.wait(10*time.Second), 128+15)
+		expectCode(t, p.wait(30*time.Second), 128+15)
 	})
 }
 
