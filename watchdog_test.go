@@ -115,25 +115,13 @@ func TestCloseServerGone(t *testing.T) {
 	}
 }
 
-// stallPipelines delays every pipeline by d.
-type stallPipelines struct{ d atomic.Int64 }
-
-func (s *stallPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (s *stallPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (s *stallPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		time.Sleep(time.Duration(s.d.Load()))
-		return next(ctx, cmds)
-	}
-}
-
 // When renewals wait longer than half an interval for a pipeline, the
 // Client warns through Hooks.Behind (and its log) while the locks are
 // still held, rather than losing them silently.
 func TestWatchdogWarnsBehind(t *testing.T) {
 	const n = 4800 // more than the pipelines in flight take at once (8 x 512)
 	rdb := srv.NewClient()
-	stall := &stallPipelines{}
+	stall := &redistest.PipelineDelay{}
 	rdb.AddHook(stall)
 	var warned atomic.Pointer[dlock.BehindInfo]
 	c, _ := newClientOn(t, rdb, dlock.Options{
@@ -147,14 +135,14 @@ func TestWatchdogWarnsBehind(t *testing.T) {
 	locks := holdMany(t, c, key(t), n, dlock.WithTTL(10*time.Second))
 	// Every pipeline now takes 600ms: those waiting behind the first
 	// round of pipelines wait longer than half the 400ms interval.
-	stall.d.Store(int64(600 * time.Millisecond))
+	stall.Set(600 * time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
 	warned.Store(nil) // only what the stall causes (a loaded machine may have been late before)
 	deadline := time.Now().Add(8 * time.Second)
 	for warned.Load() == nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	stall.d.Store(0)
+	stall.Set(0)
 	w := warned.Load()
 	if w == nil {
 		t.Fatal("no Behind warning while renewals waited")
@@ -178,7 +166,7 @@ func TestWatchdogWarnsBehind(t *testing.T) {
 func TestWatchdogWarnsSlowReplies(t *testing.T) {
 	const n = 100 // one pipeline: nothing waits to be sent
 	rdb := srv.NewClient()
-	stall := &stallPipelines{}
+	stall := &redistest.PipelineDelay{}
 	rdb.AddHook(stall)
 	var warned atomic.Pointer[dlock.BehindInfo]
 	c, _ := newClientOn(t, rdb, dlock.Options{
@@ -190,14 +178,14 @@ func TestWatchdogWarnsSlowReplies(t *testing.T) {
 		}},
 	})
 	locks := holdMany(t, c, key(t), n, dlock.WithTTL(10*time.Second))
-	stall.d.Store(int64(250 * time.Millisecond)) // each reply 250ms late: more than half the interval
+	stall.Set(250 * time.Millisecond) // each reply 250ms late: more than half the interval
 	time.Sleep(100 * time.Millisecond)
 	warned.Store(nil)
 	deadline := time.Now().Add(8 * time.Second)
 	for warned.Load() == nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	stall.d.Store(0)
+	stall.Set(0)
 	w := warned.Load()
 	if w == nil {
 		t.Fatal("no Behind warning while replies came late")

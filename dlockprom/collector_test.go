@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -506,31 +505,19 @@ func TestTrackSums(t *testing.T) {
 	}
 }
 
-// stallPipelines delays every pipeline (the watchdog's renewals) by d.
-type stallPipelines struct{ d atomic.Int64 }
-
-func (s *stallPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (s *stallPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (s *stallPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		time.Sleep(time.Duration(s.d.Load()))
-		return next(ctx, cmds)
-	}
-}
-
 // TestStatsCounters: the counters read from Stats equal the Client's, and
 // a watchdog whose renewals' replies come late is counted behind.
 func TestStatsCounters(t *testing.T) {
 	m := dlockprom.NewCollector(dlockprom.Opts{})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	stall := &stallPipelines{}
+	stall := &redistest.PipelineDelay{}
 	rdb.AddHook(stall)
 	c, err := dlock.New(rdb, dlock.Options{RenewInterval: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		stall.d.Store(0)
+		stall.Set(0)
 		_ = c.Close()
 		_ = rdb.Close()
 	})
@@ -541,11 +528,11 @@ func TestStatsCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each renewal's reply comes 250ms late: more than half the interval.
-	stall.d.Store(int64(250 * time.Millisecond))
+	stall.Set(250 * time.Millisecond)
 	eventually(t, 10*time.Second, "a Behind warning", func() bool {
 		return gather(t, m).value("dlock_watchdog_behind_total") >= 1
 	})
-	stall.d.Store(0)
+	stall.Set(0)
 	if err := lk.Err(); err != nil {
 		t.Fatalf("lost while only late: %v", err)
 	}
