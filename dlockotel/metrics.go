@@ -29,7 +29,7 @@ const (
 type instruments struct {
 	acquire, wait, hold metric.Float64Histogram
 	lostC, renewals     metric.Int64Counter
-	handoffs            metric.Int64Counter
+	handoffs, releases  metric.Int64Counter
 
 	// Measurement options of each attribute value, indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -38,7 +38,7 @@ type instruments struct {
 	renewBy   [len(renewalResults)][]metric.AddOption
 }
 
-func newInstruments(m metric.Meter, cfg config, observe func() (held, waiting int64)) (*instruments, error) {
+func newInstruments(m metric.Meter, cfg config, observe func() observation) (*instruments, error) {
 	var in instruments
 	var errs []error
 	hist := func(name, desc string, bounds []float64) metric.Float64Histogram {
@@ -61,22 +61,41 @@ func newInstruments(m metric.Meter, cfg config, observe func() (held, waiting in
 	in.lostC = counter("dlock.lost", "{lock}", "Locks lost while held, by reason.")
 	in.renewals = counter("dlock.renewals", "{renewal}", "Lock renewal attempts, by result.")
 	in.handoffs = counter("dlock.handoffs", "{lock}", "Locks acquired after waiting for another holder to release them.")
+	in.releases = counter("dlock.releases", "{lock}", "Locks released by Unlock (not lost).")
 
-	held, err := m.Int64ObservableUpDownCounter("dlock.held", metric.WithUnit("{lock}"),
-		metric.WithDescription("Locks held now by the tracked clients."))
-	errs = append(errs, err)
-	waiting, err := m.Int64ObservableUpDownCounter("dlock.waiting", metric.WithUnit("{call}"),
-		metric.WithDescription("Lock calls of the tracked clients waiting for a key now."))
-	errs = append(errs, err)
+	var observed []metric.Observable
+	upDown := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
+		c, err := m.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		observed = append(observed, c)
+		return c
+	}
+	observable := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		observed = append(observed, c)
+		return c
+	}
+	held := upDown("dlock.held", "{lock}", "Locks held now by the tracked clients.")
+	waiting := upDown("dlock.waiting", "{call}", "Lock calls of the tracked clients waiting for a key now.")
+	behind := observable("dlock.watchdog.behind", "{warning}",
+		"Warnings that the watchdog of a tracked client fell behind its renewals (Hooks.Behind).")
+	dropped := observable("dlock.renew_reports.dropped", "{renewal}",
+		"Watchdog renewals of the tracked clients not reported to the Renew hook, which fell too far behind.")
+	redials := observable("dlock.pubsub.redials", "{connection}",
+		"Pub/sub connections of the tracked clients replaced because they missed their liveness probe.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		h, w := observe()
-		o.ObserveInt64(held, h)
-		o.ObserveInt64(waiting, w)
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		v := observe()
+		o.ObserveInt64(held, v.held)
+		o.ObserveInt64(waiting, v.waiting)
+		o.ObserveInt64(behind, int64(v.behind))
+		o.ObserveInt64(dropped, int64(v.dropped))
+		o.ObserveInt64(redials, int64(v.redials))
 		return nil
-	}, held, waiting)
+	}, observed...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +130,7 @@ func (in *instruments) released(ctx context.Context, i dlock.ReleaseInfo) {
 	// recorded by lost, which the core calls first.
 	if i.Err == nil {
 		in.hold.Record(ctx, i.Held.Seconds())
+		in.releases.Add(ctx, 1)
 	}
 }
 

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/dlockotel"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
@@ -87,14 +90,20 @@ func TestMetrics(t *testing.T) {
 	if h, w := sum(m, "dlock.held"), sum(m, "dlock.waiting"); h != 0 || w != 0 {
 		t.Errorf("held, waiting = %d, %d; want 0, 0", h, w)
 	}
+	// The holder's Unlock; the lost lock is no release.
+	if got, want := sum(m, "dlock.releases"), int64(e.c.Stats().Released); got != 1 || got != want {
+		t.Errorf("releases %d, want 1 (Stats.Released %d)", got, want)
+	}
 
 	// Units and kinds.
 	h := m["dlock.acquire.duration"].(metricdata.Histogram[float64])
 	if len(h.DataPoints) == 0 || len(h.DataPoints[0].Bounds) != 18 {
 		t.Errorf("acquire histogram bounds: %v", h.DataPoints)
 	}
-	if s := m["dlock.lost"].(metricdata.Sum[int64]); !s.IsMonotonic {
-		t.Error("dlock.lost is not monotonic")
+	for _, name := range []string{"dlock.lost", "dlock.releases", "dlock.watchdog.behind", "dlock.renew_reports.dropped", "dlock.pubsub.redials"} {
+		if s, ok := m[name].(metricdata.Sum[int64]); !ok || !s.IsMonotonic {
+			t.Errorf("%s is not a monotonic sum: %#v", name, m[name])
+		}
 	}
 	if s := m["dlock.held"].(metricdata.Sum[int64]); s.IsMonotonic {
 		t.Error("dlock.held is monotonic")
@@ -122,5 +131,85 @@ func TestMetricsTimeout(t *testing.T) {
 		if got := histCount(m, "dlock.acquire.duration", attribute.String("dlock.acquire.result", r)); got != 1 {
 			t.Errorf("acquire{%s} count %d, want 1", r, got)
 		}
+	}
+}
+
+// TestMetricsStatsCounters: the counters read from Stats equal the
+// Client's, and a watchdog whose renewals' replies come late is counted
+// behind.
+func TestMetricsStatsCounters(t *testing.T) {
+	stall := &redistest.PipelineDelay{}
+	e := newEnv(t, dlock.Options{RenewInterval: 400 * time.Millisecond})
+	e.rdb.AddHook(stall)
+	t.Cleanup(func() { stall.Set(0) }) // runs before the Client's Close
+	lk, err := e.c.TryLock(t.Context(), key(t), dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum(e.collect(t), "dlock.watchdog.behind"); got != 0 {
+		t.Fatalf("dlock.watchdog.behind = %d before any delay", got)
+	}
+	// Each renewal's reply comes 250ms late: more than half the interval.
+	stall.Set(250 * time.Millisecond)
+	eventually(t, 10*time.Second, "a Behind warning", func() bool {
+		return sum(e.collect(t), "dlock.watchdog.behind") >= 1
+	})
+	stall.Set(0)
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lost while only late: %v", err)
+	}
+	// Stats and the collection are read apart; the watchdog may warn
+	// between them (at most once a second), so compare until they agree.
+	eventually(t, 10*time.Second, "the counters to equal Stats", func() bool {
+		st := e.c.Stats()
+		m := e.collect(t)
+		return sum(m, "dlock.watchdog.behind") == int64(st.Behind) &&
+			sum(m, "dlock.renew_reports.dropped") == int64(st.RenewReportsDropped) &&
+			sum(m, "dlock.pubsub.redials") == int64(st.PubSubRedials)
+	})
+}
+
+type statsFunc func() dlock.Stats
+
+func (f statsFunc) Stats() dlock.Stats { return f() }
+
+// TestTrackSums: the observable instruments sum the tracked sources, and
+// the counters keep an untracked source's last counts.
+func TestTrackSums(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	tel, err := dlockotel.New(dlockotel.WithMeterProvider(mp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{reader: reader}
+
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100}
+	untrackA := tel.Track(statsFunc(func() dlock.Stats { return a }))
+	tel.Track(statsFunc(func() dlock.Stats {
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200}
+	}))
+	counters := func(m map[string]metricdata.Aggregation) [3]int64 {
+		return [3]int64{sum(m, "dlock.watchdog.behind"), sum(m, "dlock.renew_reports.dropped"), sum(m, "dlock.pubsub.redials")}
+	}
+	m := e.collect(t)
+	if h, w := sum(m, "dlock.held"), sum(m, "dlock.waiting"); h != 5 || w != 1 {
+		t.Errorf("held, waiting = %d, %d; want 5, 1", h, w)
+	}
+	if got, want := counters(m), [3]int64{3, 30, 300}; got != want {
+		t.Errorf("behind, dropped, redials = %v, want %v", got, want)
+	}
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials = 4, 40, 400 // counted until untracked
+	untrackA()
+	untrackA() // idempotent
+	a = dlock.Stats{}
+	m = e.collect(t)
+	if h, w := sum(m, "dlock.held"), sum(m, "dlock.waiting"); h != 3 || w != 0 {
+		t.Errorf("after untrack: held, waiting = %d, %d; want 3, 0", h, w)
+	}
+	// The counters never go down: an untracked source's counts stay.
+	if got, want := counters(m), [3]int64{6, 60, 600}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials = %v, want %v", got, want)
 	}
 }

@@ -1,6 +1,7 @@
 // Package dlockotel instruments dlock with OpenTelemetry: spans and
 // metrics from the Client's hooks, which get the context of the call that
-// caused each event, so the spans are children of the caller's span.
+// caused each event, so the spans are children of the caller's span, and
+// metrics read from the Client's Stats.
 //
 // # Setup
 //
@@ -11,7 +12,7 @@
 //	tel, err := dlockotel.New(dlockotel.WithTracerProvider(tp), dlockotel.WithMeterProvider(mp))
 //	...
 //	locks.AddHooks(tel.Hooks())
-//	tel.Track(locks) // dlock.held and dlock.waiting
+//	tel.Track(locks) // dlock.held, dlock.waiting and the counters read from Stats
 //	lock, err := locks.Lock(ctx, "nightly-report")
 //
 // [Telemetry.Do] is Client.Do inside a dlock.do span, the parent of
@@ -51,23 +52,34 @@
 //
 // # Metrics
 //
-// Recorded from the hooks on the meter named [ScopeName], with the hook's
-// ctx:
+// Recorded on the meter named [ScopeName]: from the hooks, with the
+// hook's ctx, or read from the tracked Clients' Stats when the metrics are
+// collected:
 //
-//	dlock.acquire.duration  histogram, s        dlock.acquire.result
-//	dlock.wait.duration     histogram, s        Lock calls that found the key held and waited
-//	dlock.hold.duration     histogram, s        acquire to release or loss
-//	dlock.lost              counter, {lock}     dlock.lost.reason
-//	dlock.renewals          counter, {renewal}  dlock.renewal.result (ok|error|lost)
-//	dlock.handoffs          counter, {lock}     acquires that had waited
-//	dlock.held              up-down counter (observed), {lock}: locks held by tracked Clients
-//	dlock.waiting           up-down counter (observed), {call}: Lock calls waiting in tracked Clients
+//	dlock.acquire.duration       histogram, s        dlock.acquire.result
+//	dlock.wait.duration          histogram, s        Lock calls that found the key held and waited
+//	dlock.hold.duration          histogram, s        acquire to release or loss
+//	dlock.lost                   counter, {lock}     dlock.lost.reason
+//	dlock.renewals               counter, {renewal}  dlock.renewal.result (ok|error|lost)
+//	dlock.handoffs               counter, {lock}     acquires that had waited
+//	dlock.releases               counter, {lock}     locks released by Unlock (not lost)
+//	dlock.held                   up-down counter (observed), {lock}: locks held by tracked Clients
+//	dlock.waiting                up-down counter (observed), {call}: Lock calls waiting in tracked Clients
+//	dlock.watchdog.behind        counter (observed), {warning}: watchdog Behind warnings (Stats.Behind)
+//	dlock.renew_reports.dropped  counter (observed), {renewal}: renewals the Renew hook missed (Stats.RenewReportsDropped)
+//	dlock.pubsub.redials         counter (observed), {connection}: pub/sub connections replaced (Stats.PubSubRedials)
+//
+// The observed ones are read from the Clients given to [Telemetry.Track]
+// (sums over them); the others are recorded by the Hooks, for every
+// Client they are installed on. A Client no longer tracked keeps adding
+// its last counts to the observed counters, so they never go down.
 //
 // Through the OpenTelemetry Prometheus exporter these become the names
-// dlockprom uses (dlock_acquire_duration_seconds, dlock_lost_total, ...).
-// Metrics have no key attribute. Without WithMeterProvider the global
-// MeterProvider is used, which records nothing until one is set; pass
-// noop.NewMeterProvider() to turn the metrics off for good.
+// dlockprom uses (dlock_acquire_duration_seconds, dlock_lost_total,
+// dlock_watchdog_behind_total, ...). Metrics have no key attribute.
+// Without WithMeterProvider the global MeterProvider is used, which
+// records nothing until one is set; pass noop.NewMeterProvider() to turn
+// the metrics off for good.
 package dlockotel
 
 import (
@@ -139,7 +151,8 @@ var DefaultHoldBuckets = []float64{
 	.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600,
 }
 
-// StatsSource is what dlock.held and dlock.waiting observe. *dlock.Client
+// StatsSource is what the observable instruments (dlock.held,
+// dlock.waiting and the counters read from Stats) observe. *dlock.Client
 // implements it.
 type StatsSource interface {
 	Stats() dlock.Stats
@@ -154,6 +167,24 @@ type Telemetry struct {
 
 	mu      sync.Mutex
 	sources map[*StatsSource]struct{}
+	retired statsCounts // the counters of untracked sources, at untrack
+}
+
+// statsCounts are the Stats counters the observable counters report.
+type statsCounts struct{ behind, dropped, redials uint64 }
+
+func (a *statsCounts) add(s dlock.Stats) {
+	a.behind += s.Behind
+	a.dropped += s.RenewReportsDropped
+	a.redials += s.PubSubRedials
+}
+
+// observation is what the observable instruments report: the gauges
+// summed over the tracked sources, the counters over the tracked sources
+// and the last counts of the untracked ones.
+type observation struct {
+	held, waiting int64
+	statsCounts
 }
 
 // New returns a Telemetry. Add its Hooks to the Client and Track the
@@ -201,9 +232,13 @@ func (t *Telemetry) Hooks() dlock.Hooks {
 	}
 }
 
-// Track adds s (normally the *dlock.Client that runs t's Hooks)
-// to the sources dlock.held and dlock.waiting observe; they report the sum
-// over all tracked sources. The returned func stops tracking s.
+// Track adds s (normally the *dlock.Client that runs t's Hooks) to the
+// sources the observable instruments read (dlock.held, dlock.waiting and
+// the counters of Stats.Behind, RenewReportsDropped and PubSubRedials);
+// they report the sum over all tracked sources. The returned
+// func stops tracking s; call it when the Client is closed for good if the
+// Telemetry outlives it. The counters keep the counts s had then, so they
+// never go down.
 func (t *Telemetry) Track(s StatsSource) (untrack func()) {
 	p := &s
 	t.mu.Lock()
@@ -211,25 +246,30 @@ func (t *Telemetry) Track(s StatsSource) (untrack func()) {
 	t.mu.Unlock()
 	return func() {
 		t.mu.Lock()
-		delete(t.sources, p)
-		t.mu.Unlock()
+		defer t.mu.Unlock()
+		if _, ok := t.sources[p]; ok {
+			delete(t.sources, p)
+			t.retired.add(s.Stats())
+		}
 	}
 }
 
-// observe sums the tracked sources' gauges.
-func (t *Telemetry) observe() (held, waiting int64) {
+// observe reads the tracked sources' Stats.
+func (t *Telemetry) observe() observation {
 	t.mu.Lock()
 	sources := make([]StatsSource, 0, len(t.sources))
 	for p := range t.sources {
 		sources = append(sources, *p)
 	}
+	o := observation{statsCounts: t.retired}
 	t.mu.Unlock()
 	for _, s := range sources {
 		st := s.Stats()
-		held += st.Held
-		waiting += st.Waiting
+		o.held += st.Held
+		o.waiting += st.Waiting
+		o.add(st)
 	}
-	return held, waiting
+	return o
 }
 
 func (t *Telemetry) onAcquire(ctx context.Context, i dlock.AcquireInfo) {
