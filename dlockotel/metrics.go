@@ -29,7 +29,8 @@ const (
 type instruments struct {
 	acquire, wait, hold metric.Float64Histogram
 	lostC, renewals     metric.Int64Counter
-	handoffs, releases  metric.Int64Counter
+	handoffs, afterWait metric.Int64Counter
+	releases            metric.Int64Counter
 
 	// Measurement options of each attribute value, indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -60,7 +61,10 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		"Time from acquiring a lock to releasing or losing it.", cfg.holdBkts)
 	in.lostC = counter("dlock.lost", "{lock}", "Locks lost while held, by reason.")
 	in.renewals = counter("dlock.renewals", "{renewal}", "Lock renewal attempts, by result.")
-	in.handoffs = counter("dlock.handoffs", "{lock}", "Locks acquired after waiting for another holder to release them.")
+	in.afterWait = counter("dlock.acquired_after_wait", "{lock}",
+		"Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).")
+	in.handoffs = counter("dlock.handoffs", "{lock}",
+		"Deprecated: dlock.acquired_after_wait under its first name. FIFO hand-offs are dlock.handoffs_received.")
 	in.releases = counter("dlock.releases", "{lock}", "Locks released by Unlock (not lost).")
 
 	var observed []metric.Observable
@@ -84,6 +88,8 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		"Watchdog renewals of the tracked clients not reported to the Renew hook, which fell too far behind.")
 	redials := observable("dlock.pubsub.redials", "{connection}",
 		"Pub/sub connections of the tracked clients replaced because they missed their liveness probe.")
+	handoffs := observable("dlock.handoffs_received", "{handoff}",
+		"FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -94,6 +100,7 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		o.ObserveInt64(behind, int64(v.behind))
 		o.ObserveInt64(dropped, int64(v.dropped))
 		o.ObserveInt64(redials, int64(v.redials))
+		o.ObserveInt64(handoffs, int64(v.handoffs))
 		return nil
 	}, observed...)
 	if err != nil {
@@ -120,6 +127,7 @@ func (in *instruments) acquired(ctx context.Context, i dlock.AcquireInfo, o dloc
 	if i.Waited {
 		in.wait.Record(ctx, secs)
 		if i.Err == nil {
+			in.afterWait.Add(ctx, 1)
 			in.handoffs.Add(ctx, 1)
 		}
 	}

@@ -73,8 +73,16 @@ func TestMetrics(t *testing.T) {
 	if got := histCount(m, "dlock.wait.duration"); got != 1 {
 		t.Errorf("wait count %d, want 1", got)
 	}
+	if got := sum(m, "dlock.acquired_after_wait"); got != 1 {
+		t.Errorf("acquired after wait %d, want 1", got)
+	}
 	if got := sum(m, "dlock.handoffs"); got != 1 {
-		t.Errorf("handoffs %d, want 1", got)
+		t.Errorf("handoffs (deprecated) %d, want 1", got)
+	}
+	// The waiter was queued (FIFO, the default): the release handed it
+	// the key.
+	if got, want := sum(m, "dlock.handoffs_received"), int64(e.c.Stats().Handoffs); got != 1 || got != want {
+		t.Errorf("handoffs received %d, want 1 (Stats.Handoffs %d)", got, want)
 	}
 	if got := histCount(m, "dlock.hold.duration"); got != 2 {
 		t.Errorf("hold count %d, want 2 (one release, one loss)", got)
@@ -100,7 +108,8 @@ func TestMetrics(t *testing.T) {
 	if len(h.DataPoints) == 0 || len(h.DataPoints[0].Bounds) != 18 {
 		t.Errorf("acquire histogram bounds: %v", h.DataPoints)
 	}
-	for _, name := range []string{"dlock.lost", "dlock.releases", "dlock.watchdog.behind", "dlock.renew_reports.dropped", "dlock.pubsub.redials"} {
+	for _, name := range []string{"dlock.lost", "dlock.releases", "dlock.watchdog.behind", "dlock.renew_reports.dropped", "dlock.pubsub.redials",
+		"dlock.acquired_after_wait", "dlock.handoffs", "dlock.handoffs_received"} {
 		if s, ok := m[name].(metricdata.Sum[int64]); !ok || !s.IsMonotonic {
 			t.Errorf("%s is not a monotonic sum: %#v", name, m[name])
 		}
@@ -165,8 +174,48 @@ func TestMetricsStatsCounters(t *testing.T) {
 		m := e.collect(t)
 		return sum(m, "dlock.watchdog.behind") == int64(st.Behind) &&
 			sum(m, "dlock.renew_reports.dropped") == int64(st.RenewReportsDropped) &&
-			sum(m, "dlock.pubsub.redials") == int64(st.PubSubRedials)
+			sum(m, "dlock.pubsub.redials") == int64(st.PubSubRedials) &&
+			sum(m, "dlock.handoffs_received") == int64(st.Handoffs)
 	})
+}
+
+// TestMetricsBargingNoHandoff: a barging waiter that gets the key when its
+// holder releases it acquired after waiting, but received no FIFO
+// hand-off.
+func TestMetricsBargingNoHandoff(t *testing.T) {
+	e := newEnv(t, dlock.Options{Barging: true})
+	ctx := t.Context()
+	k := key(t)
+	holder, err := e.c.TryLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := e.c.Lock(ctx, k)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- lk
+	}()
+	eventually(t, 5*time.Second, "a waiter", func() bool { return e.c.Stats().Waiting == 1 })
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := <-done
+	if lk == nil {
+		t.FailNow()
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := e.collect(t)
+	if got := sum(m, "dlock.acquired_after_wait"); got != 1 {
+		t.Errorf("acquired after wait %d, want 1", got)
+	}
+	if got, want := sum(m, "dlock.handoffs_received"), e.c.Stats().Handoffs; got != 0 || want != 0 {
+		t.Errorf("handoffs received %d (Stats.Handoffs %d), want 0: a barging waiter is handed nothing", got, want)
+	}
 }
 
 type statsFunc func() dlock.Stats
@@ -185,22 +234,23 @@ func TestTrackSums(t *testing.T) {
 	}
 	e := &env{reader: reader}
 
-	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100}
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000}
 	untrackA := tel.Track(statsFunc(func() dlock.Stats { return a }))
 	tel.Track(statsFunc(func() dlock.Stats {
-		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200}
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000}
 	}))
-	counters := func(m map[string]metricdata.Aggregation) [3]int64 {
-		return [3]int64{sum(m, "dlock.watchdog.behind"), sum(m, "dlock.renew_reports.dropped"), sum(m, "dlock.pubsub.redials")}
+	counters := func(m map[string]metricdata.Aggregation) [4]int64 {
+		return [4]int64{sum(m, "dlock.watchdog.behind"), sum(m, "dlock.renew_reports.dropped"), sum(m, "dlock.pubsub.redials"),
+			sum(m, "dlock.handoffs_received")}
 	}
 	m := e.collect(t)
 	if h, w := sum(m, "dlock.held"), sum(m, "dlock.waiting"); h != 5 || w != 1 {
 		t.Errorf("held, waiting = %d, %d; want 5, 1", h, w)
 	}
-	if got, want := counters(m), [3]int64{3, 30, 300}; got != want {
-		t.Errorf("behind, dropped, redials = %v, want %v", got, want)
+	if got, want := counters(m), [4]int64{3, 30, 300, 3000}; got != want {
+		t.Errorf("behind, dropped, redials, handoffs = %v, want %v", got, want)
 	}
-	a.Behind, a.RenewReportsDropped, a.PubSubRedials = 4, 40, 400 // counted until untracked
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs = 4, 40, 400, 4000 // counted until untracked
 	untrackA()
 	untrackA() // idempotent
 	a = dlock.Stats{}
@@ -209,7 +259,7 @@ func TestTrackSums(t *testing.T) {
 		t.Errorf("after untrack: held, waiting = %d, %d; want 3, 0", h, w)
 	}
 	// The counters never go down: an untracked source's counts stay.
-	if got, want := counters(m), [3]int64{6, 60, 600}; got != want {
-		t.Errorf("after untrack: behind, dropped, redials = %v, want %v", got, want)
+	if got, want := counters(m), [4]int64{6, 60, 600, 6000}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials, handoffs = %v, want %v", got, want)
 	}
 }

@@ -61,18 +61,32 @@
 //	dlock.hold.duration          histogram, s        acquire to release or loss
 //	dlock.lost                   counter, {lock}     dlock.lost.reason
 //	dlock.renewals               counter, {renewal}  dlock.renewal.result (ok|error|lost)
-//	dlock.handoffs               counter, {lock}     acquires that had waited
+//	dlock.acquired_after_wait    counter, {lock}     Lock calls that waited, then acquired
+//	dlock.handoffs               counter, {lock}     deprecated: the same count
 //	dlock.releases               counter, {lock}     locks released by Unlock (not lost)
 //	dlock.held                   up-down counter (observed), {lock}: locks held by tracked Clients
 //	dlock.waiting                up-down counter (observed), {call}: Lock calls waiting in tracked Clients
 //	dlock.watchdog.behind        counter (observed), {warning}: watchdog Behind warnings (Stats.Behind)
 //	dlock.renew_reports.dropped  counter (observed), {renewal}: renewals the Renew hook missed (Stats.RenewReportsDropped)
 //	dlock.pubsub.redials         counter (observed), {connection}: pub/sub connections replaced (Stats.PubSubRedials)
+//	dlock.handoffs_received      counter (observed), {handoff}: FIFO hand-offs received by queued waiters (Stats.Handoffs)
 //
 // The observed ones are read from the Clients given to [Telemetry.Track]
 // (sums over them); the others are recorded by the Hooks, for every
 // Client they are installed on. A Client no longer tracked keeps adding
 // its last counts to the observed counters, so they never go down.
+//
+// dlock.acquired_after_wait counts the Lock calls that found the key held,
+// waited, and acquired it, however the key came free: a FIFO hand-off, a
+// release a barging waiter won, or the holder's TTL running out.
+// dlock.handoffs is the same count under its first name, kept so
+// dashboards built on it go on working; it is deprecated (the name
+// promised FIFO hand-offs only). dlock.handoffs_received counts the FIFO
+// hand-offs themselves (Stats.Handoffs): the times a queued waiter was
+// woken to take the lock a release handed it, counted when it wakes, so a
+// waiter that comes too late to confirm its hand-off and receives another
+// counts twice, and a dropped or replaced pub/sub connection, which wakes
+// every queued waiter, counts too. With dlock.Options.Barging it stays 0.
 //
 // Through the OpenTelemetry Prometheus exporter these become the names
 // dlockprom uses (dlock_acquire_duration_seconds, dlock_lost_total,
@@ -171,12 +185,13 @@ type Telemetry struct {
 }
 
 // statsCounts are the Stats counters the observable counters report.
-type statsCounts struct{ behind, dropped, redials uint64 }
+type statsCounts struct{ behind, dropped, redials, handoffs uint64 }
 
 func (a *statsCounts) add(s dlock.Stats) {
 	a.behind += s.Behind
 	a.dropped += s.RenewReportsDropped
 	a.redials += s.PubSubRedials
+	a.handoffs += s.Handoffs
 }
 
 // observation is what the observable instruments report: the gauges
@@ -234,8 +249,8 @@ func (t *Telemetry) Hooks() dlock.Hooks {
 
 // Track adds s (normally the *dlock.Client that runs t's Hooks) to the
 // sources the observable instruments read (dlock.held, dlock.waiting and
-// the counters of Stats.Behind, RenewReportsDropped and PubSubRedials);
-// they report the sum over all tracked sources. The returned
+// the counters of Stats.Behind, RenewReportsDropped, PubSubRedials and
+// Handoffs); they report the sum over all tracked sources. The returned
 // func stops tracking s; call it when the Client is closed for good if the
 // Telemetry outlives it. The counters keep the counts s had then, so they
 // never go down.

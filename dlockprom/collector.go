@@ -7,7 +7,7 @@
 //     histograms and counters;
 //   - the Client's [dlock.Client.Stats] snapshot, read at scrape time, for
 //     the dlock_held and dlock_waiting gauges and the counters of
-//     Stats.Behind, RenewReportsDropped and PubSubRedials
+//     Stats.Behind, RenewReportsDropped, PubSubRedials and Handoffs
 //     ([Collector.Track]).
 //
 // It registers nothing itself: register it on the registry you serve.
@@ -31,13 +31,15 @@
 //	dlock_hold_duration_seconds        histogram          acquire to release or loss
 //	dlock_lost_total                   counter    reason  locks lost while held
 //	dlock_renewals_total               counter    result  renewal attempts (watchdog and Extend)
-//	dlock_handoffs_total               counter            acquires that had waited
+//	dlock_acquired_after_wait_total    counter            Lock calls that waited, then acquired
+//	dlock_handoffs_total               counter            deprecated: the same count
 //	dlock_releases_total               counter            locks released by Unlock
 //	dlock_held                         gauge              locks held now
 //	dlock_waiting                      gauge              Lock calls waiting now
 //	dlock_watchdog_behind_total        counter            watchdog Behind warnings
 //	dlock_renew_reports_dropped_total  counter            renewals the Renew hook missed
 //	dlock_pubsub_redials_total         counter            pub/sub connections replaced
+//	dlock_handoffs_received_total      counter            FIFO hand-offs received by queued waiters
 //
 // The labels name the event's [dlock.Outcome] (dlock.OutcomeOf of its
 // error). result of dlock_acquire_duration_seconds is one of acquired,
@@ -50,16 +52,29 @@
 // Without Opts.KeyLabel, every one of these label values is exported from
 // the first scrape, at 0.
 //
-// The last five are read from the tracked Clients' Stats at scrape time
+// The last six are read from the tracked Clients' Stats at scrape time
 // (sums over them); the others are fed by the Hooks. A Client no longer
-// tracked keeps adding its last counts to the three Stats-fed counters, so
+// tracked keeps adding its last counts to the four Stats-fed counters, so
 // they never go down.
 //
-// A "hand-off" is, for now, an acquire that succeeded after waiting for the
-// key: the previous holder released it (or it expired) and a waiter got it.
-// When the core hands a released lock directly to the next waiter in FIFO
-// order, the counter will count exactly those hand-offs; its meaning for a
-// dashboard (a contended key changed hands) stays the same.
+// # Hand-offs
+//
+// dlock_acquired_after_wait_total counts the Lock calls that found the key
+// held, waited, and acquired it, however the key came free: a FIFO
+// hand-off, a release a barging waiter won, or the holder's TTL running
+// out. dlock_handoffs_total is the same count under its first name, kept
+// so dashboards and alerts built on it go on working; it is deprecated
+// (the name promised FIFO hand-offs only). Use
+// dlock_acquired_after_wait_total in new queries.
+//
+// dlock_handoffs_received_total (Stats.Handoffs) counts the FIFO hand-offs
+// themselves: the times a queued waiter of a tracked Client was woken to
+// take the lock a release handed it. The Client counts it when the waiter
+// wakes, before it confirms: a waiter that comes too late to confirm its
+// hand-off goes back to the queue and may receive another, and when the
+// Client's pub/sub connection drops or is replaced it wakes every queued
+// waiter, which counts too. With Options.Barging nothing is handed off and
+// it stays 0.
 //
 // # Key label
 //
@@ -158,16 +173,18 @@ type StatsSource interface {
 type Collector struct {
 	keyLabel func(string) string
 
-	acquire  *prometheus.HistogramVec
-	wait     *prometheus.HistogramVec
-	hold     *prometheus.HistogramVec
-	lost     *prometheus.CounterVec
-	renewals *prometheus.CounterVec
-	handoffs *prometheus.CounterVec
-	releases *prometheus.CounterVec
+	acquire   *prometheus.HistogramVec
+	wait      *prometheus.HistogramVec
+	hold      *prometheus.HistogramVec
+	lost      *prometheus.CounterVec
+	renewals  *prometheus.CounterVec
+	handoffs  *prometheus.CounterVec
+	afterWait *prometheus.CounterVec
+	releases  *prometheus.CounterVec
 
 	heldDesc, waitingDesc                *prometheus.Desc
 	behindDesc, droppedDesc, redialsDesc *prometheus.Desc
+	handoffsRecvDesc                     *prometheus.Desc
 
 	// Series resolved up front, used when keyLabel is nil; indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -177,6 +194,7 @@ type Collector struct {
 	waitObs   prometheus.Observer
 	holdObs   prometheus.Observer
 	handoffC  prometheus.Counter
+	waitedC   prometheus.Counter
 	releaseC  prometheus.Counter
 
 	mu      sync.Mutex
@@ -185,12 +203,13 @@ type Collector struct {
 }
 
 // statsCounters are the counters read from Stats.
-type statsCounters struct{ behind, dropped, redials uint64 }
+type statsCounters struct{ behind, dropped, redials, handoffs uint64 }
 
 func (a *statsCounters) add(s dlock.Stats) {
 	a.behind += s.Behind
 	a.dropped += s.RenewReportsDropped
 	a.redials += s.PubSubRedials
+	a.handoffs += s.Handoffs
 }
 
 // NewCollector returns a Collector. Add its Hooks to the Client, Track the
@@ -242,7 +261,12 @@ func NewCollector(opts Opts) *Collector {
 		}, labels("result")),
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "dlock_handoffs_total",
-			Help:        "Locks acquired after waiting for another holder to release them.",
+			Help:        "Deprecated: dlock_acquired_after_wait_total under its first name. FIFO hand-offs are dlock_handoffs_received_total.",
+			ConstLabels: opts.ConstLabels,
+		}, labels()),
+		afterWait: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "dlock_acquired_after_wait_total",
+			Help:        "Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).",
 			ConstLabels: opts.ConstLabels,
 		}, labels()),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -260,6 +284,8 @@ func NewCollector(opts Opts) *Collector {
 			"Watchdog renewals of the tracked clients not reported to the Renew hook, which fell too far behind.", nil, opts.ConstLabels),
 		redialsDesc: prometheus.NewDesc("dlock_pubsub_redials_total",
 			"Pub/sub connections of the tracked clients replaced because they missed their liveness probe.", nil, opts.ConstLabels),
+		handoffsRecvDesc: prometheus.NewDesc("dlock_handoffs_received_total",
+			"FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).", nil, opts.ConstLabels),
 		sources: make(map[*StatsSource]struct{}),
 	}
 	if c.keyLabel == nil {
@@ -277,6 +303,7 @@ func NewCollector(opts Opts) *Collector {
 		c.waitObs = c.wait.WithLabelValues()
 		c.holdObs = c.hold.WithLabelValues()
 		c.handoffC = c.handoffs.WithLabelValues()
+		c.waitedC = c.afterWait.WithLabelValues()
 		c.releaseC = c.releases.WithLabelValues()
 	}
 	return c
@@ -295,7 +322,8 @@ func (c *Collector) Hooks() dlock.Hooks {
 
 // Track adds s (normally the *dlock.Client that runs c's Hooks) to the
 // sources of the Stats-fed series (dlock_held, dlock_waiting and the
-// counters of Stats.Behind, RenewReportsDropped and PubSubRedials), which
+// counters of Stats.Behind, RenewReportsDropped, PubSubRedials and
+// Handoffs), which
 // report the sum over all tracked sources. The returned func stops
 // tracking s; call it when the Client is closed for good if the Collector
 // outlives it. The counters keep the counts s had then.
@@ -322,12 +350,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.lost.Describe(ch)
 	c.renewals.Describe(ch)
 	c.handoffs.Describe(ch)
+	c.afterWait.Describe(ch)
 	c.releases.Describe(ch)
 	ch <- c.heldDesc
 	ch <- c.waitingDesc
 	ch <- c.behindDesc
 	ch <- c.droppedDesc
 	ch <- c.redialsDesc
+	ch <- c.handoffsRecvDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -338,6 +368,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.lost.Collect(ch)
 	c.renewals.Collect(ch)
 	c.handoffs.Collect(ch)
+	c.afterWait.Collect(ch)
 	c.releases.Collect(ch)
 
 	c.mu.Lock()
@@ -359,6 +390,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.behindDesc, prometheus.CounterValue, float64(counts.behind))
 	ch <- prometheus.MustNewConstMetric(c.droppedDesc, prometheus.CounterValue, float64(counts.dropped))
 	ch <- prometheus.MustNewConstMetric(c.redialsDesc, prometheus.CounterValue, float64(counts.redials))
+	ch <- prometheus.MustNewConstMetric(c.handoffsRecvDesc, prometheus.CounterValue, float64(counts.handoffs))
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -371,6 +403,7 @@ func (c *Collector) onAcquire(_ context.Context, i dlock.AcquireInfo) {
 		if i.Waited {
 			c.waitObs.Observe(secs)
 			if i.Err == nil {
+				c.waitedC.Inc()
 				c.handoffC.Inc()
 			}
 		}
@@ -381,6 +414,7 @@ func (c *Collector) onAcquire(_ context.Context, i dlock.AcquireInfo) {
 	if i.Waited {
 		observe(c.wait, secs, k)
 		if i.Err == nil {
+			inc(c.afterWait, k)
 			inc(c.handoffs, k)
 		}
 	}

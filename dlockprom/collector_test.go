@@ -124,9 +124,15 @@ func TestLint(t *testing.T) {
 func TestZeroValues(t *testing.T) {
 	m := dlockprom.NewCollector(dlockprom.Opts{})
 	const want = `
-# HELP dlock_handoffs_total Locks acquired after waiting for another holder to release them.
+# HELP dlock_acquired_after_wait_total Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).
+# TYPE dlock_acquired_after_wait_total counter
+dlock_acquired_after_wait_total 0
+# HELP dlock_handoffs_total Deprecated: dlock_acquired_after_wait_total under its first name. FIFO hand-offs are dlock_handoffs_received_total.
 # TYPE dlock_handoffs_total counter
 dlock_handoffs_total 0
+# HELP dlock_handoffs_received_total FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).
+# TYPE dlock_handoffs_received_total counter
+dlock_handoffs_received_total 0
 # HELP dlock_held Locks held now by the tracked clients.
 # TYPE dlock_held gauge
 dlock_held 0
@@ -158,7 +164,8 @@ dlock_watchdog_behind_total 0
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
 		"dlock_handoffs_total", "dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting",
-		"dlock_releases_total", "dlock_watchdog_behind_total", "dlock_renew_reports_dropped_total", "dlock_pubsub_redials_total"); err != nil {
+		"dlock_releases_total", "dlock_watchdog_behind_total", "dlock_renew_reports_dropped_total", "dlock_pubsub_redials_total",
+		"dlock_acquired_after_wait_total", "dlock_handoffs_received_total"); err != nil {
 		t.Error(err)
 	}
 	for name, n := range map[string]int{
@@ -258,8 +265,16 @@ func TestAcquireResults(t *testing.T) {
 	if got := s.count("dlock_wait_duration_seconds"); got != 3 {
 		t.Errorf("wait: %d observations, want 3", got)
 	}
+	if got := s.value("dlock_acquired_after_wait_total"); got != 1 {
+		t.Errorf("acquired after wait = %v, want 1", got)
+	}
 	if got := s.value("dlock_handoffs_total"); got != 1 {
-		t.Errorf("handoffs = %v, want 1", got)
+		t.Errorf("handoffs (deprecated) = %v, want 1", got)
+	}
+	// The waiter was queued (FIFO, the default): the release handed it
+	// the key.
+	if got, want := s.value("dlock_handoffs_received_total"), float64(c.Stats().Handoffs); got != 1 || got != want {
+		t.Errorf("handoffs received = %v, want 1 (Stats.Handoffs %v)", got, want)
 	}
 	if got := s.count("dlock_hold_duration_seconds"); got != 2 {
 		t.Errorf("hold: %d observations, want 2", got)
@@ -472,26 +487,27 @@ func (f statsFunc) Stats() dlock.Stats { return f() }
 
 func TestTrackSums(t *testing.T) {
 	m := dlockprom.NewCollector(dlockprom.Opts{ConstLabels: prometheus.Labels{"client": "test"}})
-	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100}
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000}
 	untrackA := m.Track(statsFunc(func() dlock.Stats { return a }))
 	m.Track(statsFunc(func() dlock.Stats {
-		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200}
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000}
 	}))
-	counters := func(s scrape) [3]float64 {
-		return [3]float64{
+	counters := func(s scrape) [4]float64 {
+		return [4]float64{
 			s.value("dlock_watchdog_behind_total", "client", "test"),
 			s.value("dlock_renew_reports_dropped_total", "client", "test"),
 			s.value("dlock_pubsub_redials_total", "client", "test"),
+			s.value("dlock_handoffs_received_total", "client", "test"),
 		}
 	}
 	s := gather(t, m)
 	if h, w := s.value("dlock_held", "client", "test"), s.value("dlock_waiting", "client", "test"); h != 5 || w != 1 {
 		t.Errorf("held, waiting = %v, %v; want 5, 1", h, w)
 	}
-	if got, want := counters(s), [3]float64{3, 30, 300}; got != want {
-		t.Errorf("behind, dropped, redials = %v, want %v", got, want)
+	if got, want := counters(s), [4]float64{3, 30, 300, 3000}; got != want {
+		t.Errorf("behind, dropped, redials, handoffs = %v, want %v", got, want)
 	}
-	a.Behind, a.RenewReportsDropped, a.PubSubRedials = 4, 40, 400 // counted until untracked
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs = 4, 40, 400, 4000 // counted until untracked
 	untrackA()
 	untrackA() // idempotent
 	a = dlock.Stats{}
@@ -500,8 +516,8 @@ func TestTrackSums(t *testing.T) {
 		t.Errorf("after untrack: held, waiting = %v, %v; want 3, 0", h, w)
 	}
 	// The counters never go down: an untracked source's counts stay.
-	if got, want := counters(s), [3]float64{6, 60, 600}; got != want {
-		t.Errorf("after untrack: behind, dropped, redials = %v, want %v", got, want)
+	if got, want := counters(s), [4]float64{6, 60, 600, 6000}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials, handoffs = %v, want %v", got, want)
 	}
 }
 
@@ -543,8 +559,47 @@ func TestStatsCounters(t *testing.T) {
 		s := gather(t, m)
 		return s.value("dlock_watchdog_behind_total") == float64(st.Behind) &&
 			s.value("dlock_renew_reports_dropped_total") == float64(st.RenewReportsDropped) &&
-			s.value("dlock_pubsub_redials_total") == float64(st.PubSubRedials)
+			s.value("dlock_pubsub_redials_total") == float64(st.PubSubRedials) &&
+			s.value("dlock_handoffs_received_total") == float64(st.Handoffs)
 	})
+}
+
+// TestBargingNoHandoff: a barging waiter that gets the key when its holder
+// releases it acquired after waiting, but received no FIFO hand-off.
+func TestBargingNoHandoff(t *testing.T) {
+	ctx := t.Context()
+	m, c, _ := newInstrumented(t, dlockprom.Opts{}, dlock.Options{Barging: true})
+	k := key(t)
+	held, err := c.TryLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockc := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := c.Lock(ctx, k)
+		if err != nil {
+			t.Error(err)
+		}
+		lockc <- lk
+	}()
+	eventually(t, 5*time.Second, "a waiter", func() bool { return c.Stats().Waiting == 1 })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := <-lockc
+	if lk == nil {
+		t.FailNow()
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := gather(t, m)
+	if got := s.value("dlock_acquired_after_wait_total"); got != 1 {
+		t.Errorf("acquired after wait = %v, want 1", got)
+	}
+	if got, want := s.value("dlock_handoffs_received_total"), float64(c.Stats().Handoffs); got != 0 || want != 0 {
+		t.Errorf("handoffs received = %v (Stats.Handoffs %v), want 0: a barging waiter is handed nothing", got, want)
+	}
 }
 
 // TestLabels checks the label every outcome of every event is counted
@@ -678,7 +733,7 @@ func TestConcurrent(t *testing.T) {
 	if got := s.count("dlock_hold_duration_seconds"); got != workers*rounds {
 		t.Errorf("hold: %d, want %d", got, workers*rounds)
 	}
-	if got, want := s.value("dlock_handoffs_total"), float64(c.Stats().Waits); got > want {
-		t.Errorf("handoffs %v > waits %v", got, want)
+	if got, want := s.value("dlock_acquired_after_wait_total"), float64(c.Stats().Waits); got > want {
+		t.Errorf("acquired after wait %v > waits %v", got, want)
 	}
 }

@@ -29,7 +29,7 @@ func Example() {
 	defer locks.Close()
 	metrics := dlockprom.NewCollector(dlockprom.Opts{})
 	locks.AddHooks(metrics.Hooks())
-	metrics.Track(locks) // dlock_held and dlock_waiting read locks.Stats()
+	metrics.Track(locks) // dlock_held, dlock_waiting and the Stats counters read locks.Stats()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics)

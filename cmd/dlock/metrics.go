@@ -20,6 +20,9 @@ type metricsServer struct {
 	srv  *http.Server
 	c    *dlock.Client
 	lock atomic.Pointer[dlock.Lock] // set once acquired
+	// afterWait counts the Lock calls that waited and acquired, which
+	// Stats does not count apart (dlockprom counts them from the hook too).
+	afterWait atomic.Uint64
 }
 
 // startMetrics listens on addr (before the lock is awaited, so waiting
@@ -30,6 +33,11 @@ func startMetrics(addr string, c *dlock.Client) (*metricsServer, error) {
 		return nil, err
 	}
 	m := &metricsServer{c: c}
+	c.AddHooks(dlock.Hooks{Acquire: func(_ context.Context, i dlock.AcquireInfo) {
+		if i.Waited && i.Err == nil {
+			m.afterWait.Add(1)
+		}
+	}})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", m.serve)
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -45,10 +53,12 @@ func (m *metricsServer) stop() {
 
 func (m *metricsServer) serve(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	writeMetrics(w, m.c.Stats(), m.lock.Load())
+	writeMetrics(w, m.c.Stats(), m.afterWait.Load(), m.lock.Load())
 }
 
-func writeMetrics(w io.Writer, s dlock.Stats, lk *dlock.Lock) {
+// writeMetrics writes s, afterWait (Lock calls that waited and acquired)
+// and the gauges of lk, if held.
+func writeMetrics(w io.Writer, s dlock.Stats, afterWait uint64, lk *dlock.Lock) {
 	metric := func(name, typ, help string, samples ...string) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
 		for _, s := range samples {
@@ -61,7 +71,9 @@ func writeMetrics(w io.Writer, s dlock.Stats, lk *dlock.Lock) {
 	metric("dlock_acquires_total", "counter", "Acquire calls by result.",
 		`{result="acquired"}`+n(s.Acquired), `{result="not_acquired"}`+n(s.NotAcquired), `{result="error"}`+n(s.Errors))
 	metric("dlock_waits_total", "counter", "Lock calls that had to wait.", n(s.Waits))
-	metric("dlock_handoffs_total", "counter", "Hand-offs received by queued waiters.", n(s.Handoffs))
+	metric("dlock_acquired_after_wait_total", "counter", "Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).", n(afterWait))
+	metric("dlock_handoffs_total", "counter", "Deprecated: dlock_acquired_after_wait_total under its first name. FIFO hand-offs are dlock_handoffs_received_total.", n(afterWait))
+	metric("dlock_handoffs_received_total", "counter", "FIFO hand-offs received by queued Lock calls (Stats.Handoffs).", n(s.Handoffs))
 	metric("dlock_renewals_total", "counter", "Renewals by result.",
 		`{result="ok"}`+n(s.Renewals), `{result="error"}`+n(s.RenewalFailures))
 	metric("dlock_lost_total", "counter", "Locks lost while held.", n(s.Lost))

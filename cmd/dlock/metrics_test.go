@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -54,13 +55,46 @@ func TestRunMetricsAddr(t *testing.T) {
 	expectStderr(t, r, "--metrics-addr")
 }
 
+// TestRunMetricsHandoff: dlock run queued behind a holder and handed the
+// lock at its release shows one acquire after waiting and one FIFO
+// hand-off received, each under its own name.
+func TestRunMetricsHandoff(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	key := testKey(t)
+	holder := hold(t, key)
+	p := startDlock(t, nil, onSrv("run", "--metrics-addr", addr, key, "--", "sh", "-c", "touch "+ready+"; sleep 1")...)
+	c, _ := lib(t)
+	waitFor(t, 30*time.Second, "dlock to queue for the lock", func() bool {
+		info, err := c.Inspect(context.Background(), key)
+		return err == nil && info.Queued > 0
+	})
+	if err := holder.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the command to start", func() bool { return fileExists(ready) })
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"dlock_waits_total 1\n", "dlock_acquired_after_wait_total 1\n", "dlock_handoffs_total 1\n", "dlock_handoffs_received_total 1\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	expectCode(t, p.wait(30*time.Second), 0)
+}
+
 // Every counter of Stats is printed, each under its own name, as a counter.
 func TestWriteMetricsStats(t *testing.T) {
 	var b strings.Builder
 	writeMetrics(&b, dlock.Stats{
 		Acquired: 1, NotAcquired: 2, Errors: 3, Waits: 4, Handoffs: 5, Renewals: 6, RenewalFailures: 7,
 		Lost: 8, Behind: 9, RenewReportsDropped: 10, PubSubRedials: 11, Released: 12, Held: 13, Waiting: 14,
-	}, nil)
+	}, 15, nil)
 	for _, want := range []string{
 		"# TYPE dlock_held gauge\ndlock_held 13\n",
 		"# TYPE dlock_waiting gauge\ndlock_waiting 14\n",
@@ -68,7 +102,11 @@ func TestWriteMetricsStats(t *testing.T) {
 		`dlock_acquires_total{result="not_acquired"} 2` + "\n",
 		`dlock_acquires_total{result="error"} 3` + "\n",
 		"# TYPE dlock_waits_total counter\ndlock_waits_total 4\n",
-		"# TYPE dlock_handoffs_total counter\ndlock_handoffs_total 5\n",
+		// Stats.Handoffs are the FIFO hand-offs received, not what
+		// dlockprom's dlock_handoffs_total counts (acquires after waiting).
+		"# TYPE dlock_handoffs_received_total counter\ndlock_handoffs_received_total 5\n",
+		"# TYPE dlock_acquired_after_wait_total counter\ndlock_acquired_after_wait_total 15\n",
+		"# TYPE dlock_handoffs_total counter\ndlock_handoffs_total 15\n",
 		`dlock_renewals_total{result="ok"} 6` + "\n",
 		`dlock_renewals_total{result="error"} 7` + "\n",
 		"# TYPE dlock_lost_total counter\ndlock_lost_total 8\n",
