@@ -35,9 +35,10 @@ type Client struct {
 	hooksMu sync.Mutex            // serialises AddHooks
 	once    sync.Once
 
-	bgMu   sync.Mutex     // guards bgDone and the Add side of bg
-	bgDone bool           // set by Close: no new background work
-	bg     sync.WaitGroup // background releases started by the Client
+	bgMu      sync.Mutex     // guards bgDone, bgRunning and the Add side of bg
+	bgDone    bool           // set by Close: no new background work
+	bgRunning int            // background goroutines running (Close's WARN)
+	bg        sync.WaitGroup // background work started by the Client
 }
 
 // New returns a Client over rdb: a *redis.Client (also from
@@ -102,10 +103,18 @@ func (c *Client) Stats() Stats { return c.stats.snapshot() }
 // any more. Close is idempotent; later calls return nil.
 //
 // Close then waits for the Lost and Renew hook calls of the watchdog (and
-// of the locks it ended) to return, but for at most another
-// ReleaseTimeout: a hook that blocks does not hang Close. Past it, Close
-// logs a WARN with how many are still running and returns; those calls
-// keep running until their hooks return. Hooks must not block (see Hooks).
+// of the locks it ended), and for the Client's background clean-ups (the
+// withdrawal of a waiter that gave up, the release after an acquire whose
+// reply was lost) and the Lost hook of a loss an election's leader found,
+// to return, but for at most another ReleaseTimeout in all: a hook that
+// blocks, or a clean-up stuck on a server that does not answer, does not
+// hang Close. Past it, Close logs a WARN with how many are still running
+// and returns; they keep running until they return. Hooks must not block
+// (see Hooks).
+//
+// A lock that an acquiring call got while Close ran is released by that
+// call, which returns ErrClosed; if that release fails too, the lock is
+// left in Redis until its TTL, logged at WARN, and not counted as held.
 func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {
@@ -113,7 +122,7 @@ func (c *Client) Close() error {
 		c.wd.wakeAllWaits() // blocked calls return ErrClosed
 		close(c.wd.stop)
 		<-c.wd.done
-		c.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitHooks below
+		c.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitAside below
 		c.notify.close()
 		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		defer cancel()
@@ -136,11 +145,13 @@ func (c *Client) Close() error {
 				c.wd.reportLost(lost)
 			}
 		}
-		c.wd.waitHooks(c.opts.ReleaseTimeout)
+		// Background work started from now on runs on its caller's
+		// goroutine (see background); what runs already is waited for
+		// with the hooks, within one ReleaseTimeout.
 		c.bgMu.Lock()
 		c.bgDone = true
 		c.bgMu.Unlock()
-		c.bg.Wait()
+		c.waitAside(c.opts.ReleaseTimeout)
 		dropPipeline(c.pipe)
 	})
 	return err
@@ -159,26 +170,83 @@ func (c *Client) closed() bool {
 // by ReleaseTimeout: the delete after an acquire whose reply was lost (a
 // timeout, a cancelled context, a broken connection), which would
 // otherwise leave the key held by nobody for its TTL; and the withdrawal
-// of a waiter that gave up. Close waits for them. (It also reports a loss
-// an election's refresher found, off the refresher's goroutine.)
+// of a waiter that gave up. Close waits for them, at most ReleaseTimeout
+// (see waitAside): a go-redis client may wait past ctx for a server that
+// does not answer. Once Close is waiting, fn runs on the caller's
+// goroutine.
 func (c *Client) background(fn func(ctx context.Context) error) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
 		defer cancel()
 		_ = fn(ctx)
 	}
+	if !c.goBackground(run) {
+		run() // Close no longer waits for background work: do it here
+	}
+}
+
+// reportAside runs lost, the report of a loss found off the watchdog (an
+// election's refresher), on a goroutine of its own, which Close waits for
+// at most ReleaseTimeout: its Lost hook may call back into what found the
+// loss (Resign waits for the refresher). After Close it still runs on a
+// goroutine of its own, not waited for.
+func (c *Client) reportAside(lost func()) {
+	if !c.goBackground(lost) {
+		go lost()
+	}
+}
+
+// goBackground runs f on a goroutine Close waits for (see waitAside),
+// unless Close is waiting already: then it does nothing and returns false.
+func (c *Client) goBackground(f func()) bool {
 	c.bgMu.Lock()
 	if c.bgDone {
 		c.bgMu.Unlock()
-		run() // Close already waited for background work: do it here
-		return
+		return false
 	}
 	c.bg.Add(1)
+	c.bgRunning++
 	c.bgMu.Unlock()
 	go func() {
-		defer c.bg.Done()
-		run()
+		defer func() {
+			c.bgMu.Lock()
+			c.bgRunning--
+			c.bgMu.Unlock()
+			c.bg.Done()
+		}()
+		f()
 	}()
+	return true
+}
+
+// waitAside is the end of Close: it waits for the goroutines reporting
+// to hooks and for background work (see background), for at most d in
+// all: a hook that never returns, or a clean-up stuck on a server that
+// does not answer, must not hang Close. If some are still running then,
+// it logs how many and returns; they end when they return (the reporting
+// goroutines after running the reports queued behind them). Nothing may
+// start more of either (the loop and the batches have stopped, and
+// bgDone is set).
+func (c *Client) waitAside(d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		c.wd.hooks.Wait()
+		c.bg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	running, queued := c.wd.hookCalls()
+	c.bgMu.Lock()
+	bg := c.bgRunning
+	c.bgMu.Unlock()
+	c.opts.Logger.Warn("dlock: Close stopped waiting for hook calls or background clean-ups that have not returned; they keep running (hooks must not block)",
+		"running", running, "queued", queued, "background", bg, "waited", d)
 }
 
 // ambiguous reports whether err leaves unknown whether the command ran:

@@ -380,10 +380,10 @@ func (l *Leadership) refresh() {
 		l.mu.Unlock()
 		cancel()
 		if lost != nil {
-			// Reported on a goroutine of its own (Close waits for it),
-			// not here: the Lost hook may call Resign, which waits for
-			// this goroutine to end.
-			l.e.c.background(func(context.Context) error { lost(); return nil })
+			// Reported on a goroutine of its own (Close waits for it, at
+			// most ReleaseTimeout), not here: the Lost hook may call
+			// Resign, which waits for this goroutine to end.
+			l.e.c.reportAside(lost)
 		}
 	}
 }

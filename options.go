@@ -89,7 +89,8 @@ type Options struct {
 	// Close, the compensating release after an ambiguous acquire, and the
 	// withdrawal of a waiter that gives up (retried until it answers or
 	// this time is up). It also bounds how long Close waits for Lost and
-	// Renew hook calls still running (see Client.Close). Default: 5s.
+	// Renew hook calls and background clean-ups still running (see
+	// Client.Close). Default: 5s.
 	ReleaseTimeout time.Duration
 
 	// Logger receives structured logs: lost locks at WARN, renewals and

@@ -50,7 +50,7 @@ type watchdog struct {
 	held     int                 // registered leases
 	inflight int                 // batch goroutines running
 	batches  sync.WaitGroup      // renewal batches and the goroutines applying their replies: Close waits for them
-	hooks    sync.WaitGroup      // the goroutines reporting to hooks: Close waits for them, at most ReleaseTimeout (see waitHooks)
+	hooks    sync.WaitGroup      // the goroutines reporting to hooks: Close waits for them, at most ReleaseTimeout (see Client.waitAside)
 	lastWarn int64               // when the last "falling behind" warning was given
 	// The reports waiting for a goroutine to run them (see report):
 	// losses, taken by up to reporters goroutines (lossRunning), and
@@ -381,7 +381,7 @@ type renewReport struct {
 }
 
 // report runs f, a loss report, on one of up to reporters goroutines that
-// take the losses in order; Close waits for them (see waitHooks). A loss
+// take the losses in order; Close waits for them (see Client.waitAside). A loss
 // report is never dropped, nor does it wait for a Renew hook (see
 // reportRenewals).
 func (wd *watchdog) report(f func()) {
@@ -405,29 +405,12 @@ func (wd *watchdog) reportLost(lost func()) {
 	}
 }
 
-// waitHooks waits for the goroutines reporting to hooks, for at most d:
-// a hook that never returns must not hang Close. If they are still
-// running then, it logs how many and returns; they end when their hooks
-// return (after running the reports queued behind them). Nothing may
-// report to them any more (the loop and the batches have stopped).
-func (wd *watchdog) waitHooks(d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		wd.hooks.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
+// hookCalls returns how many goroutines are reporting to hooks, and how
+// many reports wait for them (Close's WARN: see Client.waitAside).
+func (wd *watchdog) hookCalls() (running, queued int) {
 	wd.repMu.Lock()
-	running, queued := wd.lossRunning+wd.renewRunning, len(wd.losses)+wd.renewsQueued
-	wd.repMu.Unlock()
-	wd.c.opts.Logger.Warn("dlock: Close stopped waiting for Lost or Renew hook calls that have not returned; they keep running (hooks must not block)",
-		"running", running, "queued", queued, "waited", d)
+	defer wd.repMu.Unlock()
+	return wd.lossRunning + wd.renewRunning, len(wd.losses) + wd.renewsQueued
 }
 
 func (wd *watchdog) lossLoop() {
@@ -449,7 +432,7 @@ func (wd *watchdog) lossLoop() {
 }
 
 // reportRenewals hands a batch's renewal reports to up to renewReporters
-// goroutines of their own (Close waits for them: see waitHooks), without waiting for any
+// goroutines of their own (Close waits for them: see Client.waitAside), without waiting for any
 // hook: when more than maxQueuedRenews wait, the oldest are dropped and
 // counted.
 func (wd *watchdog) reportRenewals(rs []renewReport) {
