@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -127,4 +129,52 @@ func TestCloseBoundedByStuckBackgroundWork(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A lock granted while Close runs is released by the acquiring call, which
+// returns ErrClosed. When that release fails too (Redis unreachable), the
+// lock is left to expire by its TTL: once Close and the call have
+// returned, Stats no longer counts it held, and a WARN names it.
+func TestCloseDuringAcquireReleaseFails(t *testing.T) {
+	px := redistest.NewProxy(t, srv.Addr())
+	defer px.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: px.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	logs := &logBuffer{}
+	c, _ := newClientOn(t, rdb, dlock.Options{
+		ReleaseTimeout: 300 * time.Millisecond,
+		Logger:         slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	k := key(t)
+	granted, proceed := make(chan struct{}), make(chan struct{})
+	defer probe.Set(func(name, pk string) {
+		if name == probe.AfterGrant && pk == k {
+			close(granted)
+			<-proceed // Close runs, and returns, before the lease starts
+		}
+	})()
+	res := make(chan error, 1)
+	go func() {
+		_, err := c.TryLock(t.Context(), k, dlock.WithTTL(10*time.Second))
+		res <- err
+	}()
+	select {
+	case <-granted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("TryLock was not granted")
+	}
+	px.Blackhole(true) // nothing answers the acquiring call's release
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	close(proceed)
+	if err := <-res; !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("TryLock during Close = %v, want ErrClosed", err)
+	}
+	if st := c.Stats(); st.Held != 0 {
+		t.Errorf("Stats().Held = %d after Close and the acquiring call returned, want 0 (%+v)", st.Held, st)
+	}
+	if log := logs.String(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, k) {
+		t.Errorf("no WARN naming the lock left in Redis:\n%s", log)
+	}
+	px.Blackhole(false)
 }

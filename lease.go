@@ -480,6 +480,32 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 	return lost, true, err
 }
 
+// leftByClose ends a lease still held after the release an acquiring call
+// made because Close ran meanwhile failed with err: Close did not see it
+// (it started after Close's snapshot), nothing renews it, and it stays in
+// Redis until its TTL. It is not counted as held any more, nor as lost:
+// the call returns ErrClosed, so the lock was never handed out, and no
+// hook reports it. A WARN says what is left, as Close's own does.
+func (l *lease) leftByClose(err error) {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	l.state = stateLost
+	l.err = &lostError{key: l.keys.Lock, cause: errLeftByClose}
+	l.timer.Stop()
+	if l.done != nil {
+		close(l.done)
+	}
+	value := l.value
+	l.mu.Unlock()
+	l.c.wd.remove(l)
+	l.c.stats.held.Add(-1)
+	l.c.opts.Logger.Warn("dlock: Close left a lock acquired while it ran to expire by its TTL",
+		"key", l.keys.Lock, "fence", l.fence, "token", shortToken(value), "err", err)
+}
+
 // endReleasedLocked ends a held lease as released. Callers hold l.mu.
 func (l *lease) endReleasedLocked() {
 	l.state = stateReleased

@@ -136,8 +136,9 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 		// Close ran while we were acquiring: don't hand out a lock nobody
 		// will renew or release.
 		rctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
-		_ = l.release(rctx)
+		rerr := l.release(rctx)
 		cancel()
+		l.leftByClose(rerr) // if that release failed too
 		err = ErrClosed
 	}
 	var fence uint64
