@@ -279,14 +279,24 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 
 // renewHooks calls the hooks a renewal made outside the watchdog's batches
 // owes (see renewed): the Lost hook first if it found the lease lost, then
-// Renew with hctx. Callers hold no lock.
+// Renew with hctx. A renewal that did not find the loss is not reported
+// once the lease has ended otherwise (a loss found meanwhile, whose Lost
+// may have begun, or an Unlock that may have returned): see Hooks.Renew.
+// Callers hold no lock.
 func (l *lease) renewHooks(hctx context.Context, info RenewInfo, lost func()) {
 	if lost != nil {
 		lost()
 	}
-	if h := l.c.hooks().Renew; h != nil {
+	if h := l.c.hooks().Renew; h != nil && (lost != nil || l.held()) {
 		h(hctx, info)
 	}
+}
+
+// held reports whether the lease is held now.
+func (l *lease) held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateHeld
 }
 
 // errRetryAlt asks the caller of renewed to renew once more: the key held

@@ -60,11 +60,20 @@ type Hooks struct {
 	// batch is done, on up to 64 goroutines that take them in order (not
 	// those that report losses: a Renew hook that falls behind or blocks
 	// delays no Lost nor Done): a slow hook delays no renewal, but its
-	// calls may come late (after Lost or Release of the lock) and run
-	// concurrently, even for one lock. A hook slower than the renewals
-	// falls behind; when more
-	// than 16,384 reports wait for it, the oldest are dropped and counted
-	// in Stats.RenewReportsDropped.
+	// calls may come late and run concurrently, even for one lock. A
+	// hook slower than the renewals falls behind; when more than 16,384
+	// reports wait for it, the oldest are dropped and counted in
+	// Stats.RenewReportsDropped.
+	//
+	// Per lock, no Renew call begins once the lock has ended: after its
+	// Lost call began, or after the Unlock (or Close) that released it
+	// returned. The one exception is the call reporting the renewal that
+	// found the loss, made right after Lost, with the loss as Err. Each
+	// report is checked against the lock as its call begins; one that
+	// comes later is dropped, uncounted (it no longer says anything about
+	// the lock). A call already running when the lock ends may still be
+	// running after Lost began or Unlock returned. Extend's Renew call is
+	// made only if the lock is still held then, too.
 	Renew func(context.Context, RenewInfo)
 	// Lost is called once when a held lock is lost, after Done has closed:
 	// Done closes as soon as the loss is known, so work bound to it (Do's

@@ -374,9 +374,10 @@ const (
 	maxQueuedRenews = 16384
 )
 
-// renewReport is a watchdog renewal waiting for the Renew hook.
+// renewReport is a watchdog renewal of l waiting for the Renew hook (whose
+// context is l's).
 type renewReport struct {
-	ctx  context.Context
+	l    *lease
 	info RenewInfo
 }
 
@@ -475,7 +476,12 @@ func (wd *watchdog) renewLoop() {
 		wd.repMu.Unlock()
 		if h := wd.c.hooks().Renew; h != nil {
 			for _, r := range rs {
-				h(r.ctx, r.info)
+				// A report taken once its lock has ended (lost, or
+				// released) is dropped: Lost has begun, or Unlock may
+				// have returned, and the renewal says nothing any more.
+				if r.l.held() {
+					h(r.l.ctx, r.info)
+				}
 			}
 		}
 	}
@@ -846,7 +852,7 @@ func (wd *watchdog) renew(leases []*lease) {
 			wd.report(lost)
 		}
 		if hooked {
-			reports = append(reports, renewReport{l.ctx, info})
+			reports = append(reports, renewReport{l, info})
 		}
 		wd.backoff(l, t.ttl)
 	}
@@ -914,7 +920,7 @@ func (wd *watchdog) refusedDone(l *lease, ttl time.Duration, info RenewInfo, los
 	case lost != nil:
 		wd.report(func() { l.renewHooks(l.ctx, info, lost) })
 	case wd.c.hooks().Renew != nil:
-		wd.reportRenewals([]renewReport{{l.ctx, info}})
+		wd.reportRenewals([]renewReport{{l, info}})
 	}
 }
 
@@ -956,7 +962,7 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 			case lost != nil:
 				wd.report(func() { l.renewHooks(l.ctx, info, lost) })
 			case wd.c.hooks().Renew != nil:
-				wd.reportRenewals([]renewReport{{l.ctx, info}})
+				wd.reportRenewals([]renewReport{{l, info}})
 			}
 		}()
 	}
