@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,4 +178,66 @@ func TestCloseDuringAcquireReleaseFails(t *testing.T) {
 		t.Errorf("no WARN naming the lock left in Redis:\n%s", log)
 	}
 	px.Blackhole(false)
+}
+
+// delayMarked is a go-redis hook that delays the commands sent with a
+// context carrying delayKey, by that much.
+type delayMarked struct{}
+
+type delayKey struct{}
+
+func (delayMarked) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (delayMarked) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if d, ok := ctx.Value(delayKey{}).(time.Duration); ok {
+			time.Sleep(d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (delayMarked) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if d, ok := ctx.Value(delayKey{}).(time.Duration); ok {
+			time.Sleep(d)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// An Extend whose renewal reaches Redis after Close released the lock
+// returns ErrClosed: the lock was released by Close, not lost (no Lost
+// call, no ErrExpired), and Close counts it released.
+func TestExtendRacingCloseReturnsErrClosed(t *testing.T) {
+	rdb := srv.NewClient()
+	rdb.AddHook(delayMarked{})
+	var lost atomic.Int32
+	c, _ := newClientOn(t, rdb, dlock.Options{Hooks: dlock.Hooks{
+		Lost: func(_ context.Context, info dlock.LostInfo) {
+			lost.Add(1)
+			t.Logf("Lost %s: %v", info.Key, info.Cause)
+		},
+	}})
+	lk, err := c.TryLock(t.Context(), key(t), dlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		// Sent after Close's release, which runs meanwhile.
+		res <- lk.Extend(context.WithValue(t.Context(), delayKey{}, 500*time.Millisecond), 10*time.Second)
+	}()
+	time.Sleep(100 * time.Millisecond) // Extend is under way
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	err = <-res
+	if !errors.Is(err, dlock.ErrClosed) || errors.Is(err, dlock.ErrExpired) {
+		t.Errorf("Extend racing Close = %v, want ErrClosed", err)
+	}
+	if err := lk.Err(); !errors.Is(err, dlock.ErrReleased) {
+		t.Errorf("Err after Close = %v, want ErrReleased", err)
+	}
+	if st := c.Stats(); lost.Load() != 0 || st.Lost != 0 || st.Held != 0 {
+		t.Errorf("Lost calls %d, Stats %+v: want no loss, nothing held", lost.Load(), st)
+	}
 }

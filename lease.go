@@ -239,6 +239,15 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 	if code == codeOther && l.swapAlt() {
 		return info, nil, errRetryAlt
 	}
+	if (code == codeGone || code == codeOther) && l.c.closed() {
+		// Close releases every lock it holds without waiting for a
+		// renewal in flight (an Extend): the key gone, or handed to a
+		// waiter, is its release, most likely. Not a loss: Close applies
+		// its release's reply once the caller lets go of opMu (released,
+		// or lost if the key was gone before), or ends the lock itself.
+		info.Err = ErrClosed
+		return info, nil, ErrClosed
+	}
 	if code != codeOK {
 		lost, err = l.lose(ctx, causeOf(code))
 		info.Err = err

@@ -440,7 +440,8 @@ func (k *Lock) Err() error {
 // Extend resets the lock's TTL to ttl now (token-checked, by the lock's
 // protocol) and moves the Deadline. The watchdog keeps renewing with the new TTL.
 // It returns a loss error if the lock is gone, or ErrUnavailable (the lock
-// stays held until its deadline; the watchdog keeps trying).
+// stays held until its deadline; the watchdog keeps trying). An Extend
+// that races Close, which releases the lock, returns ErrClosed.
 func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if !k.held() {
 		return ErrNotHeld
