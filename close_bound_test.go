@@ -111,8 +111,11 @@ func TestCloseBoundedByStuckBackgroundWork(t *testing.T) {
 			}
 			took := time.Since(start)
 			t.Logf("Close with a blocked %s: %v", which, took.Round(time.Millisecond))
+			// The election's loss is reported as background work if the
+			// refresher found it, as a hook call if (on a starved
+			// machine) the watchdog did.
 			if log := logs.String(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "Close stopped waiting") ||
-				!strings.Contains(log, "background=1") {
+				!election && !strings.Contains(log, "background=1") {
 				t.Errorf("no WARN about the background work still running:\n%s", log)
 			}
 
