@@ -24,12 +24,15 @@ type Client struct {
 	// server, as on a Cluster (tests of the cross-slot path).
 	splitSlots bool
 
-	pipe    *pipeline // rdb's caller pipeline (see Call.Run)
-	wd      *watchdog
-	notify  *notifier
-	feeds   feeds // election observers' shared reads
-	stats   counters
-	closing chan struct{} // closed by Close
+	pipe *pipeline // rdb's caller pipeline (see Call.Run)
+	// tokenLocks[m] is tokenLock(m), made once (New): a protocol in an
+	// interface is an allocation, which every acquire would pay otherwise.
+	tokenLocks [modeBarge + 1]protocol.Protocol
+	wd         *watchdog
+	notify     *notifier
+	feeds      feeds // election observers' shared reads
+	stats      counters
+	closing    chan struct{} // closed by Close
 
 	hookp   atomic.Pointer[Hooks] // the hooks installed now (see hooks)
 	hooksMu sync.Mutex            // serialises AddHooks
@@ -66,6 +69,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.pipe = pipelineFor(rdb)
 	c.wd = newWatchdog(c)
 	c.notify = newNotifier(c)
+	for m := range c.tokenLocks {
+		c.tokenLocks[m] = c.newTokenLock(acquireMode(m))
+	}
 	return c, nil
 }
 
@@ -80,7 +86,13 @@ func isNil(v any) bool {
 // tokenLock returns the default protocol configured for this Client, with
 // acquire.lua's mode.
 func (c *Client) tokenLock(mode acquireMode) protocol.Protocol {
-	t := tokenLock{c.queueMode(mode)}
+	return c.tokenLocks[mode]
+}
+
+// newTokenLock makes tokenLock(mode).
+func (c *Client) newTokenLock(mode acquireMode) protocol.Protocol {
+	q := c.queueMode(mode)
+	t := tokenLock{queueMode: q, args: newTokenArgs(q, c.opts.TTL)}
 	if c.opts.MinReplicas > 0 {
 		return ackedTokenLock{tokenLock: t, rdb: c.rdb, replicas: c.opts.MinReplicas, timeout: c.opts.ReplicaTimeout}
 	}

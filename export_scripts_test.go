@@ -50,7 +50,7 @@ func (d *ScriptDriver) proto(mode string) protocol.Protocol {
 	m.lease = d.Lease
 	switch p := d.base.(type) {
 	case tokenLock:
-		return tokenLock{m}
+		return tokenLock{queueMode: m, args: newTokenArgs(m, d.c.opts.TTL)}
 	case queued:
 		return withMode(p, m)
 	}

@@ -43,6 +43,7 @@ type pipeline struct {
 type pended struct {
 	ctx   context.Context
 	call  protocol.Call
+	raw   rawCall // call as built arguments, if they are set
 	cmd   *redis.Cmd
 	taken bool          // a writer took it (guarded by pipeline.mu)
 	done  chan struct{} // closed when cmd holds the reply
@@ -127,14 +128,24 @@ func pointerKey(rdb any) bool {
 func runScript(ctx context.Context, rdb redis.Scripter, c protocol.Call) *redis.Cmd {
 	if ownScripts[c.Script] {
 		if p := pipelineOf(rdb); p != nil {
-			return p.run(ctx, c)
+			return p.run(ctx, c, rawCall{})
 		}
 	}
 	return c.Run(ctx, rdb)
 }
 
-// run sends c and returns its reply, or ctx's error if ctx ends first.
-func (p *pipeline) run(ctx context.Context, c protocol.Call) *redis.Cmd {
+// runRawScript is runScript for a call of one of this package's scripts
+// built as its EVALSHA arguments (see rawCall).
+func runRawScript(ctx context.Context, rdb redis.UniversalClient, r rawCall) *redis.Cmd {
+	if p := pipelineOf(rdb); p != nil {
+		return p.run(ctx, protocol.Call{}, r)
+	}
+	return r.run(ctx, rdb)
+}
+
+// run sends c (or r, if it has arguments) and returns its reply, or ctx's
+// error if ctx ends first.
+func (p *pipeline) run(ctx context.Context, c protocol.Call, r rawCall) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, err)
 	}
@@ -147,9 +158,12 @@ func (p *pipeline) run(ctx context.Context, c protocol.Call) *redis.Cmd {
 			p.doneLocked()
 			p.mu.Unlock()
 		}()
+		if r.args != nil {
+			return r.run(ctx, p.rdb)
+		}
 		return c.Run(ctx, p.rdb)
 	}
-	pc := &pended{ctx: ctx, call: c, done: make(chan struct{})}
+	pc := &pended{ctx: ctx, call: c, raw: r, done: make(chan struct{})}
 	p.pending = append(p.pending, pc)
 	if p.active < p.writers {
 		p.active++
@@ -214,15 +228,26 @@ func (p *pipeline) flush() {
 func (p *pipeline) send(batch []*pended) {
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if len(batch) == 1 {
-		batch[0].cmd = batch[0].call.Run(ctx, p.rdb)
+		if pc := batch[0]; pc.raw.args != nil {
+			pc.cmd = pc.raw.run(ctx, p.rdb)
+		} else {
+			pc.cmd = pc.call.Run(ctx, p.rdb)
+		}
 		close(batch[0].done)
 		return
 	}
 	calls := make([]protocol.Call, len(batch))
+	var raw []rawCall
 	for i, pc := range batch {
 		calls[i] = pc.call
+		if pc.raw.args != nil {
+			if raw == nil {
+				raw = make([]rawCall, len(batch))
+			}
+			raw[i] = pc.raw
+		}
 	}
-	cmds := runBatch(ctx, p.rdb, calls)
+	cmds := runRaw(ctx, p.rdb, calls, raw)
 	for i, pc := range batch {
 		pc.cmd = cmds[i]
 		close(pc.done)

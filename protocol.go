@@ -58,6 +58,9 @@ func releaseOnce(ctx context.Context, rdb redis.UniversalClient, p protocol.Prot
 	if code, err, ok := sentRelease(ctx, value); ok { // Close sent it in a pipeline
 		return code, err
 	}
+	if t, ok := p.(tokenLock); ok {
+		return t.release(ctx, rdb, k, value).Int64()
+	}
 	return runScript(ctx, rdb, p.Release(k, value)).Int64()
 }
 

@@ -25,9 +25,16 @@ var (
 	//go:embed scripts/release.lua
 	releaseSrc string
 
-	acquireScript = libScript(acquireSrc)
+	acquireBody   = lualib.Build(acquireSrc)
+	releaseBody   = lualib.Build(releaseSrc)
+	acquireScript = redis.NewScript(acquireBody)
 	extendScript  = libScript(extendSrc)
-	releaseScript = libScript(releaseSrc)
+	releaseScript = redis.NewScript(releaseBody)
+
+	// The SHA1s of acquire.lua and release.lua as EVALSHA arguments,
+	// boxed once (see tokenLock.acquireRaw).
+	acquireSHA any = acquireScript.Hash()
+	releaseSHA any = releaseScript.Hash()
 )
 
 // libScript returns the script src with the library definitions it uses in
@@ -89,6 +96,19 @@ func runRaw(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Cal
 		})
 	}
 	return cmds
+}
+
+// run executes r on rdb by itself: EVALSHA, then EVAL on NOSCRIPT, as
+// Call.Run does.
+func (r rawCall) run(ctx context.Context, rdb redis.UniversalClient) *redis.Cmd {
+	cmd := r.cmd(ctx)
+	_ = rdb.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		r.args[0], r.args[1] = "eval", r.src
+		cmd = r.cmd(ctx)
+		_ = rdb.Process(ctx, cmd)
+	}
+	return cmd
 }
 
 // cmd returns the command of r: its keys start at its fourth argument (a

@@ -14,6 +14,26 @@ import (
 // direct hand-off (see scripts/acquire.lua and scripts/release.lua).
 type tokenLock struct {
 	queueMode
+	// args are the Client's arguments of this protocol, boxed once (see
+	// Client.newTokenLock); nil in a tokenLock not made by a Client.
+	args *tokenArgs
+}
+
+// tokenArgs are the arguments a Client's token lock sends with every call,
+// boxed once: each value in an interface is an allocation otherwise.
+type tokenArgs struct {
+	ttl           time.Duration // the Client's TTL; ttlMs and fttlMs are its
+	ttlMs, fttlMs any
+	mode          any // the acquire mode (acquireMode.String)
+	channel       any // the hand-off channel
+	leaseMs       any // the waiter lease
+	pickupMs      any // the pickup time
+}
+
+// newTokenArgs boxes q's arguments and those of the TTL ttl.
+func newTokenArgs(q queueMode, ttl time.Duration) *tokenArgs {
+	return &tokenArgs{ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: fenceTTL(ttl).Milliseconds(),
+		mode: q.mode.String(), channel: q.channel, leaseMs: q.lease.Milliseconds(), pickupMs: q.pickup.Milliseconds()}
 }
 
 // fenceTTL is how long the fence counter outlives a grant. The counter may
@@ -36,7 +56,27 @@ func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration)
 }
 
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+	if t.args != nil {
+		return t.grant(token, runRawScript(ctx, rdb, t.acquireRaw(k, token, ttl)))
+	}
 	return t.grant(token, runScript(ctx, rdb, t.acquireCall(k, token, ttl)))
+}
+
+// acquireRaw is acquireCall as the arguments of its EVALSHA command, with
+// the arguments boxed once (t.args) reused: the same command, with fewer
+// allocations.
+func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) rawCall {
+	a := t.args
+	ttlMs, fttlMs := a.ttlMs, a.fttlMs
+	if ttl != a.ttl {
+		ttlMs, fttlMs = ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()
+	}
+	if !t.mode.queued() {
+		return rawCall{args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
+			token, ttlMs, fttlMs, a.mode}, src: acquireBody}
+	}
+	return rawCall{args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
+		token, ttlMs, fttlMs, a.mode, a.channel, a.leaseMs}, src: acquireBody}
 }
 
 // grant decodes acquire.lua's reply.
@@ -79,6 +119,16 @@ func (tokenLock) Renew(k protocol.Keys, token string, ttl time.Duration) (protoc
 
 func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
 	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "0"}}
+}
+
+// release runs Release's call, as the arguments of its EVALSHA command
+// (see acquireRaw) if t has its arguments boxed.
+func (t tokenLock) release(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string) *redis.Cmd {
+	if t.args == nil {
+		return runScript(ctx, rdb, t.Release(k, token))
+	}
+	return runRawScript(ctx, rdb, rawCall{args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
+		token, k.Wake, t.args.pickupMs, "0"}, src: releaseBody})
 }
 
 // Leave takes a waiter out of the queue and passes on a hand-off that
