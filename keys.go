@@ -184,7 +184,17 @@ func globEscape(s string) string {
 // injective; TestAuxNamesInjective and FuzzAuxNames check it.
 func auxBase(prefix, key string) string {
 	var b strings.Builder
-	b.Grow(len(prefix) + len(key) + 8)
+	b.Grow(len(prefix) + len(key) + maxAuxExtra)
+	writeAuxBase(&b, prefix, key)
+	return b.String()
+}
+
+// maxAuxExtra bounds what auxBase adds to the prefix and the key: ':',
+// the tag's brackets and '=', and a slot tag (at most 4 base-36 digits).
+const maxAuxExtra = 8
+
+// writeAuxBase writes auxBase(prefix, key) to b.
+func writeAuxBase(b *strings.Builder, prefix, key string) {
 	b.WriteString(prefix)
 	b.WriteByte(':')
 	switch {
@@ -201,7 +211,6 @@ func auxBase(prefix, key string) string {
 		b.WriteString("}=")
 		b.WriteString(key)
 	}
-	return b.String()
 }
 
 // keyOfAux decodes an auxiliary name "<prefix>:<tagged key><suffix>" back to
@@ -241,8 +250,22 @@ func (c *Client) keysFor(key string) protocol.Keys {
 // uses with this Client's prefix (docs/keys.md lists them), for
 // tools and for protocols that span several servers.
 func (c *Client) KeysFor(key string) protocol.Keys {
-	base := auxBase(c.opts.Prefix, key)
-	return protocol.Keys{Lock: key, Fence: base + fenceSuffix, Wake: base + wakeSuffix, Queue: base + queueSuffix}
+	// The three names, one after the other in one string (one allocation,
+	// not one per name), each a substring of it. base stays valid as the
+	// Builder grows: it never changes bytes it has written.
+	var b strings.Builder
+	b.Grow(3*(len(c.opts.Prefix)+len(key)+maxAuxExtra) + len(fenceSuffix) + len(wakeSuffix) + len(queueSuffix))
+	writeAuxBase(&b, c.opts.Prefix, key)
+	base := b.String()
+	b.WriteString(fenceSuffix)
+	f := b.Len()
+	b.WriteString(base)
+	b.WriteString(wakeSuffix)
+	w := b.Len()
+	b.WriteString(base)
+	b.WriteString(queueSuffix)
+	all := b.String()
+	return protocol.Keys{Lock: key, Fence: all[:f], Wake: all[f:w], Queue: all[w:]}
 }
 
 // auxOf names another auxiliary key of the lock k: "<prefix>:<tagged

@@ -28,6 +28,8 @@ const (
 // lease is the client-side state of one grant, whatever its Protocol: its
 // validity deadline, its renewal schedule and its lost-lock signal.
 type lease struct {
+	// handle is the lease's Lock, made with it (one allocation, not two).
+	handle     Lock
 	c          *Client
 	proto      protocol.Protocol
 	keys       protocol.Keys
@@ -96,7 +98,9 @@ type lease struct {
 }
 
 func (c *Client) newLease(proto protocol.Protocol, keys protocol.Keys, cfg lockConfig) *lease {
-	return &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl, ctx: context.Background()}
+	l := &lease{c: c, proto: proto, keys: keys, renew: cfg.renew, ttl: cfg.ttl, ctx: context.Background()}
+	l.handle.l = l
+	return l
 }
 
 // start makes the lease live after an acquire sent at sent succeeded.

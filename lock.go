@@ -126,7 +126,6 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 		if a.queued && !c.notify.ownSubscribed() {
 			try, _ = c.modal(base, modeTry)
 		}
-		a.wake = make(chan struct{}, 1)
 		waited, err = c.wait(ctx, a, first, try)
 	} else {
 		_, _, err = a.attempt(ctx, first)
@@ -149,7 +148,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{l}, nil
+	return &l.handle, nil
 }
 
 // waitCall is one acquiring call (Client.obtain): what its attempts and,
@@ -211,7 +210,6 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 	if err == nil && g.Acquired {
 		probe.Point(probe.AfterGrant, keys.Lock)
 	}
-	var kept *keptError
 	switch {
 	case err == nil && g.Acquired && time.Now().After(sent.Add(a.ttl-c.opts.drift(a.ttl))):
 		// The grant's reply came back after the validity it bought: the
@@ -223,7 +221,7 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		return false, time.Millisecond, nil
 	case err == nil && g.Acquired:
 		l := c.newLease(a.first(), keys, lockConfig{ttl: a.ttl, renew: a.renew})
-		l.ctx = context.WithoutCancel(ctx)
+		l.ctx = hookContext(ctx)
 		l.start(sent, g)
 		a.l = l
 		return true, 0, nil
@@ -231,7 +229,7 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		return false, 0, &NotAcquiredError{Key: keys.Lock, TTL: g.HolderTTL}
 	case err == nil:
 		return false, g.HolderTTL, nil
-	case errors.As(err, &kept):
+	case isKept(err):
 		// A multi-slot acquire failed with slots it took still held
 		// (not rolled back, or the roll-back failed): whatever the
 		// acquire error, even a definite one that ends the call,
@@ -258,6 +256,23 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		return false, 0, ctxDone(ctx)
 	}
 	return false, 0, unavailable(err)
+}
+
+// isKept reports whether err is a *keptError (apart from attempt, so
+// that only a failed attempt pays for the variable errors.As needs).
+func isKept(err error) bool {
+	var kept *keptError
+	return errors.As(err, &kept)
+}
+
+// hookContext is context.WithoutCancel(ctx): the context of the hooks of
+// a lock acquired with ctx. A ctx that can never be cancelled and has no
+// deadline (context.Background) is its own, without an allocation.
+func hookContext(ctx context.Context) context.Context {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }
 
 // abandon withdraws v (written by p) in the background and makes sure the

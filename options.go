@@ -287,10 +287,8 @@ func WithoutRenewal() LockOption {
 
 func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	cfg := lockConfig{ttl: c.opts.TTL, renew: true, proto: defaultProto}
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
+	if len(opts) > 0 {
+		cfg = applyLockOptions(cfg, opts)
 	}
 	if !c.opts.ttlWorks(cfg.ttl, cfg.renew) {
 		return cfg, c.opts.ttlError(cfg.ttl, cfg.renew) // expired when handed out, or before its first renewal
@@ -316,6 +314,18 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not RWLock readers, Reentrant or Semaphore)", ErrInvalidOpts)
 	}
 	return cfg, nil
+}
+
+// applyLockOptions returns cfg with opts applied. Apart from lockConfig,
+// so that a call without options does not move cfg to the heap (an option
+// takes its address).
+func applyLockOptions(cfg lockConfig, opts []LockOption) lockConfig {
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	return cfg
 }
 
 // validPrefix refuses a prefix with '{', '}' or '#': auxiliary names are

@@ -745,6 +745,11 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 				return false, err
 			}
 		}
+	}
+	// Made here, not with a: a call granted by the attempt above never
+	// needs one. Nothing can signal w before it is registered below.
+	w.wake = make(chan struct{}, 1)
+	if a.queued {
 		w.channel = a.token
 		if err = c.notify.queueWaiter(ctx, w); err != nil {
 			return false, err
