@@ -128,6 +128,110 @@ func TestRunKilledDlockKillsTree(t *testing.T) {
 	}
 }
 
+// commOf is the process name of pid (/proc/PID/comm), "" if it is gone.
+func commOf(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(string(data), "\n")
+}
+
+// TestRunKillallDlock: `killall -9 dlock` (or `pkill -9 dlock`) SIGKILLs
+// every process named dlock at once. The guard is not among them: it stops
+// the tree, also processes that ignore SIGTERM, before the key can expire
+// on the server.
+func TestRunKillallDlock(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	key := testKey(t)
+	dir := t.TempDir()
+	outer, inner := filepath.Join(dir, "outer"), filepath.Join(dir, "inner")
+	script := `trap '' TERM; ` + writePid(outer) + `; sh -c 'trap "" TERM; ` + writePid(inner) +
+		`; while :; do sleep 0.05; done' & wait; wait`
+	p := startDlock(t, nil, onSrv("run", "--ttl", "3s", "--kill-after", "1s", key, "-c", script)...)
+	pids := []int{readPid(t, outer), readPid(t, inner)}
+	for _, pid := range pids {
+		killAtCleanup(t, pid)
+	}
+	// killall, limited to this test's dlock and its descendants: other
+	// dlocks may run on this machine.
+	self := p.cmd.Process.Pid
+	name := commOf(self)
+	if name == "" {
+		t.Fatalf("dlock is gone:\n%v", p.wait(60*time.Second))
+	}
+	var victims []int
+	for _, pid := range append([]int{self}, descendants(self)...) {
+		if commOf(pid) == name {
+			victims = append(victims, pid)
+		}
+	}
+	// At once: stopped first, none of them can act on the death of
+	// another (dlock kills the guard's orphans, the guard dlock's tree)
+	// before its own SIGKILL, however slowly this test runs.
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		for _, pid := range victims {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	t.Logf("SIGKILLed %d processes named %q", len(victims), name)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		exists, err := rdb.Exists(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, pid := range pids {
+			if !processGone(pid) {
+				running++
+			}
+		}
+		if exists == 0 && running > 0 {
+			t.Fatalf("the key expired on the server while %d of the command's processes still ran, after SIGKILL to every process named %q", running, name)
+		}
+		if exists == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key still exists 60s after dlock was killed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.wait(60 * time.Second)
+}
+
+// TestRunGuardName: the guard's process name is not dlock's, nor contains
+// it: `killall dlock` and `pkill dlock` do not reach it.
+func TestRunGuardName(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	p := startDlock(t, nil, onSrv("run", testKey(t), "-c", writePid(pidFile)+"; exec sleep 60")...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	guard, _, ok := procStat(pid)
+	if !ok {
+		t.Fatal("cannot read the command's parent")
+	}
+	if name := commOf(guard); name != guardName {
+		t.Errorf("the guard's process name is %q, want %q", name, guardName)
+	}
+	// Every thread's name, for ps -L and top -H.
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(guard) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(guard) + "/task/" + e.Name() + "/comm")
+		if err == nil && strings.Contains(string(data), "dlock") {
+			t.Errorf("thread %s of the guard is named %q", e.Name(), strings.TrimSpace(string(data)))
+		}
+	}
+	p.signal(syscall.SIGTERM)
+	expectCode(t, p.wait(60*time.Second), 128+15)
+}
+
 // TestRunStopsTreeBeforeExpiry: when renewals fail (Redis unreachable),
 // the command's tree gets SIGTERM --kill-after before the lock's deadline,
 // and is gone before the key expires on the server: at no moment is the

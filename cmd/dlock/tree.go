@@ -53,6 +53,13 @@ import (
 // leaves it alive to do this.
 const guardCommand = "__run-guard"
 
+// guardName is the guard's process name on Linux (/proc/PID/comm, what ps,
+// top, killall and pkill see; set at start-up, before COMMAND starts). It
+// does not contain "dlock": `killall -9 dlock` or `pkill -9 dlock` would
+// kill the guard along with dlock, and leave the tree running with nobody
+// to stop it. Killed alone, dlock leaves its guard to stop the tree.
+const guardName = "dlk-guard"
+
 // Orders on the guard's control pipe: one byte, then for ctlSignal the
 // signal number, for ctlDeadline two times (monoNow's clock, 8 bytes each,
 // big-endian): when to SIGTERM and when to SIGKILL the tree if no later

@@ -4,9 +4,39 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+func init() {
+	// Package initialisation runs on the main thread (the runtime locks
+	// it there), whose name is the process's.
+	if len(os.Args) > 1 && os.Args[1] == guardCommand {
+		nameProcess(guardName)
+	}
+}
+
+// nameProcess sets the name of this process (its main thread's, which
+// /proc/PID/comm reports and killall and pkill match) to name, and of its
+// other threads (ps -L, top -H). Called on the main thread: PR_SET_NAME
+// names the calling thread only.
+func nameProcess(name string) {
+	if p, err := unix.BytePtrFromString(name); err == nil {
+		_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(p)), 0, 0, 0)
+	}
+	// The threads the runtime started before this one ran; threads started
+	// later copy the name of the thread that starts them.
+	ents, _ := os.ReadDir("/proc/self/task")
+	for _, e := range ents {
+		f, err := os.OpenFile("/proc/self/task/"+e.Name()+"/comm", os.O_WRONLY, 0)
+		if err != nil {
+			continue
+		}
+		_, _ = f.WriteString(name)
+		_ = f.Close()
+	}
+}
 
 // becomeSubreaper makes this process the child subreaper of its
 // descendants: orphans under it are reparented to it, not to init.
