@@ -128,6 +128,107 @@ func TestRunKilledDlockKillsTree(t *testing.T) {
 	}
 }
 
+// TestRunKilledDlockTermsTree: a dlock killed outright (SIGKILL) leaves
+// the lock held until its deadline, renewed by nobody. Its tree gets
+// SIGTERM at once, to clean up while the lock still covers it, and is gone
+// before the key can expire on the server.
+func TestRunKilledDlockTermsTree(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	key := testKey(t)
+	dir := t.TempDir()
+	pidFile, cleaned := filepath.Join(dir, "pid"), filepath.Join(dir, "cleaned")
+	script := `trap 'echo done > ` + cleaned + `; exit 0' TERM; ` + writePid(pidFile) + `; while :; do sleep 0.05; done`
+	p := startDlock(t, nil, onSrv("run", "--ttl", "3s", "--kill-after", "1s", key, "-c", script)...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	p.signal(syscall.SIGKILL)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		exists, err := rdb.Exists(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := !processGone(pid)
+		if exists == 0 && running {
+			t.Fatal("the key expired on the server while the command of a killed dlock still ran")
+		}
+		if exists == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key still exists 60s after dlock was killed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	r := p.wait(60 * time.Second)
+	if !fileExists(cleaned) {
+		t.Errorf("the command of a killed dlock got SIGKILL without SIGTERM first:\n%v", r)
+	}
+	expectStderr(t, r, "dlock is gone", "SIGTERM")
+}
+
+// TestRunGuardWithoutStderr: the guard's messages go to dlock's stderr.
+// When its reader is gone (a log pipeline that ended with dlock), writing
+// them must not kill the guard (SIGPIPE) before it stops the tree of a
+// stopped or killed dlock.
+func TestRunGuardWithoutStderr(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	for name, sig := range map[string]syscall.Signal{"SIGSTOP": syscall.SIGSTOP, "SIGKILL": syscall.SIGKILL} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			key := testKey(t)
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			script := `trap '' TERM; ` + writePid(pidFile) + `; while :; do sleep 0.05; done`
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(binPath, onSrv("run", "--ttl", "3s", "--kill-after", "1s", key, "-c", script)...)
+			cmd.Env = baseEnv()
+			cmd.Stdout, cmd.Stderr = w, w
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			_ = w.Close()
+			exited := make(chan struct{})
+			go func() {
+				_ = cmd.Wait()
+				close(exited)
+			}()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+			pid := readPid(t, pidFile)
+			killAtCleanup(t, pid)
+			_ = r.Close()
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				exists, err := rdb.Exists(context.Background(), key).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				running := !processGone(pid)
+				if exists == 0 && running {
+					t.Fatalf("the key expired on the server while the command still ran (dlock got %s, its stderr has no reader)", name)
+				}
+				if exists == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the key still exists 60s later")
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+}
+
 // commOf is the process name of pid (/proc/PID/comm), "" if it is gone.
 func commOf(pid int) string {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")

@@ -35,8 +35,10 @@ import (
 //     group, or stop the whole tree (SIGTERM, then SIGCONT for the stopped
 //     processes; SIGKILL, again and again until none is left; every process
 //     of the group and every descendant);
-//   - kills the whole tree with SIGKILL when the pipe reaches end of file:
-//     dlock is gone (even by SIGKILL) and nobody renews the lock;
+//   - stops the whole tree when the pipe reaches end of file: dlock is gone
+//     (even by SIGKILL) and nobody renews the lock, which holds until its
+//     deadline: SIGTERM at once, SIGKILL half of --kill-after before the
+//     last deadline it got (at once, if that has come);
 //   - stops the tree by the lock's deadline if dlock, alive, tells it of no
 //     later one (stopped with SIGSTOP, hung): dlock sends each deadline of
 //     the lock as it moves, and the guard sends SIGTERM half of
@@ -175,11 +177,18 @@ func (a *app) cmdGuard(args []string) int {
 	}
 	syscall.CloseOnExec(3)
 	becomeSubreaper()
-	// Signals sent to the guard itself (say, `pkill dlock`) are dlock's
+	// Signals sent to the guard itself (say, `pkill -f dlock`) are dlock's
 	// business, which forwards them: the guard must not die of them and
-	// leave the tree unattended. Ignored ones stay ignored, for COMMAND.
+	// leave the tree unattended. Neither of SIGPIPE, which a message to a
+	// stderr whose reader is gone (dlock's, killed with dlock) would bring:
+	// caught, it makes the write fail instead. Ignored ones stay ignored,
+	// for COMMAND; caught ones are reset for it.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, handledSignals()...)
+	caught := handledSignals()
+	if !signal.Ignored(syscall.SIGPIPE) {
+		caught = append(caught, syscall.SIGPIPE)
+	}
+	signal.Notify(sigs, caught...)
 	go func() {
 		for range sigs {
 		}
@@ -302,24 +311,45 @@ func (a *app) cmdGuard(args []string) int {
 			switch {
 			case again != nil: // already being killed
 			case now >= killAt:
-				a.errorf("run: the lock's deadline has come: sending SIGKILL to the process tree of %s", argv[0])
 				t.kill(syscall.SIGKILL)
 				again = time.After(20 * time.Millisecond)
+				a.errorf("run: the lock's deadline has come: sent SIGKILL to the process tree of %s", argv[0])
 			case !termed && now >= termAt:
-				a.errorf("run: the lock's deadline is %v away and dlock, still running, has given no later one (is it stopped?): sending SIGTERM to the process tree of %s (SIGKILL at the deadline)",
-					time.Duration(killAt-now).Round(time.Millisecond), argv[0])
 				termed = true
 				t.kill(syscall.SIGTERM)
 				t.kill(syscall.SIGCONT)
 				arm()
+				a.errorf("run: the lock's deadline is %v away and dlock, still running, has given no later one (is it stopped?): sent SIGTERM to the process tree of %s (SIGKILL at the deadline)",
+					time.Duration(killAt-now).Round(time.Millisecond), argv[0])
 			default:
 				arm()
 			}
 		case o, ok := <-orders:
 			switch {
-			case !ok: // dlock is gone: nobody renews the lock
+			case !ok:
+				// dlock is gone (even by SIGKILL): nobody renews the
+				// lock, which holds until its deadline. The tree gets
+				// SIGTERM now, to clean up under the lock, and SIGKILL
+				// where the guard would send SIGTERM (half of
+				// --kill-after before the deadline), or now, if that
+				// has come.
 				orders = nil
-				fallthrough
+				now := monoNow()
+				switch {
+				case again != nil: // already being killed
+				case termed: // SIGTERM sent: SIGKILL comes at killAt
+				case armed && now < termAt:
+					termed, killAt = true, termAt
+					t.kill(syscall.SIGTERM)
+					t.kill(syscall.SIGCONT)
+					arm()
+					a.errorf("run: dlock is gone and nobody renews the lock: sent SIGTERM to the process tree of %s (SIGKILL in %v, before the lock's deadline)",
+						argv[0], time.Duration(termAt-now).Round(time.Millisecond))
+				default:
+					t.kill(syscall.SIGKILL)
+					again = time.After(20 * time.Millisecond)
+					a.errorf("run: dlock is gone and nobody renews the lock: sent SIGKILL to the process tree of %s", argv[0])
+				}
 			case o == ctlKill:
 				t.kill(syscall.SIGKILL)
 				again = time.After(20 * time.Millisecond)
