@@ -318,6 +318,9 @@ func TestRunGuardName(t *testing.T) {
 	if name := commOf(guard); name != guardName {
 		t.Errorf("the guard's process name is %q, want %q", name, guardName)
 	}
+	if cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(guard) + "/cmdline"); err != nil || !strings.HasPrefix(string(cmdline), guardName+"\x00") {
+		t.Errorf("the guard's command line is %q (%v), want it to start with %q", cmdline, err, guardName)
+	}
 	// Every thread's name, for ps -L and top -H.
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(guard) + "/task")
 	if err != nil {

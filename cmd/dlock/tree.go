@@ -99,7 +99,9 @@ func startGuard(path string, argv, env []string) (*guard, error) {
 	}
 	defer r.Close()
 	mode := terminalMode()
-	args := append([]string{exe, guardCommand, mode, path}, argv...)
+	// argv[0] is the guard's name too: `pkill -f dlock`, which matches
+	// command lines, spares it unless COMMAND's own words contain "dlock".
+	args := append([]string{guardName, guardCommand, mode, path}, argv...)
 	p, err := os.StartProcess(exe, args, &os.ProcAttr{
 		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
