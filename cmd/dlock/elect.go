@@ -32,8 +32,9 @@ COMMAND runs exactly as under 'dlock run' (see 'dlock help run'): in a
 process group of its own, with the whole process tree held; if the
 leadership is lost, or renewals fail until SIGTERM --kill-after before the
 lease's deadline, the tree is stopped (SIGKILL at the deadline) and dlock
-exits 124 (with --again: campaigns again); if dlock dies, the tree is
-SIGKILLed. A candidate killed with kill -9 is replaced within --ttl.
+exits 124 (with --again: campaigns again); if dlock dies, the tree gets
+SIGTERM at once and SIGKILL before the lease's deadline. A candidate killed
+with kill -9 is replaced within --ttl.
 
 Flags:
   --id ID                 this candidate's published value, shown by 'dlock leader'

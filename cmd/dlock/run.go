@@ -91,10 +91,15 @@ last renewal's send time plus TTL minus the drift allowance, TTL*1% + 2ms).
 If the lock is lost anyway (someone deleted or took it), the tree gets
 SIGTERM at once and SIGKILL --kill-after later. Either way dlock says why on
 stderr, waits until the whole tree is gone, and exits 124, never 0. If dlock
-itself is killed (even SIGKILL), its process tree is SIGKILLed; if it is
-stopped (SIGSTOP) or hangs, the tree gets SIGTERM half of --kill-after before
-the lock's last deadline and SIGKILL at it. Not covered: a machine paused past
-the deadline; pass DLOCK_FENCE to the resource.
+itself is killed (even SIGKILL), its process tree gets SIGTERM at once and
+SIGKILL half of --kill-after before the lock's deadline; if it is stopped
+(SIGSTOP) or hangs, SIGTERM half of --kill-after before the lock's last
+deadline and SIGKILL at it. A guard process between dlock and COMMAND does
+this; on Linux it is named dlk-guard, so that killing dlock by name
+(killall -9 dlock, pkill -9 dlock) leaves it to stop the tree. Not covered:
+dlock and its guard killed together (kill -9 -1; pkill -f with words of
+COMMAND), a machine paused past the deadline; pass DLOCK_FENCE to the
+resource.
 
 Exit codes:
   COMMAND's status   COMMAND ran and exited
