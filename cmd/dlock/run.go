@@ -715,7 +715,7 @@ func killLeftovers() {
 	}()
 	for {
 		for _, pid := range descendants(self) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			signalDescendant(self, pid, syscall.SIGKILL)
 		}
 		select {
 		case <-done:

@@ -386,7 +386,7 @@ func (t *tree) signalGroup(sig syscall.Signal) {
 func (t *tree) kill(sig syscall.Signal) {
 	_ = syscall.Kill(-t.pgid, sig)
 	for _, pid := range descendants(t.self) {
-		_ = syscall.Kill(pid, sig)
+		signalDescendant(t.self, pid, sig)
 	}
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +76,58 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
+}
+
+// pidfdOpen is unix.PidfdOpen (a variable for the tests of the fallback).
+var pidfdOpen = unix.PidfdOpen
+
+// signalDescendant sends sig to pid if it is, when the signal is sent, a
+// descendant of root. It reports whether it sent it.
+//
+// A pid read from /proc may be reaped and reused by an unrelated process
+// before kill(2) reaches it. A pidfd pins the process that has the pid when
+// it is opened: once the parents of that process lead to root, the signal
+// goes to it or to nobody. (A process that died leaves its children to a
+// subreaper before its pid is freed, so a chain of parents read from /proc
+// does not pass through a reused pid.) Without pidfds (Linux before 5.3,
+// or a seccomp filter that refuses them: ENOSYS, EPERM), kill(2) after the
+// same check narrows the window instead.
+func signalDescendant(root, pid int, sig syscall.Signal) bool {
+	fd, err := pidfdOpen(pid, 0)
+	switch {
+	case err == nil:
+		defer unix.Close(fd)
+	case errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM):
+		fd = -1 // no pidfds: kill(2)
+	default:
+		return false // ESRCH: gone
+	}
+	if !descendsFrom(pid, root) {
+		return false
+	}
+	if fd >= 0 {
+		err := unix.PidfdSendSignal(fd, unix.Signal(sig), nil, 0)
+		if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EPERM) {
+			return err == nil
+		}
+	}
+	return syscall.Kill(pid, sig) == nil
+}
+
+// descendsFrom reports whether root is among the parents of pid, from
+// /proc.
+func descendsFrom(pid, root int) bool {
+	for p := pid; p > 1; {
+		ppid, _, ok := procStat(p)
+		if !ok {
+			return false
+		}
+		if ppid == root {
+			return true
+		}
+		p = ppid
+	}
+	return false
 }
 
 // procStat reads the parent and state of pid from /proc/PID/stat.

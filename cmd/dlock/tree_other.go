@@ -2,7 +2,10 @@
 
 package main
 
-import "time"
+import (
+	"syscall"
+	"time"
+)
 
 // becomeSubreaper: only Linux has child subreapers. Elsewhere an orphan
 // under the lock goes to init, and only COMMAND's process group is
@@ -11,6 +14,11 @@ func becomeSubreaper() {}
 
 // descendants: not available outside Linux (no /proc of this form).
 func descendants(pid int) []int { return nil }
+
+// signalDescendant sends sig to pid (descendants lists none here).
+func signalDescendant(root, pid int, sig syscall.Signal) bool {
+	return syscall.Kill(pid, sig) == nil
+}
 
 // monoNow: the wall clock, in nanoseconds, shared by dlock and its guard.
 func monoNow() int64 { return time.Now().UnixNano() }
