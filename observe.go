@@ -272,7 +272,7 @@ type Stats struct {
 	NotAcquired     uint64 // TryLock calls that found the key held, and Lock calls that gave up
 	Errors          uint64 // acquire calls that failed on a Redis error or bad input
 	Waits           uint64 // Lock calls that had to wait
-	Handoffs        uint64 // hand-offs received by queued waiters (FIFO)
+	Handoffs        uint64 // hand-offs received by queued waiters (FIFO); not the wake-ups of a pub/sub reconnect
 	Renewals        uint64 // successful renewals (watchdog and Extend)
 	RenewalFailures uint64 // renewals that failed on a Redis error
 	Lost            uint64 // locks lost while held

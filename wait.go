@@ -109,6 +109,9 @@ type waiter struct {
 	// handed: the notifier woke this waiter (a hand-off, a release
 	// message, or a reconnect), not its retry time.
 	handed atomic.Bool
+	// granted: the wake-up was a hand-off message for this queued
+	// waiter's token (not a reconnect, which wakes every waiter).
+	granted atomic.Bool
 }
 
 // signal wakes w, unless a wake-up is pending already; it reports whether
@@ -297,6 +300,7 @@ func (n *notifier) handedOff(msg string) {
 		w = n.grants[handoffKey(msg)]
 	}
 	if w != nil {
+		w.granted.Store(true)
 		w.handed.Store(true)
 	}
 	n.mu.Unlock()
@@ -817,7 +821,9 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			return waited, ErrClosed
 		}
 		woken := w.handed.Swap(false)
-		if woken && a.queued {
+		// Only a hand-off message counts, not the wake-up of a dropped or
+		// replaced pub/sub connection.
+		if w.granted.Swap(false) && a.queued {
 			c.stats.handoffs.Add(1)
 			probe.Point(probe.BeforeConfirm, a.keys.Lock)
 		}

@@ -71,10 +71,10 @@
 // themselves: the times a queued waiter of a tracked Client was woken to
 // take the lock a release handed it. The Client counts it when the waiter
 // wakes, before it confirms: a waiter that comes too late to confirm its
-// hand-off goes back to the queue and may receive another, and when the
-// Client's pub/sub connection drops or is replaced it wakes every queued
-// waiter, which counts too. With Options.Barging nothing is handed off and
-// it stays 0.
+// hand-off goes back to the queue and may receive another. The wake-up
+// every queued waiter gets when the Client's pub/sub connection drops or is
+// replaced is no hand-off and does not count. With Options.Barging nothing
+// is handed off and it stays 0.
 //
 // # Key label
 //
