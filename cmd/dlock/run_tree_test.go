@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // processGone reports whether pid has exited (a zombie counts as exited).
@@ -29,6 +30,42 @@ func processGone(pid int) bool {
 		return s[i+2] == 'Z'
 	}
 	return false
+}
+
+// keyOutlivesTree polls until key is gone from the server, failing the
+// test if it goes while any of pids still runs (the command outlived its
+// lock), or if it is still there 60s later (what: what happened to dlock,
+// for the messages). It returns how long before the key's expiry the last
+// of pids was gone.
+func keyOutlivesTree(t *testing.T, rdb redis.UniversalClient, key string, pids []int, what string) time.Duration {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var treeGone time.Time
+	for {
+		exists, err := rdb.Exists(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, pid := range pids {
+			if !processGone(pid) {
+				running++
+			}
+		}
+		if exists == 0 && running > 0 {
+			t.Fatalf("the key expired on the server while %d of the command's processes still ran (%s)", running, what)
+		}
+		if running == 0 && treeGone.IsZero() {
+			treeGone = time.Now()
+		}
+		if exists == 0 {
+			return time.Since(treeGone)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key still exists, or the command's processes still run, 60s after %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // killAtCleanup SIGKILLs pid when the test ends, should it still run.
@@ -143,24 +180,7 @@ func TestRunKilledDlockTermsTree(t *testing.T) {
 	pid := readPid(t, pidFile)
 	killAtCleanup(t, pid)
 	p.signal(syscall.SIGKILL)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		exists, err := rdb.Exists(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		running := !processGone(pid)
-		if exists == 0 && running {
-			t.Fatal("the key expired on the server while the command of a killed dlock still ran")
-		}
-		if exists == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the key still exists 60s after dlock was killed")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	keyOutlivesTree(t, rdb, key, []int{pid}, "dlock was killed")
 	r := p.wait(60 * time.Second)
 	if !fileExists(cleaned) {
 		t.Errorf("the command of a killed dlock got SIGKILL without SIGTERM first:\n%v", r)
@@ -207,24 +227,7 @@ func TestRunGuardWithoutStderr(t *testing.T) {
 			if err := cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				exists, err := rdb.Exists(context.Background(), key).Result()
-				if err != nil {
-					t.Fatal(err)
-				}
-				running := !processGone(pid)
-				if exists == 0 && running {
-					t.Fatalf("the key expired on the server while the command still ran (dlock got %s, its stderr has no reader)", name)
-				}
-				if exists == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the key still exists 60s later")
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			keyOutlivesTree(t, rdb, key, []int{pid}, "dlock got "+name+", its stderr without a reader")
 		})
 	}
 }
@@ -277,29 +280,7 @@ func TestRunKillallDlock(t *testing.T) {
 		}
 	}
 	t.Logf("SIGKILLed %d processes named %q", len(victims), name)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		exists, err := rdb.Exists(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		running := 0
-		for _, pid := range pids {
-			if !processGone(pid) {
-				running++
-			}
-		}
-		if exists == 0 && running > 0 {
-			t.Fatalf("the key expired on the server while %d of the command's processes still ran, after SIGKILL to every process named %q", running, name)
-		}
-		if exists == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the key still exists 60s after dlock was killed")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	keyOutlivesTree(t, rdb, key, pids, "SIGKILL to every process named "+name)
 	p.wait(60 * time.Second)
 }
 
@@ -358,34 +339,8 @@ func TestRunStopsTreeBeforeExpiry(t *testing.T) {
 		killAtCleanup(t, pid)
 	}
 	proxy.Blackhole(true)
-	deadline := time.Now().Add(60 * time.Second)
-	var treeGone time.Time
-	for {
-		exists, err := rdb.Exists(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		running := 0
-		for _, pid := range pids {
-			if !processGone(pid) {
-				running++
-			}
-		}
-		if exists == 0 && running > 0 {
-			t.Fatalf("the key expired on the server while %d of the command's processes still ran", running)
-		}
-		if running == 0 && treeGone.IsZero() {
-			treeGone = time.Now()
-		}
-		if exists == 0 {
-			t.Logf("the tree was gone %v before the key expired on the server", time.Since(treeGone).Round(time.Millisecond))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the key still exists, or the command's processes still run, 60s after Redis became unreachable")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	before := keyOutlivesTree(t, rdb, key, pids, "Redis became unreachable")
+	t.Logf("the tree was gone %v before the key expired on the server", before.Round(time.Millisecond))
 	r := p.wait(60 * time.Second)
 	expectCode(t, r, 124)
 	expectStderr(t, r, "renewals of", "SIGTERM")
@@ -546,24 +501,7 @@ func TestRunStoppedDlockStopsTree(t *testing.T) {
 	killAtCleanup(t, pid)
 	p.signal(syscall.SIGSTOP)
 	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		exists, err := rdb.Exists(context.Background(), key).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		running := !processGone(pid)
-		if exists == 0 && running {
-			t.Fatal("the key expired on the server while the command of a stopped dlock still ran")
-		}
-		if exists == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the key still exists 60s after dlock was stopped")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	keyOutlivesTree(t, rdb, key, []int{pid}, "dlock was stopped")
 	p.signal(syscall.SIGCONT)
 	r := p.wait(60 * time.Second)
 	expectCode(t, r, 124)
