@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,46 @@ func TestWithMode(t *testing.T) {
 			for i := range s.groups {
 				if s.group(i).queueMode != m {
 					t.Errorf("slot %d runs with %+v, want %+v", i, s.group(i).queueMode, m)
+				}
+			}
+		}
+	}
+}
+
+// TestTokenLockBoxedArgs: the EVALSHA command a token lock sends with its
+// arguments boxed once is the command of its acquireCall and Release,
+// also for a copy whose queue settings withMode replaced after boxing
+// (which must not send the original's mode, channel, lease or pickup).
+func TestTokenLockBoxedArgs(t *testing.T) {
+	ks := protocol.Keys{Lock: "k", Fence: "f", Wake: "w", Queue: "q"}
+	modes := []acquireMode{modeTry, modeJoin, modeQueued, modeBarge}
+	commandOf := func(sha string, c protocol.Call) string {
+		args := []any{"evalsha", sha, len(c.Keys)}
+		for _, k := range c.Keys {
+			args = append(args, k)
+		}
+		return fmt.Sprint(append(args, c.Args...))
+	}
+	for _, built := range modes {
+		base := tokenLock{queueMode: queueMode{mode: built, channel: "ch", lease: time.Second, pickup: 2 * time.Second}}
+		base.args = newTokenArgs(base.queueMode, 10*time.Second)
+		for _, m := range modes {
+			for _, q := range []queueMode{
+				{mode: m, channel: "ch", lease: time.Second, pickup: 2 * time.Second},
+				{mode: m, channel: "other", lease: 3 * time.Second, pickup: 4 * time.Second},
+			} {
+				p := withMode(base, q).(tokenLock)
+				if p.boxed() == nil {
+					if q == base.queueMode {
+						t.Errorf("built for %v: the same settings do not use the boxed arguments", built)
+					}
+					continue
+				}
+				for _, ttl := range []time.Duration{10 * time.Second, 5 * time.Second} {
+					got := fmt.Sprint(p.acquireRaw(ks, "tok", ttl).args)
+					if want := commandOf(acquireScript.Hash(), p.acquireCall(ks, "tok", ttl)); got != want {
+						t.Errorf("built for %v, sent as %+v, TTL %v: acquire sends %q, want %q", built, q, ttl, got, want)
+					}
 				}
 			}
 		}

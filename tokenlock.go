@@ -22,6 +22,7 @@ type tokenLock struct {
 // tokenArgs are the arguments a Client's token lock sends with every call,
 // boxed once: each value in an interface is an allocation otherwise.
 type tokenArgs struct {
+	q             queueMode     // the queue settings they were boxed for
 	ttl           time.Duration // the Client's TTL; ttlMs and fttlMs are its
 	ttlMs, fttlMs any
 	mode          any // the acquire mode (acquireMode.String)
@@ -32,7 +33,7 @@ type tokenArgs struct {
 
 // newTokenArgs boxes q's arguments and those of the TTL ttl.
 func newTokenArgs(q queueMode, ttl time.Duration) *tokenArgs {
-	return &tokenArgs{ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: fenceTTL(ttl).Milliseconds(),
+	return &tokenArgs{q: q, ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: fenceTTL(ttl).Milliseconds(),
 		mode: q.mode.String(), channel: q.channel, leaseMs: q.lease.Milliseconds(), pickupMs: q.pickup.Milliseconds()}
 }
 
@@ -56,15 +57,25 @@ func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration)
 }
 
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	if t.args != nil {
+	if t.boxed() != nil {
 		return t.grant(token, runRawScript(ctx, rdb, t.acquireRaw(k, token, ttl)))
 	}
 	return t.grant(token, runScript(ctx, rdb, t.acquireCall(k, token, ttl)))
 }
 
+// boxed returns t's boxed arguments if they were boxed for t's queue
+// settings, else nil: a copy whose settings were replaced (withMode) must
+// not send the mode, channel, lease or pickup time of the original.
+func (t tokenLock) boxed() *tokenArgs {
+	if a := t.args; a != nil && a.q == t.queueMode {
+		return a
+	}
+	return nil
+}
+
 // acquireRaw is acquireCall as the arguments of its EVALSHA command, with
 // the arguments boxed once (t.args) reused: the same command, with fewer
-// allocations.
+// allocations. Only for a t whose boxed() is not nil.
 func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) rawCall {
 	a := t.args
 	ttlMs, fttlMs := a.ttlMs, a.fttlMs
@@ -124,7 +135,7 @@ func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
 // release runs Release's call, as the arguments of its EVALSHA command
 // (see acquireRaw) if t has its arguments boxed.
 func (t tokenLock) release(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string) *redis.Cmd {
-	if t.args == nil {
+	if t.boxed() == nil {
 		return runScript(ctx, rdb, t.Release(k, token))
 	}
 	return runRawScript(ctx, rdb, rawCall{args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
