@@ -74,12 +74,17 @@ type watchdog struct {
 }
 
 const (
-	// batchSize caps one renewal (or release) pipeline.
-	batchSize = 512
+	// batchSize caps one renewal (or release) pipeline: 16 bulk calls
+	// (bulkMax locks each), so 100,000 locks renewed every interval take
+	// about 100 round trips.
+	batchSize = 1024
+	// popsPerHold caps the leases take pops from a heap per hold of wd.mu:
+	// Lock and Unlock get it in between.
+	popsPerHold = 512
 	// behindBatch caps one renewal pipeline while renewals run late: fewer,
 	// larger round trips, each of which needs a scheduler wake-up (on a
 	// machine whose cores are all busy, a time slice) to be read.
-	behindBatch = 4 * batchSize
+	behindBatch = 2 * batchSize
 	// renewPipelines is how many pipelines the watchdog (and Close) keep
 	// in flight at once, each on its own pooled connection.
 	renewPipelines = 8
@@ -499,7 +504,7 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	// lease refresh. A wake-up is a send on a buffered channel; at most a
 	// batch of them per call (Lock and Unlock get wd.mu in between, and
 	// the loop comes back at once for the rest).
-	for n := 0; n < batchSize && wd.waitQ.len() > 0 && wd.waitQ.topAt() <= now; n++ {
+	for n := 0; n < popsPerHold && wd.waitQ.len() > 0 && wd.waitQ.topAt() <= now; n++ {
 		wd.waitQ.pop().signal()
 	}
 	for wd.deadQ.len() > 0 && wd.deadQ.topAt() <= now {
@@ -529,10 +534,10 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 		lag = max(lag, now-wd.renewQ.topAt())
 		due = append(due, wd.renewQ.pop())
 		budget--
-		if len(due)%batchSize == 0 {
-			// A late batch is up to four times larger: Lock and Unlock
-			// (waiting over a millisecond, the mutex hands itself over)
-			// get wd.mu between every batchSize pops.
+		if len(due)%popsPerHold == 0 {
+			// Lock and Unlock (waiting over a millisecond, the mutex
+			// hands itself over) get wd.mu between every popsPerHold
+			// pops.
 			wd.mu.Unlock()
 			wd.mu.Lock()
 		}
