@@ -60,6 +60,10 @@ func RenewBurst(c *Client, locks []*Lock, ttl time.Duration) time.Duration {
 	return time.Since(start)
 }
 
+// OwnSubscribed reports whether c's hand-off channel has been subscribed
+// (from then on a Lock's first attempt joins the queue).
+func OwnSubscribed(c *Client) bool { return c.notify.ownSubscribed() }
+
 // PipelineWriters is how many calls c's Redis client has in flight before
 // further calls wait to be batched.
 func PipelineWriters(c *Client) int { return c.pipe.writers }

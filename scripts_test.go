@@ -325,6 +325,50 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 			}
 		})
 	}
+	t.Run("token/queue, key held", func(t *testing.T) {
+		// A waiter's first attempt that finds the key held reads nothing
+		// of the queue before it joins: the join's push checks its type.
+		k := key(t)
+		holder, err := c.Lock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Until its hand-off channel is subscribed, a Client's first
+		// attempt is a plain try (it reads the queue): queue once behind
+		// a holder, so the next Lock's first attempt joins (q1).
+		k2 := key(t)
+		other, err := c.Lock(ctx, k2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = c.Lock(sctx, k2)
+		scancel()
+		if !errors.Is(err, dlock.ErrContextDone) {
+			t.Fatalf("waiting behind a holder: %v", err)
+		}
+		other.Unlock(ctx)
+		if !dlock.OwnSubscribed(c) {
+			t.Fatal("the Client's hand-off channel is not subscribed")
+		}
+		q := aux(":q")(c.KeysFor(k))
+		str(q)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := c.Lock(wctx, k); !errors.Is(err, dlock.ErrWrongType) {
+			t.Fatalf("Lock behind a holder, foreign queue: %v; want ErrWrongType", err)
+		}
+		if left := rdb.Keys(ctx, q+":*").Val(); len(left) != 0 {
+			t.Fatalf("the waiter left a lease behind: %v", left)
+		}
+		if rdb.Get(ctx, q).Val() != "foreign-value" || rdb.PTTL(ctx, q).Val() != -1 {
+			t.Fatal("the foreign queue key was changed")
+		}
+		rdb.Del(ctx, q)
+		if err := holder.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("multi/fence", func(t *testing.T) {
 		k := key(t)
 		a, b := k+":a", k+":b"

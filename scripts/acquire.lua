@@ -60,8 +60,10 @@ if not c then
   return {-2, 0}
 end
 -- The common case in one write: nobody queued (or barging), so a free key
--- is taken by SET NX, whose GET also reads what a held key holds.
-if mode ~= 'q' then
+-- is taken by SET NX, whose GET also reads what a held key holds. A first
+-- attempt that read the key held (q1: v is its value) skips the queue
+-- check: it cannot take the key, and q_join checks Q's type as it joins.
+if mode ~= 'q' and v == nil then
   local free = mode == 'barge' or q_empty(Q)
   if free == nil then
     return {-2, 0}
@@ -106,8 +108,8 @@ if not v then
     return {1, fence_draw(F, c, ARGV[3], true)}
   end
 end
-if mode == 'q1' then
-  q_join(Q, token, ARGV[5], ARGV[6], true) -- Q's type: read by q_empty
+if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then
+  return {-2, 0}
 end
 if not v then
   return {0, -2}

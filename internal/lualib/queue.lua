@@ -219,23 +219,33 @@ end
 -- q_join refreshes token's lease in q to lease ms with payload p, and
 -- keeps token queued: at the tail on a first attempt (first); else back
 -- at the head if its hand-off lapsed (the lease is marked handed), or at
--- the tail if its lease had lapsed and it is no longer in the list. The
--- caller has checked that q is a list or missing (q_ok, or the LINDEX of
--- q_empty or q_ahead, in the same script run): q_join does not read q's
--- type again.
+-- the tail if its lease had lapsed and it is no longer in the list. A
+-- retry (not first) needs a caller that checked that q is a list or
+-- missing (q_ok, or the LINDEX of q_empty or q_ahead, in the same script
+-- run): it does not read q's type again. A first attempt checks it
+-- itself, with its push (the first write): it returns false, having
+-- written nothing, if q is not a list, so an acquire that found the key
+-- held reads nothing of q before it joins. Returns true otherwise.
 local function q_join(q, token, p, lease, first)
-  local had = redis.call('SET', q .. ':' .. token, p, 'PX', lease, 'GET')
   local n = 0
   if first then
-    n = redis.call('RPUSH', q, token)
-  elseif had and string.byte(had, 1) == 33 then
-    if not redis.call('LPOS', q, token) then
-      n = redis.call('LPUSH', q, token)
+    n = redis.pcall('RPUSH', q, token)
+    if is_err(n) then
+      return false
     end
-  elseif not had and not redis.call('LPOS', q, token) then
-    n = redis.call('RPUSH', q, token)
+    redis.call('SET', q .. ':' .. token, p, 'PX', lease)
+  else
+    local had = redis.call('SET', q .. ':' .. token, p, 'PX', lease, 'GET')
+    if had and string.byte(had, 1) == 33 then
+      if not redis.call('LPOS', q, token) then
+        n = redis.call('LPUSH', q, token)
+      end
+    elseif not had and not redis.call('LPOS', q, token) then
+      n = redis.call('RPUSH', q, token)
+    end
   end
   q_keep(q, lease, n == 1)
+  return true
 end
 
 -- q_granted ends token's wait in q: it got what it waited for, so its
