@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	_ "embed"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -84,5 +85,78 @@ func BenchmarkLockDefaults(b *testing.B) {
 		if err := lk.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+//go:embed testdata/pexpire_only.lua
+var pexpireOnlySrc string
+
+// BenchmarkRenewalFloor measures what redis-server spends per renewed lock
+// on the watchdog's bulk renewal (extend_many.lua: each key read and its
+// token compared, then PEXPIRE) against the floor of any per-lock renewal
+// (testdata/pexpire_only.lua: PEXPIRE each key, no ownership check, no
+// token sent), both as the watchdog sends them: 64 locks per call,
+// dlock.RenewBatch per pipeline, 20,480 distinct keys. It reports redis
+// CPU per lock (INFO used_cpu_sys + used_cpu_user; the server is the
+// test's own) and the renewals per second that one fully busy redis-server
+// thread could serve at that cost. Run it alone: other work on the machine
+// shows in INFO too.
+//
+//	go test -run '^$' -bench RenewalFloor -benchtime 50x .
+func BenchmarkRenewalFloor(b *testing.B) {
+	ctx := b.Context()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	c, _ := newClientOn(b, rdb, dlock.Options{})
+	const n = 20 * 1024
+	keys, tokens := make([]string, n), make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("bench:floor:{%d}", i)
+		tokens[i] = fmt.Sprintf("t%021d", i)
+	}
+	set := func() {
+		p := rdb.Pipeline()
+		for i := range keys {
+			p.Set(ctx, keys[i], tokens[i], time.Minute)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	floor := redis.NewScript(pexpireOnlySrc)
+	runs := map[string]func(){
+		"extend_many": func() {
+			if left := dlock.RenewKeys(c, keys, tokens, time.Minute); left != 0 {
+				b.Fatalf("%d keys not extended", left)
+			}
+		},
+		"pexpire_only": func() {
+			for i := 0; i < n; i += dlock.RenewBatch {
+				p := rdb.Pipeline()
+				for j := i; j < i+dlock.RenewBatch; j += 64 {
+					floor.EvalSha(ctx, p, keys[j:j+64], 60000)
+				}
+				if _, err := p.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		},
+	}
+	if err := floor.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	for _, name := range []string{"extend_many", "pexpire_only"} {
+		b.Run(name, func(b *testing.B) {
+			set()
+			runs[name]() // warm: scripts loaded, connections dialled
+			cpu0 := redisCPU(b, rdb)
+			b.ResetTimer()
+			for b.Loop() {
+				runs[name]()
+			}
+			b.StopTimer()
+			us := float64((redisCPU(b, rdb) - cpu0).Microseconds()) / float64(b.N*n)
+			b.ReportMetric(us, "redis-µs/lock")
+			b.ReportMetric(1e6/us, "locks/s-per-redis-core")
+		})
 	}
 }

@@ -60,6 +60,31 @@ func RenewBurst(c *Client, locks []*Lock, ttl time.Duration) time.Duration {
 	return time.Since(start)
 }
 
+// RenewKeys renews keys[i], each holding tokens[i], once for ttl the way
+// the watchdog does (extend_many calls of bulkMax locks, batchSize per
+// pipeline, the fence counters left alone), and returns how many were not
+// extended.
+func RenewKeys(c *Client, keys, tokens []string, ttl time.Duration) int {
+	left := 0
+	for i := 0; i < len(keys); i += batchSize {
+		end := min(i+batchSize, len(keys))
+		rs := make([]bulkRenewal, 0, end-i)
+		for j := i; j < end; j++ {
+			rs = append(rs, bulkRenewal{lock: keys[j], token: tokens[j], ttl: ttl.Milliseconds()})
+		}
+		_, replies := c.runCalls(context.Background(), nil, rs)
+		for _, r := range replies {
+			if r.err != nil || r.code != codeOK {
+				left++
+			}
+		}
+	}
+	return left
+}
+
+// RenewBatch is how many renewals the watchdog sends per pipeline.
+const RenewBatch = batchSize
+
 // OwnSubscribed reports whether c's hand-off channel has been subscribed
 // (from then on a Lock's first attempt joins the queue).
 func OwnSubscribed(c *Client) bool { return c.notify.ownSubscribed() }

@@ -257,7 +257,7 @@ func selfCPU() time.Duration {
 }
 
 // redisCPU is the server's used_cpu_sys + used_cpu_user (INFO cpu).
-func redisCPU(t *testing.T, rdb *redis.Client) time.Duration {
+func redisCPU(t testing.TB, rdb *redis.Client) time.Duration {
 	info, err := rdb.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		t.Fatal(err)
