@@ -101,27 +101,41 @@ func TestManyHeldLocks(t *testing.T) {
 	}
 
 	// Acquire throughput with nothing held: a 1,000-lock sample,
-	// released again.
+	// released again, with its median and 99th percentile call. The same
+	// from a second Client on its own go-redis client (its own pool and
+	// registry): what the held locks cost a caller that shares only the
+	// process and the server with them.
 	const sample = 1000
-	rate := func(tag string) float64 {
+	other, _ := newClientOn(t, redis.NewClient(&redis.Options{Addr: redisAddr}), dlock.Options{})
+	type sampled struct {
+		rate     float64
+		p50, p99 time.Duration
+	}
+	rate := func(c *dlock.Client, tag string) sampled {
 		locks := make([]*dlock.Lock, sample)
+		took := make([]time.Duration, sample)
 		start := time.Now()
 		for i := range locks {
+			t0 := time.Now()
 			lk, err := c.TryLock(ctx, fmt.Sprintf("%s:%s:%d", prefix, tag, i), dlock.WithTTL(ttl))
 			if err != nil {
 				t.Fatal(err)
 			}
+			took[i] = time.Since(t0)
 			locks[i] = lk
 		}
 		r := float64(sample) / time.Since(start).Seconds()
 		for _, lk := range locks {
 			_ = lk.Unlock(ctx)
 		}
-		return r
+		slices.Sort(took)
+		return sampled{r, took[sample/2], took[sample*99/100]}
 	}
 	phase.Store("sample, none held")
-	rate("warm") // the Client's first calls load scripts and dial connections: not part of either sample
-	empty := rate("empty")
+	rate(c, "warm") // the Client's first calls load scripts and dial connections: not part of either sample
+	rate(other, "warm2")
+	empty := rate(c, "empty")
+	emptyOther := rate(other, "empty2")
 	phase.Store("acquire")
 
 	runtime.GC()
@@ -164,11 +178,12 @@ func TestManyHeldLocks(t *testing.T) {
 	// Acquire throughput with all of them held, once renewals are steady
 	// (the sample's own locks add 1% to what is held).
 	phase.Store("sample, all held")
-	full := rate("full")
+	full := rate(c, "full")
+	fullOther := rate(other, "full2")
 	phase.Store("hold")
 	time.Sleep(time.Until(t0.Add(hold)))
 	el := time.Since(t0)
-	rt1 := rt.n.Load() // the sample's own round trips included: 2,000 of them
+	rt1 := rt.n.Load() // the sample's own round trips included: 2,000 of them (the second Client's are not counted)
 	s1, cpu1, rcpu1 := c.Stats(), selfCPU(), redisCPU(t, rdb)
 	renewals := float64(s1.Renewals-s0.Renewals) / el.Seconds()
 	lost := 0
@@ -198,13 +213,17 @@ func TestManyHeldLocks(t *testing.T) {
 		n, ttl, ttl/3, el.Round(time.Second), runtime.GOMAXPROCS(0), runtime.NumCPU(), os.Getenv("DLOCK_HELD_HOG") != "")
 	t.Logf("heap per held lock: %.0f B; goroutines per held lock: %.4f", heapPerLock, goroutinesPerLock)
 	t.Logf("acquire: all %d in %s (8 goroutines); 1,000 in a row: %.0f/s with none held, %.0f/s with %d held (%.0f%%)",
-		n, acquireAll.Round(time.Millisecond), empty, full, n, 100*full/empty)
+		n, acquireAll.Round(time.Millisecond), empty.rate, full.rate, n, 100*full.rate/empty.rate)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	t.Logf("TryLock p50 / p99: %.0f / %.0f µs with none held, %.0f / %.0f µs with %d held; from a second Client (own go-redis client): %.0f/s, %.0f / %.0f µs with none held, %.0f/s, %.0f / %.0f µs with %d held (%.0f%%)",
+		us(empty.p50), us(empty.p99), us(full.p50), us(full.p99), n,
+		emptyOther.rate, us(emptyOther.p50), us(emptyOther.p99), fullOther.rate, us(fullOther.p50), us(fullOther.p99), n, 100*fullOther.rate/emptyOther.rate)
 	schedule := float64(n) / (ttl / 3).Seconds()
 	t.Logf("renewals: %.0f/s (schedule needs %.0f/s); capacity: one extra renewal of every lock in %s (%.0f/s) beside the watchdog's own %.0f/s: %.0f/s in all, %.1fx the schedule",
 		renewals, schedule, burstTime.Round(time.Millisecond), capacity, beside, capacity+beside, (capacity+beside)/schedule)
 	t.Logf("round trips per renewal interval: %.1f (each a pipeline of bulk calls, or a command)",
 		float64(rt1-rt0-2*sample)/(el.Seconds()/(ttl/3).Seconds()))
-	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores (INFO used_cpu_sys+user); per renewal: client %.2f µs, redis-server %.2f µs (the 1,000-lock sample included)",
+	t.Logf("CPU while holding: client %.2f cores, redis-server %.2f cores (INFO used_cpu_sys+user); per renewal: client %.2f µs, redis-server %.2f µs (the two 1,000-lock samples included)",
 		(cpu1-cpu0).Seconds()/el.Seconds(), (rcpu1-rcpu0).Seconds()/el.Seconds(),
 		float64((cpu1-cpu0).Microseconds())/float64(s1.Renewals-s0.Renewals), float64((rcpu1-rcpu0).Microseconds())/float64(s1.Renewals-s0.Renewals))
 	t.Logf("lost: %d (expired %d, unreachable %d, other %d; first %s after the start); renewal failures: %d; behind warnings: %d",
