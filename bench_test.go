@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	_ "embed"
 	"fmt"
 	"sync/atomic"
@@ -122,6 +123,7 @@ func BenchmarkRenewalFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.Cleanup(func() { rdb.Del(context.Background(), keys...) })
 	floor := redis.NewScript(pexpireOnlySrc)
 	runs := map[string]func(){
 		"extend_many": func() {

@@ -441,3 +441,87 @@ func TestUnlockAfterLateReleaseReplyStaysReleased(t *testing.T) {
 		}
 	}
 }
+
+// A waiter's first attempt behind a held key (it joins the queue) whose
+// reply is lost after it ran, or which lands late, after the engine
+// withdrew its token: the token never stays in the queue as a live
+// waiter, so the holder's release frees the key instead of handing it to
+// a waiter nobody is.
+func TestLostOrLateJoinLeavesNoGhostWaiter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rule func(k string, isRelease faultcmd.Match) faultcmd.Rule
+	}{
+		{"reply lost", func(k string, _ faultcmd.Match) faultcmd.Rule {
+			return faultcmd.Rule{Name: "lost join", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "acquire", Key: k}}
+		}},
+		{"lands after the withdrawal", func(k string, isRelease faultcmd.Match) faultcmd.Rule {
+			return faultcmd.Rule{Name: "late join", Action: faultcmd.Late, Match: faultcmd.Match{Script: "acquire", Key: k}, Until: isRelease}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			a, inj := faultyClient(t, slowRetry)
+			b, rdb := newClient(t, dlock.Options{})
+			// Subscribe a's hand-off channel (queue once behind a holder):
+			// from then on a Lock's first attempt joins the queue.
+			k2 := key(t)
+			h2, err := b.Lock(ctx, k2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			_, err = a.Lock(sctx, k2)
+			cancel()
+			if !errors.Is(err, dlock.ErrContextDone) || !dlock.OwnSubscribed(a) {
+				t.Fatalf("queueing behind a holder: %v (subscribed %v)", err, dlock.OwnSubscribed(a))
+			}
+			_ = h2.Unlock(ctx)
+
+			k := key(t)
+			held, err := b.Lock(ctx, k, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			release := faultcmd.Match{Script: "release", Key: k}
+			withdrawn := inj.Add(faultcmd.Rule{Name: "the withdrawal", Action: faultcmd.Observe, Match: release})
+			fault := inj.Add(tc.rule(k, release))
+			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+			defer wcancel()
+			if _, err := a.Lock(wctx, k); !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("Lock = %v, want ErrUnavailable (the join's reply never came)", err)
+			}
+			await(t, fault.FiredC(), "the join's fault")
+			await(t, withdrawn.FiredC(), "the withdrawal")
+			q := a.KeysFor(k).Queue
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				// The late join has landed once the log has both its entries.
+				n := 0
+				for _, e := range inj.Log() {
+					if e.Action == faultcmd.Late {
+						n++
+					}
+				}
+				if tc.name == "reply lost" || n >= 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the late join never landed")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for _, m := range rdb.LRange(ctx, q, 0, -1).Val() {
+				if v, err := rdb.Get(ctx, q+":"+m).Result(); err == nil && v != "~" {
+					t.Fatalf("withdrawn waiter %q is still queued with a live lease %q", m, v)
+				}
+			}
+			if err := held.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if v, err := rdb.Get(ctx, k).Result(); err == nil {
+				t.Fatalf("the release handed the key to %q: a waiter nobody is", v)
+			}
+		})
+	}
+}
