@@ -75,6 +75,11 @@ type lease struct {
 	// releaseTried: a release whose reply was lost may have deleted the key,
 	// so a retried Unlock that finds it gone has succeeded.
 	releaseTried bool
+	// relValue and relCall: the last release call built (Protocol.Release)
+	// and the value it releases. A retry of that release sends this very
+	// call again (see releaseCall).
+	relValue string
+	relCall  protocol.Call
 	// lossUnlocked (guarded by opMu): an Unlock has returned the loss, and
 	// the Release hook reported it; repeated Unlocks of a lost lock return
 	// the loss again without reporting another release.
@@ -457,7 +462,7 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		// lock that lost one key still holds the others: delete what is
 		// ours (the release is token-checked).
 		if errors.Is(lerr, ErrUnreachable) || l.multi != nil && len(l.multi.keys) > 1 {
-			_, _ = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
+			_, _ = l.releaseOnce(ctx, value)
 		}
 		report = !l.lossUnlocked
 		l.lossUnlocked = true
@@ -465,9 +470,9 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 	}
 
 	probe.Point(probe.BeforeRelease, l.keys.Lock)
-	code, err := releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
+	code, err := l.releaseOnce(ctx, value)
 	if err == nil && code == codeOther && l.swapAlt() {
-		code, err = releaseOnce(ctx, l.c.rdb, l.proto, l.keys, l.token())
+		code, err = l.releaseOnce(ctx, l.token())
 	}
 	switch {
 	case err != nil:
@@ -501,6 +506,35 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	}
 	return lost, true, err
+}
+
+// releaseOnce is releaseOnce for the lease: a script protocol's release
+// sends the call releaseCall returns.
+func (l *lease) releaseOnce(ctx context.Context, value string) (int64, error) {
+	_, direct := l.proto.(protocol.DirectProtocol)
+	if _, token := l.proto.(tokenLock); direct || token {
+		return releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
+	}
+	if code, err, ok := sentRelease(ctx, value); ok { // Close sent it in a pipeline
+		return code, err
+	}
+	return runScript(ctx, l.c.rdb, l.releaseCall(value)).Int64()
+}
+
+// releaseCall returns the call that releases value: the one built for
+// value before, if any. A release whose reply was lost may have run, and
+// is retried (a repeated Unlock, Close) by sending the same call, not a
+// new one: a protocol whose stored value is not unique to one holder (the
+// legacy timestamps) puts an id of the release in the call, so that a
+// release that ran once never runs again, on whoever holds the same value
+// since.
+func (l *lease) releaseCall(value string) protocol.Call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.relCall.Script == nil || l.relValue != value {
+		l.relValue, l.relCall = value, l.proto.Release(l.keys, value)
+	}
+	return l.relCall
 }
 
 // leftByClose ends a lease still held after the release an acquiring call

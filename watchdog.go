@@ -1026,7 +1026,7 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 				values := make([]string, len(part))
 				for i, l := range part {
 					values[i] = l.token()
-					calls[i] = l.proto.Release(l.keys, values[i])
+					calls[i] = l.releaseCall(values[i])
 				}
 				replies, _ := wd.c.runCalls(ctx, calls, nil)
 				for i, l := range part {

@@ -33,5 +33,11 @@ type Protocol interface {
 
 	// Release returns the script call that deletes k.Lock if it holds
 	// value, with the same replies as Renew, and publishes on k.Wake.
+	// A release whose reply was lost may have run; the engine retries it
+	// (a repeated Unlock, Close) by sending the same Call again, as the
+	// Redis client re-sends a command after a broken connection. If value
+	// is not unique to one holder, put an id of the release in the call's
+	// arguments, so that a release that ran once answers a repeat without
+	// deleting whoever holds value since (package legacy does).
 	Release(k Keys, value string) Call
 }
