@@ -87,6 +87,17 @@
 // outside the protocol, such as the older C# release or an operator's
 // ForceRelease, can).
 //
+// A release runs at most once. Its reply can be lost after it ran (the
+// key deleted); then another client can take the key in the same unit
+// with the same timeout, writing the same v, and a second run of the
+// release (the Redis client re-sending it, a repeated Unlock, Close)
+// would delete that client's lock and let a third in beside it. So each
+// release carries a random id, and its first run leaves a tombstone under
+// that id (the key's wait-queue name, ':', the id) until v has passed,
+// plus ten seconds for clocks that differ (at least ten seconds, at most
+// a day more); a repeat finds it, answers the first run's reply and
+// writes nothing. dlock retries a release by sending the same call again.
+//
 // Renewal and release are Lua scripts that compare the stored value with
 // the value this holder wrote last: renew.lua sets now+timeout+1 (never
 // lowering the stored value, so a clock stepping back cannot shorten the
@@ -99,6 +110,35 @@
 // holder that overran its timeout deletes the new holder's lock. dlock
 // cannot protect against that; keep such clients' work well within their
 // timeout.
+//
+// # Commands that land late or run twice
+//
+// A command can reach Redis after its caller gave up on it (a timeout
+// while it was delayed), after a later command of the same lock, or twice
+// (re-sent by the Redis client). For each write of this protocol:
+//
+//   - SETNX: if the key is free when it lands, the key holds v with nobody
+//     trusting it, and stays blocked until v passes, as after a crashed
+//     holder; otherwise it writes nothing.
+//   - GETSET (the takeover): a second run returns the caller's own v, and
+//     the caller waits for it like a holder's. A GETSET that lands after
+//     another contender took the key over overwrites that holder's value
+//     with v, which the older clients' contention does too; if v is lower
+//     (the GETSET was sent earlier than the takeover), the key's claim
+//     moves earlier by as long as the GETSET was delayed. The holder's next
+//     renewal finds v and reports the lock lost (ErrTaken), but a holder
+//     without renewal, or an older client, goes on trusting its lock, and
+//     another contender can take the key over once v has passed. The
+//     protocol has no way to refuse a stale GETSET: keep network delays
+//     well below the TTL.
+//   - restore.lua and renew.lua: compare-and-set from a value the caller
+//     wrote. A copy that lands after the key was freed and taken with the
+//     same value in the same unit moves it to a value that lets nobody in
+//     before that holder stops trusting its lock (renew.lua never lowers
+//     it; restore.lua only to w >= v-1, see above): that holder's next
+//     renewal reports a false loss (ErrTaken), and the key stays blocked
+//     until the new value passes.
+//   - release.lua: at most once, as above.
 //
 // The value rotates on every renewal; Lock.Token returns the current one.
 // If a renewal's reply is lost (a timeout, a broken connection) after Redis

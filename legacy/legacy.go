@@ -2,7 +2,9 @@ package legacy
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -264,7 +266,7 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k pro
 		// A foreign value appeared between GET and GETSET and we overwrote
 		// it. Do not claim the lock (its holder may still believe it holds
 		// it); remove our value so the key does not stay blocked.
-		_ = releaseCall(k, v).Run(ctx, rdb).Err()
+		_ = p.releaseCall(k, v).Run(ctx, rdb).Err()
 		return protocol.Grant{}, notTimestampError(k.Lock, old)
 	}
 	if nowStamp > prev {
@@ -316,11 +318,39 @@ func (p *Protocol) Renew(k protocol.Keys, value string, ttl time.Duration) (prot
 }
 
 // Release returns the compare-and-delete of the key if it holds value,
-// which publishes on k.Wake.
+// which publishes on k.Wake. The call carries a random id of its own and
+// runs at most once (release.lua): value may be another client's too, so a
+// repeat of a release that ran must not delete whoever holds value since.
 func (p *Protocol) Release(k protocol.Keys, value string) protocol.Call {
-	return releaseCall(k, value)
+	return p.releaseCall(k, value)
 }
 
-func releaseCall(k protocol.Keys, value string) protocol.Call {
-	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock}, Args: []any{value, k.Wake}}
+// tombMin is the least time a release's tombstone lives: longer than the
+// Redis client's re-sends of it take.
+const tombMin = 10 * time.Second
+
+// tombMax bounds the tombstone of a value far in the future.
+const tombMax = 24 * time.Hour
+
+func (p *Protocol) releaseCall(k protocol.Keys, value string) protocol.Call {
+	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue + ":" + releaseID()},
+		Args: []any{value, k.Wake, p.tombTTL(value).Milliseconds()}}
+}
+
+// tombTTL is how long the tombstone of a release of value lives: until
+// value has passed, when no client trusts a lock holding it any more, and
+// tombMin more for clocks that differ (tombMin at least, tombMax at most).
+func (p *Protocol) tombTTL(value string) time.Duration {
+	d := tombMin
+	if stored, ok := parseStamp(value); ok {
+		d = min(p.remaining(stored, p.now()), tombMax) + tombMin
+	}
+	return d
+}
+
+// releaseID returns 128 random bits, base64url-encoded.
+func releaseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
