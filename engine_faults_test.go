@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -450,13 +451,13 @@ func TestUnlockAfterLateReleaseReplyStaysReleased(t *testing.T) {
 func TestLostOrLateJoinLeavesNoGhostWaiter(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		rule func(k string, isRelease faultcmd.Match) faultcmd.Rule
+		rule func(join, withdrawal faultcmd.Match) faultcmd.Rule
 	}{
-		{"reply lost", func(k string, _ faultcmd.Match) faultcmd.Rule {
-			return faultcmd.Rule{Name: "lost join", Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "acquire", Key: k}}
+		{"reply lost", func(join, _ faultcmd.Match) faultcmd.Rule {
+			return faultcmd.Rule{Name: "lost join", Action: faultcmd.DropReply, Match: join}
 		}},
-		{"lands after the withdrawal", func(k string, isRelease faultcmd.Match) faultcmd.Rule {
-			return faultcmd.Rule{Name: "late join", Action: faultcmd.Late, Match: faultcmd.Match{Script: "acquire", Key: k}, Until: isRelease}
+		{"lands after the withdrawal", func(join, withdrawal faultcmd.Match) faultcmd.Rule {
+			return faultcmd.Rule{Name: "late join", Action: faultcmd.Late, Match: join, Until: withdrawal}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -483,16 +484,28 @@ func TestLostOrLateJoinLeavesNoGhostWaiter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			release := faultcmd.Match{Script: "release", Key: k}
-			withdrawn := inj.Add(faultcmd.Rule{Name: "the withdrawal", Action: faultcmd.Observe, Match: release})
-			fault := inj.Add(tc.rule(k, release))
+			// The join's token (an acquire's ARGV[1]), and its withdrawal:
+			// a release of that token (ARGV[1]). After a lost reply the
+			// engine also withdraws the fresh token it moves on to, so
+			// "a release of k" is not enough.
+			var joinToken atomic.Value
+			join := faultcmd.Match{Script: "acquire", Key: k, Func: func(c faultcmd.Command) bool {
+				joinToken.CompareAndSwap(nil, fmt.Sprint(c.Args[6]))
+				return true
+			}}
+			withdrawal := faultcmd.Match{Script: "release", Key: k, Func: func(c faultcmd.Command) bool {
+				return fmt.Sprint(c.Args[5]) == joinToken.Load()
+			}}
+			withdrawn := inj.Add(faultcmd.Rule{Name: "the withdrawal", Action: faultcmd.Observe, Match: withdrawal})
+			fault := inj.Add(tc.rule(join, withdrawal))
 			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
 			defer wcancel()
 			if _, err := a.Lock(wctx, k); !errors.Is(err, dlock.ErrUnavailable) {
 				t.Fatalf("Lock = %v, want ErrUnavailable (the join's reply never came)", err)
 			}
 			await(t, fault.FiredC(), "the join's fault")
-			await(t, withdrawn.FiredC(), "the withdrawal")
+			// Its effect, not its sending: read the queue once its reply came.
+			await(t, withdrawn.DoneC(), "the withdrawal's reply")
 			q := a.KeysFor(k).Queue
 			deadline := time.Now().Add(20 * time.Second)
 			for {

@@ -305,6 +305,8 @@ type Handle struct {
 	seen  int // matches so far
 	fired int
 	first chan struct{} // closed when the rule first fires
+	done  chan struct{} // Observe: closed when an observed command's reply arrived
+	ended bool          // done is closed
 }
 
 // Fired returns how often the rule fired so far.
@@ -317,6 +319,12 @@ func (h *Handle) Fired() int {
 // FiredC returns a channel closed when the rule first fires (for a Hold:
 // when the hold begins; for a DropReply: once the reply was dropped).
 func (h *Handle) FiredC() <-chan struct{} { return h.first }
+
+// DoneC, for an Observe rule, returns a channel closed once a command the
+// rule observed has completed (its reply, or its error, arrived): the
+// command has had its effect on the server, or certainly never will.
+// For the other actions it is never closed.
+func (h *Handle) DoneC() <-chan struct{} { return h.done }
 
 // Remove removes the rule (a hold in progress continues).
 func (h *Handle) Remove() {
@@ -389,7 +397,7 @@ func (in *Injector) Add(r Rule) *Handle {
 	if r.Name == "" {
 		r.Name = fmt.Sprintf("%s %+v", r.Action, r.Match)
 	}
-	h := &Handle{in: in, rule: r, first: make(chan struct{})}
+	h := &Handle{in: in, rule: r, first: make(chan struct{}), done: make(chan struct{})}
 	in.mu.Lock()
 	in.rules = append(in.rules, h)
 	in.mu.Unlock()
@@ -471,6 +479,9 @@ type decision struct {
 	holdTO time.Duration
 	err    error
 	handle *Handle
+	// observed: the Observe rules that fired on the command, told by
+	// observedDone once it completed.
+	observed []*Handle
 }
 
 // before decides the pre-send action for c (FailBefore, Delay, Hold).
@@ -480,6 +491,7 @@ func (in *Injector) before(c Command) (d decision) {
 	if in.off {
 		return d
 	}
+	var observed []*Handle
 	for _, h := range in.rules {
 		if h.rule.Action == DropReply || !h.rule.Match.matches(c) {
 			continue
@@ -488,6 +500,7 @@ func (in *Injector) before(c Command) (d decision) {
 			// Observers never stop another rule from acting.
 			if in.fireLocked(h) {
 				in.recordLocked(h.rule.Name, Observe, c, "seen")
+				observed = append(observed, h)
 			}
 			continue
 		}
@@ -496,6 +509,7 @@ func (in *Injector) before(c Command) (d decision) {
 			d = decision{action: r.Action, rule: r.Name, delay: r.Delay, until: r.Until, holdTO: r.HoldTimeout, err: r.Err, handle: h}
 		}
 	}
+	defer func() { d.observed = observed }()
 	if d.action != 0 || in.random == nil || !in.random.Match.matches(c) {
 		return d
 	}
@@ -549,6 +563,22 @@ func (in *Injector) dropAfter(c Command, cmdErr error, random bool) (rule string
 		return "random", true
 	}
 	return "", false
+}
+
+// observedDone tells the Observe rules that fired on a command that it
+// completed.
+func (in *Injector) observedDone(hs []*Handle) {
+	if len(hs) == 0 {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, h := range hs {
+		if !h.ended {
+			h.ended = true
+			close(h.done)
+		}
+	}
 }
 
 // completed releases the holds waiting for c.
@@ -660,6 +690,7 @@ func (in *Injector) late(next redis.ProcessHook, cmd redis.Cmder, d decision, c 
 		}
 		err := next(context.Background(), cmd)
 		in.completed(c)
+		in.observedDone(d.observed)
 		in.record(d.rule, Late, c, fmt.Sprintf("sent %v late: %s", time.Since(start).Round(time.Microsecond), replyOf(cmd, err)))
 	}()
 }
@@ -693,12 +724,17 @@ func (in *Injector) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		if d.action != DropReply {
 			if err := in.apply(ctx, d, c); err != nil {
+				in.observedDone(d.observed) // certainly never sent
 				cmd.SetErr(err)
 				return err
 			}
 		}
 		err := next(ctx, cmd)
 		in.completed(c)
+		if len(d.observed) > 0 {
+			in.record(d.observed[0].rule.Name, Observe, c, "completed: "+replyOf(cmd, err))
+		}
+		in.observedDone(d.observed)
 		if rule, drop := in.dropAfter(c, err, d.action == DropReply); drop {
 			in.record(rule, DropReply, c, "ran; reply dropped: "+replyOf(cmd, err))
 			derr := &droppedError{cmd: c.String()}
@@ -714,12 +750,15 @@ func (in *Injector) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		descs := make([]Command, len(cmds))
 		randomDrop := make([]bool, len(cmds))
+		var observed []*Handle // told once the pipeline completed
+		defer func() { in.observedDone(observed) }()
 		failAt := -1 // the first command not sent
 		var failErr error
 	decide:
 		for i, cmd := range cmds {
 			descs[i] = describe(cmd, true)
 			d := in.before(descs[i])
+			observed = append(observed, d.observed...)
 			switch d.action {
 			case DropReply:
 				randomDrop[i] = true

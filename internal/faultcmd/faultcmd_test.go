@@ -337,3 +337,49 @@ func TestLateLandsAfterTheCallerGaveUp(t *testing.T) {
 		t.Fatalf("observer saw %d commands, want 2", obs.Fired())
 	}
 }
+
+// An Observe rule's FiredC closes when the command is seen, before it is
+// sent; DoneC once its reply arrived, when its effect is on the server.
+func TestObserveDoneAfterTheEffect(t *testing.T) {
+	for _, pipelined := range []bool{false, true} {
+		t.Run(fmt.Sprint("pipeline=", pipelined), func(t *testing.T) {
+			rdb, inj, plain := client(t)
+			ctx := context.Background()
+			k := key(t)
+			obs := inj.Add(faultcmd.Rule{Action: faultcmd.Observe, Match: faultcmd.Match{Cmd: "set", Key: k}})
+			inj.Add(faultcmd.Rule{Action: faultcmd.Hold, Match: faultcmd.Match{Cmd: "set", Key: k},
+				Until: faultcmd.Match{Cmd: "ping", Arg: k}})
+			done := make(chan error, 1)
+			go func() {
+				if pipelined {
+					_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Set(ctx, k, "v", 0).Err() })
+					done <- err
+					return
+				}
+				done <- rdb.Set(ctx, k, "v", 0).Err()
+			}()
+			<-obs.FiredC()
+			select {
+			case <-obs.DoneC():
+				t.Fatal("DoneC closed while the command was held")
+			case <-time.After(20 * time.Millisecond):
+			}
+			if n, _ := plain.Exists(ctx, k).Result(); n != 0 {
+				t.Fatal("the held SET ran")
+			}
+			if err := rdb.Ping(ctx).Err(); err != nil { // not matched: Arg k is not a PING argument
+				t.Fatal(err)
+			}
+			if err := rdb.Do(ctx, "ping", k).Err(); err != nil { // releases the hold
+				t.Fatal(err)
+			}
+			<-obs.DoneC()
+			if v, _ := plain.Get(ctx, k).Result(); v != "v" {
+				t.Fatalf("GET = %q once DoneC closed, want the SET's effect", v)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
