@@ -122,3 +122,20 @@ func SetPubSubProbe(c *Client, every, within time.Duration) {
 
 // ProbePrefix starts every payload of a pub/sub liveness probe.
 const ProbePrefix = probePrefix
+
+// SemaphoreAttempt makes one attempt for token to take n permits of the
+// semaphore key of limit, as the engine sends it: mode is "try", "q1" (a
+// waiter's first attempt: it queues if not granted), "q" (a waiter's
+// retry) or "barge"; channel is the waiter's hand-off channel, lease its
+// queue lease, pickup the time a hand-off to it waits. It reports whether
+// the permits were granted. Called twice with the same arguments, it is
+// the Redis client re-sending the attempt.
+func SemaphoreAttempt(ctx context.Context, c *Client, key, token, mode, channel string, limit, n int, ttl, lease, pickup time.Duration) (bool, error) {
+	m, ok := map[string]acquireMode{"try": modeTry, "q1": modeJoin, "q": modeQueued, "barge": modeBarge}[mode]
+	if !ok {
+		panic("SemaphoreAttempt: mode " + mode)
+	}
+	s := semaphore{queueMode: queueMode{mode: m, channel: channel, lease: lease, pickup: pickup}, limit: limit, permits: n}
+	g, err := s.Acquire(ctx, c.rdb, c.keysFor(key), token, ttl)
+	return g.Acquired, err
+}

@@ -20,7 +20,9 @@
 -- Expired holders are dropped first (a crashed holder's permits come back
 -- after its TTL). Queued waiters are served first, in order (see sem_pump):
 -- a newcomer takes permits only if no live waiter is left queued (no
--- barging), except in 'barge' mode.
+-- barging), except in 'barge' mode. Every path leaves each key it wrote
+-- with a TTL: S and P expire with the last holder's lease (sem_settle),
+-- also when the caller itself is not granted.
 --
 -- Returns {1, fence}  acquired
 --         {0, wait}   not acquired; wait = ms until the earliest holder's
@@ -64,9 +66,13 @@ if mode == 'q' then
 end
 local free = limit - used
 if mode ~= 'barge' then
+  local before = free
   free = sem_pump(S, P, Q, free, limit, now, ARGV[9], token, n)
   if redis.call('ZSCORE', S, token) then
     return grant() -- we were at the head of the queue, and it fit
+  end
+  if free < before then
+    sem_settle(S, P) -- waiters were handed permits: S and P expire with them
   end
 end
 if n <= free and (mode == 'barge' or redis.call('LLEN', Q) == 0) then
