@@ -22,6 +22,16 @@ func semTokens(k string, n int) []string {
 	return out
 }
 
+// inUse is the permits in use of the semaphore k, as Inspect reports them.
+func inUse(t *testing.T, c *dlock.Client, k string) int64 {
+	t.Helper()
+	info, err := c.Inspect(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Permits
+}
+
 // semKeys returns every Redis key of the semaphore k but its stored limit
 // (data, kept without a TTL), with its PTTL.
 func semKeys(t *testing.T, rdb *redis.Client, k string) map[string]time.Duration {
@@ -135,5 +145,41 @@ func TestSemaphoreKeysAlwaysExpire(t *testing.T) {
 	allExpire(t, rdb, k, "ForceRelease")
 	if len(semKeys(t, rdb, k)) == 0 {
 		t.Fatal("no keys checked")
+	}
+}
+
+// A waiter's first attempt (q1) run twice, as the Redis client re-sends it
+// after a lost reply, may queue the waiter twice: the permits a release
+// frees are still counted once, and go to the next waiter.
+func TestSemaphoreJoinResentCountsOnce(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	k := key(t)
+	tok := semTokens(k, 2)
+	lk, err := c.Semaphore(k, 2).TryAcquire(ctx, 2, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{tok[0], tok[0], tok[1]} {
+		if ok, err := dlock.SemaphoreAttempt(ctx, c, k, w, "q1", "dlock:client:nobody", 2, 1, time.Minute, time.Minute, 30*time.Second); ok || err != nil {
+			t.Fatalf("join behind a full semaphore: %v, %v", ok, err)
+		}
+	}
+	if q := rdb.LRange(ctx, queueKey(k), 0, -1).Val(); len(q) != 3 {
+		t.Fatalf("queue after the re-sent join: %q; want the waiter in it twice", q)
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	holders := rdb.ZRange(ctx, k, 0, -1).Val()
+	perHolder := rdb.HGetAll(ctx, permitsKey(k)).Val()
+	var sum int64
+	for _, h := range holders {
+		var n int64
+		fmt.Sscan(perHolder[h], &n)
+		sum += n
+	}
+	if used := inUse(t, c, k); used != sum || len(holders) != 2 {
+		t.Fatalf("after the release: holders %q, %d permits counted in use, %d held (%v)", holders, used, sum, perHolder)
 	}
 }

@@ -38,9 +38,14 @@ end
 -- except self, the caller (asking for own permits), which confirms in the
 -- same script. A request above the limit can never fit: it is taken
 -- out of the queue and woken, so it fails instead of stalling everyone
--- behind it. Returns the permits left free.
+-- behind it. A waiter queued twice (its first attempt run twice: the
+-- Redis client re-sent it) is served once: an entry of a waiter that
+-- holds permits already is dropped. Returns the permits left free.
 local function sem_pump(S, P, Q, free, limit, now, pickup, self, own)
   q_serve(Q, self, true, function(m, req)
+    if redis.call('ZSCORE', S, m) then
+      return 'pop'
+    end
     local n = own
     if m ~= self then
       n = tonumber(req) or 1
