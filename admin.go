@@ -355,8 +355,8 @@ func globRE(pattern string) (*regexp.Regexp, error) {
 // token, legacy or foreign lock, a reentrant hold (all of its handles) or
 // a read lock (all of its readers) is deleted and handed to the first
 // queued waiter (or its waiters are woken); every holder of a semaphore
-// gives its permits back, which go to the queued waiters. The holders find
-// out at their next renewal (ErrExpired or ErrTaken).
+// gives its permits back (see ReleaseToken for where they go). The holders
+// find out at their next renewal (ErrExpired or ErrTaken).
 //
 // It reports whether anything was released. A key that is neither a
 // string nor a semaphore is left alone (ErrWrongType); one of dlock's
@@ -372,11 +372,9 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	ks := c.keysFor(key)
 	var typ *redis.StatusCmd
 	var members *redis.StringSliceCmd
-	var used *redis.StringCmd
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		members = p.ZRange(ctx, key, 0, -1)
-		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
 		return nil
 	})
 	if err := typ.Err(); err != nil {
@@ -388,7 +386,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	case "string":
 	case "zset":
 		// Every holder found gives its permits back, one script each.
-		sem := c.adminSemaphore(used)
+		sem := c.adminSemaphore()
 		released := false
 		for _, m := range members.Val() {
 			code, err := runScript(ctx, c.rdb, sem.release(ks, m, "force")).Int64()
@@ -415,13 +413,13 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 }
 
 // adminSemaphore is the semaphore protocol as admin calls use it to give
-// permits back. The callers' limit is not known here: the permits in use
-// before the release (used) stand for it unless a limit was set with
-// SetLimit, so the release hands the waiters at most the permits it frees,
-// never more than the true limit allows.
-func (c *Client) adminSemaphore(used *redis.StringCmd) semaphore {
-	n, _ := used.Int64()
-	return semaphore{queueMode: c.queueMode(modeTry), limit: int(max(n, 1)), permits: 1}
+// permits back. The limit lives in the callers' handles (or in Redis, set
+// by SetLimit), so an admin release passes none (0): it hands the freed
+// permits to the queued waiters only under a stored limit; without one it
+// wakes the first queued waiter, whose own acquire takes what its limit
+// lets in (semaphore_release.lua).
+func (c *Client) adminSemaphore() semaphore {
+	return semaphore{queueMode: c.queueMode(modeTry), permits: 1}
 }
 
 // ReleaseToken releases the hold of token on key, as its holder's Unlock
@@ -432,6 +430,13 @@ func (c *Client) adminSemaphore(used *redis.StringCmd) semaphore {
 // reentrant hold, a read lock or a semaphore, which releases that handle
 // only. Nothing else releases anything: a reentrant owner id or
 // SharedValue is not a token (ForceRelease is the operator's way to steal).
+//
+// A semaphore's limit is what its callers pass (Client.Semaphore), which
+// an admin call does not know: the permits it frees go to the queued
+// waiters under a limit stored with Semaphore.SetLimit; without one, it
+// hands out nothing and wakes the first queued waiter instead, whose own
+// acquire takes what its limit lets in (and passes the rest on). Either
+// way no admin release lets a semaphore go above the limit its callers use.
 //
 // The token is the holder's credential: a release by it counts as the
 // holder's own, so the holder's Unlock within the next 10 s returns nil
@@ -453,7 +458,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	}
 	ks := c.keysFor(key)
 	var typ *redis.StatusCmd
-	var val, used *redis.StringCmd
+	var val *redis.StringCmd
 	var holds *redis.IntCmd
 	var member *redis.FloatCmd
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -461,7 +466,6 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		val = p.Get(ctx, key)
 		member = p.ZScore(ctx, key, token)
 		holds = p.Exists(ctx, auxOf(ks, holdsSuffix))
-		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
 		return nil
 	})
 	if err := typ.Err(); err != nil {
@@ -475,7 +479,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		if member.Err() != nil { // not a holder: leave the semaphore alone
 			return errors.Join(ErrNotHeld, ErrTaken)
 		}
-		proto = c.adminSemaphore(used)
+		proto = c.adminSemaphore()
 	case "string":
 		m := c.queueMode(modeTry)
 		switch v := val.Val(); {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,6 +31,113 @@ func inUse(t *testing.T, c *dlock.Client, k string) int64 {
 		t.Fatal(err)
 	}
 	return info.Permits
+}
+
+// semFullAboveLimit: a semaphore whose callers pass limit 2 has 4 holders
+// (a limit of 4 was stored, then removed) and two of its callers queued
+// behind them. The waiters' Client retries only after a minute: a waiter
+// that gets in sooner was woken by a release.
+func semFullAboveLimit(t *testing.T, admin *dlock.Client, k string) (holders []*dlock.Lock, got chan *dlock.Lock) {
+	t.Helper()
+	ctx := t.Context()
+	sem := admin.Semaphore(k, 2)
+	if err := sem.SetLimit(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		lk, err := sem.TryAcquire(ctx, 1, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lk.Unlock(context.Background()) })
+		holders = append(holders, lk)
+	}
+	if err := sem.SetLimit(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	waiters, rdb := newClient(t, dlock.Options{RetryInterval: time.Minute, WaiterLease: time.Minute})
+	got = make(chan *dlock.Lock, 2)
+	for i := range 2 {
+		go func() {
+			lk, err := waiters.Semaphore(k, 2).Acquire(ctx, 1, dlock.WithTTL(time.Minute))
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Error(err)
+				}
+				return
+			}
+			t.Cleanup(func() { _ = lk.Unlock(context.Background()) })
+			got <- lk
+		}()
+		waitQueued(t, rdb, k, int64(i+1))
+	}
+	return holders, got
+}
+
+// gotIn waits for a waiter of got to get in.
+func gotIn(t *testing.T, got chan *dlock.Lock, what string) {
+	t.Helper()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no waiter got in after %s", what)
+	}
+}
+
+// An admin release (ReleaseToken, ForceRelease) does not know the limit its
+// semaphore's callers pass: it never grants permits beyond it. Without a
+// stored limit it grants nothing itself; the first queued waiter, woken,
+// takes what its own limit lets in, at once.
+func TestSemaphoreAdminReleaseKeepsLimit(t *testing.T) {
+	t.Run("ReleaseToken", func(t *testing.T) {
+		k := key(t)
+		c, _ := newClient(t, dlock.Options{})
+		holders, got := semFullAboveLimit(t, c, k)
+		for i, want := range []int64{3, 2} { // no room for a waiter yet
+			if err := c.ReleaseToken(t.Context(), k, holders[i].Token()); err != nil {
+				t.Fatal(err)
+			}
+			if n := inUse(t, c, k); n != want {
+				t.Fatalf("after %d admin release(s): %d permits in use, want %d (limit 2)", i+1, n, want)
+			}
+		}
+		if err := c.ReleaseToken(t.Context(), k, holders[2].Token()); err != nil {
+			t.Fatal(err)
+		}
+		gotIn(t, got, "the admin release that left 1 permit in use") // woken, not by its retry
+		if n := inUse(t, c, k); n != 2 {
+			t.Fatalf("%d permits in use, want 2", n)
+		}
+		if err := c.ReleaseToken(t.Context(), k, holders[3].Token()); err != nil {
+			t.Fatal(err)
+		}
+		gotIn(t, got, "the last holder's admin release")
+	})
+	t.Run("ForceRelease", func(t *testing.T) {
+		k := key(t)
+		rdb := srv.NewClient()
+		inj := faultcmd.New()
+		rdb.AddHook(inj)
+		c, _ := newClientOn(t, rdb, dlock.Options{})
+		_, got := semFullAboveLimit(t, c, k)
+		// The third holder's release fails: two of the four are left.
+		inj.Add(faultcmd.Rule{Name: "third release", Action: faultcmd.FailBefore, Nth: 3,
+			Match: faultcmd.Match{Script: "semaphore_release", Key: k}})
+		if _, err := c.ForceRelease(t.Context(), k); !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("ForceRelease with its third release failing: %v", err)
+		}
+		if n := inUse(t, c, k); n != 2 {
+			t.Fatalf("after 2 of 4 holders released: %d permits in use, want 2 (limit 2)", n)
+		}
+		if ok, err := c.ForceRelease(t.Context(), k); !ok || err != nil {
+			t.Fatalf("ForceRelease = %v, %v", ok, err)
+		}
+		gotIn(t, got, "ForceRelease")
+		gotIn(t, got, "ForceRelease")
+		if n := inUse(t, c, k); n != 2 {
+			t.Fatalf("%d permits in use, want 2", n)
+		}
+	})
 }
 
 // semKeys returns every Redis key of the semaphore k but its stored limit

@@ -17,7 +17,14 @@
 --          permits away (no tombstone: the holder's own release then
 --          reports the loss); '1': a waiter leaves (and gives back
 --          permits handed to it too late, if any)
--- ARGV[5]  the caller's limit, used if L is absent
+-- ARGV[5]  the caller's limit, used if L is absent; '0': not known (an
+--          admin release: the limit lives in the callers' handles)
+--
+-- The freed permits go to the queued waiters under the limit in force: L,
+-- else the caller's. With neither known, nothing is handed: the first
+-- live waiter is told to try again (q_nudge), and its own acquire hands
+-- out what its limit lets in, so no release ever grants above the limit
+-- the callers use.
 --
 -- A release leaves a tombstone for the token (q_released), so a second
 -- run of it (re-sent by the Redis client after a lost reply) returns 1.
@@ -53,7 +60,12 @@ elseif ARGV[4] == '0' and q_dead(Q, token) then
   code = 1 -- this release already ran (its reply was lost): not a loss
 end
 local MAX_WAKES = 64
-local free = sem_pump(S, P, Q, limit - used, limit, now, ARGV[3], '')
+local free = freed
+if limit > 0 then
+  free = sem_pump(S, P, Q, limit - used, limit, now, ARGV[3], '')
+else
+  q_nudge(Q)
+end
 if freed > 0 and redis.call('LLEN', Q) == 0 then
   for _ = 1, math.min(freed, free, MAX_WAKES) do
     redis.call('PUBLISH', ARGV[2], 'released')

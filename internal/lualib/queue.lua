@@ -89,8 +89,9 @@ end
 
 -- q_serve walks q from its head and serves its waiters in order, as many
 -- as fit. A dead waiter (no lease, or a tombstone) is dropped. For each
--- live one, serve(m, req) decides, req being what m asks for (q_parse);
--- for self, the caller's own token, serve(self, nil) is asked without
+-- live one, serve(m, req, ch) decides, req being what m asks for and ch
+-- its channel (q_parse); for self, the caller's own token, serve(self,
+-- nil) is asked without
 -- reading its lease (the caller knows what it asks for), and may answer
 -- only 'wait' or 'pop' (self has no lease or channel read here to mark or
 -- tell; a caller that must refuse itself does so before the walk, as
@@ -133,7 +134,7 @@ local function q_serve(q, self, peek, serve, head, lease)
       end
       if p and p ~= Q_DEAD then
         ch, req = q_parse(p)
-        act, stop = serve(m, req)
+        act, stop = serve(m, req, ch)
       end
     end
     if act == 'wait' then
@@ -188,6 +189,19 @@ local function q_empty(q)
     return nil
   end
   return not head
+end
+
+-- q_nudge tells the first live waiter of q, on its channel, to try again
+-- now, handing it nothing (dead waiters at the head are dropped): its own
+-- acquire then serves the queue with what only the waiters know (a
+-- semaphore's limit). To the waiter it looks like a hand-off whose
+-- permits were not there. Returns nil, having written nothing, if q is not
+-- a list.
+local function q_nudge(q)
+  return q_serve(q, nil, true, function(m, req, ch)
+    q_notify(ch, m)
+    return 'wait'
+  end)
 end
 
 -- q_may_take reports whether token may take a free key now: always when
