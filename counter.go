@@ -4,8 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/keyrules"
@@ -18,16 +16,28 @@ import (
 // with its own lock, so that takers on different segments work in
 // parallel instead of queueing on one lock: a segmented lock, 分段锁, as in a
 // flash sale. Segment i's lock is stripe i of stripe.New(name, n)
-// ("<name>:<i>") and its
-// count lives beside it, in the lock key's slot
-// ("<prefix>:{<name>:<i>}:count", no TTL). All users of a Counter must use
-// the same name and segment count. It is safe for concurrent use.
+// ("<name>:<i>"), and beside it, in the lock key's slot, live its count
+// ("<prefix>:{<name>:<i>}:count") and the counter's segment count
+// ("<prefix>:{<name>:<i>}:segments"), both without a TTL.
 //
-// Every change is made by a script that checks the segment's lock token
-// first, so a taker that lost its lock (paused past its TTL) changes
-// nothing: the count never goes below zero and nothing is sold twice.
+// All users of a Counter must use the same name and segment count: every
+// operation with another count than the recorded one is refused with
+// ErrSegmentMismatch before it writes. The first operation on a counter
+// records its count. A counter written by an older version of this
+// package has no recorded count: its first operation records its own,
+// after checking that the segment counts found in Redis fit it (the
+// segment one past its last must have none, and its last must have one if
+// the first has), and is refused with ErrSegmentMismatch if they do not.
+//
+// Every write to a segment (a take, units put back, Set) is made by a
+// script that checks the segment's lock token first, so a write that lands
+// after its caller's lock ended (a pause past the TTL, a ForceRelease, a
+// command delayed in the network) changes nothing: the count never goes
+// below zero, nothing is sold twice, and no sold unit is put back on sale.
+// It is safe for concurrent use.
 type Counter struct {
 	c    *Client
+	name string
 	segs stripes.Set
 }
 
@@ -38,7 +48,7 @@ func (c *Client) Counter(name string, segments int) (*Counter, error) {
 	if err := validStripes(name, segments); err != nil {
 		return nil, err
 	}
-	return &Counter{c: c, segs: stripes.Make(name, segments)}, nil
+	return &Counter{c: c, name: name, segs: stripes.Make(name, segments)}, nil
 }
 
 // validStripes checks the name and count of n stripes (see stripe.New).
@@ -58,201 +68,156 @@ var (
 	//go:embed scripts/counter_add.lua
 	counterAddSrc    string
 	counterAddScript = libScript(counterAddSrc)
+	//go:embed scripts/counter_set.lua
+	counterSetSrc    string
+	counterSetScript = libScript(counterSetSrc)
 )
 
-// Reply of counter_add.lua when the caller does not hold the segment.
-const codeNotHolder = -1
+// Replies of counter_add.lua and counter_set.lua besides codeOK and
+// codeWrongType.
+const (
+	codeNotHolder  = -1 // the caller does not hold the segment's lock
+	codeMismatch   = -3 // another segment count is recorded
+	codeUnrecorded = -4 // no segment count is recorded yet
+)
 
 func (s *Counter) countKey(i int) string {
 	return auxOf(s.c.keysFor(s.segs.Stripe(i)), countSuffix)
 }
 
+func (s *Counter) segsKey(i int) string {
+	return auxOf(s.c.keysFor(s.segs.Stripe(i)), segsSuffix)
+}
+
 // Set sets the total to total, spread evenly over the segments (the first
 // total mod n get one more). It holds every segment's lock meanwhile
-// (LockMulti), so it never races a Take. total < 0 is ErrInvalidCount.
+// (LockMulti), so it never races a Take, and writes each segment only
+// while it still holds that segment's lock: a segment whose lock was lost
+// meanwhile (a ForceRelease, or Set paused past its TTL) keeps its count,
+// and Set returns the loss (ErrLost). total < 0 is ErrInvalidCount.
 func (s *Counter) Set(ctx context.Context, total int64) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
 	if total < 0 {
 		return ErrInvalidCount
 	}
-	n := int64(s.segs.Len())
-	keys := make([]string, n)
+	keys := make([]string, s.segs.Len())
 	for i := range keys {
 		keys[i] = s.segs.Stripe(i)
 	}
-	return s.c.DoMulti(ctx, keys, func(ctx context.Context) error {
-		_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range n {
-				v := total / n
-				if i < total%n {
-					v++
-				}
-				p.Set(ctx, s.countKey(int(i)), v, 0)
-			}
-			return nil
-		})
-		return unavailable(err)
-	})
+	lk, err := s.c.LockMulti(ctx, keys)
+	if err != nil {
+		return err
+	}
+	return s.c.run(ctx, lk, func(ctx context.Context) error { return s.setAll(ctx, lk, total) })
+}
+
+// setAll writes every segment's share of total under lk, after recording
+// the segment count if the counter has none.
+func (s *Counter) setAll(ctx context.Context, lk *Lock, total int64) error {
+	res, err := s.setSegments(ctx, lk, total)
+	if err == nil && slicesHaveCode(res, codeUnrecorded) {
+		if err = s.record(ctx); err == nil {
+			res, err = s.setSegments(ctx, lk, total)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		if len(r) == 2 && r[0] == codeOK {
+			continue
+		}
+		return s.replyErr(lk, i, r)
+	}
+	return nil
+}
+
+// setSegments runs counter_set.lua for every segment in one pipeline and
+// returns the replies.
+func (s *Counter) setSegments(ctx context.Context, lk *Lock, total int64) ([][]int64, error) {
+	n := int64(s.segs.Len())
+	segs := strconv.Itoa(s.segs.Len())
+	calls := make([]protocol.Call, n)
+	for i := range n {
+		v := total / n
+		if i < total%n {
+			v++
+		}
+		calls[i] = protocol.Call{Script: counterSetScript,
+			Keys: []string{s.segs.Stripe(int(i)), s.countKey(int(i)), s.segsKey(int(i))},
+			Args: []any{lk.Token(), v, segs}}
+	}
+	res := make([][]int64, n)
+	for i, cmd := range runBatch(ctx, s.c.rdb, calls) {
+		r, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, unavailable(err)
+		}
+		res[i] = r
+	}
+	return res, nil
+}
+
+// slicesHaveCode reports whether a reply in res has the code code.
+func slicesHaveCode(res [][]int64, code int64) bool {
+	for _, r := range res {
+		if len(r) == 2 && r[0] == code {
+			return true
+		}
+	}
+	return false
+}
+
+// replyErr is the error of a counter script's reply r other than done or
+// not enough, for segment seg under lk.
+func (s *Counter) replyErr(lk *Lock, seg int, r []int64) error {
+	switch {
+	case len(r) != 2:
+	case r[0] == codeNotHolder:
+		if lerr := lk.Err(); lerr != nil {
+			return lerr
+		}
+		return &lostError{key: s.segs.Stripe(seg), cause: ErrTaken}
+	case r[0] == codeWrongType:
+		return ErrWrongType
+	case r[0] == codeMismatch:
+		return &segmentMismatchError{name: s.name, given: s.segs.Len(), recorded: r[1]}
+	}
+	return errors.New("dlock: unexpected reply from the counter script")
 }
 
 // Total returns the sum of the segments (not atomic across them: a
-// snapshot while takers run is approximate).
+// snapshot while takers run is approximate). It writes nothing: on a
+// counter without a recorded segment count it checks the counts found as
+// the first operation does (ErrSegmentMismatch).
 func (s *Counter) Total(ctx context.Context) (int64, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
-	cmds := make([]*redis.StringCmd, s.segs.Len())
+	n := s.segs.Len()
+	counts := make([]*redis.StringCmd, n+1) // and the count one past the last segment
+	recs := make([]*redis.StringCmd, n)
 	_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			cmds[i] = p.Get(ctx, s.countKey(i))
+		for i := range recs {
+			counts[i] = p.Get(ctx, s.countKey(i))
+			recs[i] = p.Get(ctx, s.segsKey(i))
 		}
+		counts[n] = p.Get(ctx, s.countKey(n))
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, unavailable(err)
 	}
+	if err := s.checkRead(counts, recs); err != nil {
+		return 0, err
+	}
 	var sum int64
-	for _, cmd := range cmds {
+	for _, cmd := range counts[:n] {
 		if v, err := cmd.Int64(); err == nil {
 			sum += v
 		}
 	}
 	return sum, nil
-}
-
-// Take takes n from one segment that has at least n, and returns the
-// segment. It starts at a random segment and tries the others in turn
-// without waiting for a busy one (TryLock); only if every segment that
-// may have stock is busy does it wait for them, one by one. If fn is not
-// nil it runs under the segment's lock after the units are taken (create
-// the order, say), with a context cancelled if the lock is lost. If no
-// segment has n left, the error is ErrExhausted (the units may sit in a
-// segment of fewer than n; Take never splits a request over segments).
-// n < 1 is ErrInvalidCount.
-//
-// The units go back only if fn itself fails: Take then returns -1 and
-// fn's error (joined with an error if putting them back failed; one
-// matching ErrMaybeApplied if it is unknown whether they went back). Once
-// fn succeeded the sale stands: an error releasing the segment's lock
-// afterwards (it was lost, or Redis failed at the release) is returned
-// with the segment, and the units stay taken. If the reply to the take
-// itself is lost, the units may or may not have been taken: Take returns
-// the segment and an error matching ErrMaybeApplied, without running fn.
-// So the segment is returned (>= 0) exactly when units were, or may have
-// been, taken from it and not put back.
-func (s *Counter) Take(ctx context.Context, n int64, fn func(ctx context.Context, segment int) error) (int, error) {
-	if ctx == nil {
-		return -1, ErrNilContext
-	}
-	if n < 1 {
-		return -1, ErrInvalidCount
-	}
-	segs := s.segs.Len()
-	first := rand.IntN(segs)
-	var busy []int
-	for i := range segs {
-		seg := (first + i) % segs
-		lk, err := s.c.TryLock(ctx, s.segs.Stripe(seg))
-		if errors.Is(err, ErrNotAcquired) {
-			busy = append(busy, seg)
-			continue
-		}
-		if err != nil {
-			return -1, err
-		}
-		if ok, err := s.takeFrom(ctx, lk, seg, n, fn); ok || err != nil {
-			return took(seg, ok), err
-		}
-	}
-	for _, seg := range busy {
-		lk, err := s.c.Lock(ctx, s.segs.Stripe(seg))
-		if err != nil {
-			return -1, err
-		}
-		if ok, err := s.takeFrom(ctx, lk, seg, n, fn); ok || err != nil {
-			return took(seg, ok), err
-		}
-	}
-	return -1, ErrExhausted
-}
-
-// took is seg if ok, else -1.
-func took(seg int, ok bool) int {
-	if ok {
-		return seg
-	}
-	return -1
-}
-
-// takeFrom takes n from segment seg under lk, runs fn, and releases lk.
-// It reports whether units were (or may have been) taken and stay taken.
-func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn func(context.Context, int) error) (bool, error) {
-	unlock := func() error {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
-		defer cancel()
-		return lk.Unlock(rctx)
-	}
-	took, err := s.add(ctx, lk, seg, -n)
-	if err != nil || !took {
-		var ma *maybeAppliedError
-		return errors.As(err, &ma), errors.Join(err, unlock())
-	}
-	if fn == nil {
-		return true, unlock()
-	}
-	// fn runs with a context cancelled if the lock is lost. Only its own
-	// error puts the units back; the release's error does not (fn has
-	// committed by then).
-	fctx, stop := watchLoss(ctx, lk)
-	ferr := fn(fctx, seg)
-	stop()
-	if ferr == nil {
-		return true, unlock()
-	}
-	// Put the units back: adding never oversells, so it needs no lock.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
-	res, perr := s.addOnce(rctx, lk, seg, n, "back")
-	rcancel()
-	if perr == nil && (len(res) != 2 || res[0] != codeOK) {
-		perr = fmt.Errorf("the counter script answered %v", res)
-	}
-	switch {
-	case perr == nil:
-	case ambiguous(perr):
-		ferr = errors.Join(ferr, &maybeAppliedError{op: "putting back", key: s.countKey(seg), n: n, cause: perr})
-	default:
-		ferr = errors.Join(ferr, fmt.Errorf("dlock: putting %d units back into %q failed (they stay taken): %w", n, s.countKey(seg), unavailable(perr)))
-	}
-	return false, errors.Join(ferr, unlock())
-}
-
-// addOnce runs counter_add.lua once for segment seg under a fresh
-// operation id, so a second run of the same call (re-sent by the Redis
-// client after a lost reply) does not add again.
-func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64, mode string) ([]int64, error) {
-	ks := s.c.keysFor(s.segs.Stripe(seg))
-	op := ks.Queue + ":" + newToken()
-	return runScript(ctx, s.c.rdb, protocol.Call{Script: counterAddScript, Keys: []string{lk.Key(), s.countKey(seg), op}, Args: []any{lk.Token(), d, mode}}).Int64Slice()
-}
-
-// add adds d to segment seg if lk (its lock) still holds it and the count
-// stays non-negative. It reports whether it did.
-func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, error) {
-	res, err := s.addOnce(ctx, lk, seg, d, "")
-	switch {
-	case ambiguous(err):
-		// The script may have run: the units may have been taken.
-		return false, &maybeAppliedError{op: "taking", key: s.countKey(seg), n: -d, cause: err}
-	case err != nil:
-		return false, unavailable(err)
-	case len(res) != 2:
-		return false, errors.New("dlock: unexpected reply from the counter script")
-	case res[0] == codeWrongType:
-		return false, ErrWrongType
-	case res[0] == codeNotHolder:
-		if lerr := lk.Err(); lerr != nil {
-			return false, lerr
-		}
-		return false, &lostError{key: lk.Key(), cause: ErrTaken}
-	}
-	return res[0] == codeOK, nil
 }

@@ -151,6 +151,27 @@ func (e *maybeAppliedError) Error() string {
 func (e *maybeAppliedError) Is(target error) bool { return target == ErrMaybeApplied }
 func (e *maybeAppliedError) Unwrap() error        { return e.cause }
 
+// ErrSegmentMismatch: a Counter operation was called with a segment count
+// other than the one the counter was created with (recorded in Redis
+// beside its segments). Nothing was written. The error names the counter,
+// the count given and, when it is known, the recorded one.
+var ErrSegmentMismatch = errors.New("dlock: counter segment count differs from the recorded one")
+
+// segmentMismatchError is ErrSegmentMismatch for one counter.
+type segmentMismatchError struct {
+	name     string
+	given    int
+	recorded int64 // 0: not recorded (a counter written by an older version)
+}
+
+func (e *segmentMismatchError) Error() string {
+	if e.recorded > 0 {
+		return fmt.Sprintf("%v: counter %q has %d segments, not %d", ErrSegmentMismatch, clip(e.name), e.recorded, e.given)
+	}
+	return fmt.Sprintf("%v: counter %q was written with a segment count other than %d", ErrSegmentMismatch, clip(e.name), e.given)
+}
+func (e *segmentMismatchError) Is(target error) bool { return target == ErrSegmentMismatch }
+
 // reservedKeyError is ErrReservedKey for one key.
 type reservedKeyError struct {
 	key, lock string

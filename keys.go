@@ -16,17 +16,18 @@ import (
 // every suffix dlock uses; scripts get these names as KEYS, except a
 // waiter's lease, which they build as the queue name + ":" + token.
 const (
-	fenceSuffix   = ":fence"   // string: last fencing token handed out
-	queueSuffix   = ":q"       // list: queued waiters' tokens, oldest first
-	wakeSuffix    = ":wake"    // pub/sub channel: "released" for Barging waiters
-	readersSuffix = ":readers" // sorted set: the readers of a read phase
-	holdsSuffix   = ":holds"   // sorted set: a reentrant owner's handles
-	permitsSuffix = ":permits" // hash: a semaphore's holders -> permits, "#used"
-	limitSuffix   = ":limit"   // string: a semaphore's SetLimit limit (no TTL)
-	countSuffix   = ":count"   // string: a Counter segment's count (no TTL)
-	guardSuffix   = ":guard"   // hash: a fenced resource's guard record (always DefaultPrefix)
-	leaderSuffix  = ":leader"  // list: an election's leader records, newest first
-	electedSuffix = ":elected" // pub/sub channel: an election's leader changed
+	fenceSuffix   = ":fence"    // string: last fencing token handed out
+	queueSuffix   = ":q"        // list: queued waiters' tokens, oldest first
+	wakeSuffix    = ":wake"     // pub/sub channel: "released" for Barging waiters
+	readersSuffix = ":readers"  // sorted set: the readers of a read phase
+	holdsSuffix   = ":holds"    // sorted set: a reentrant owner's handles
+	permitsSuffix = ":permits"  // hash: a semaphore's holders -> permits, "#used"
+	limitSuffix   = ":limit"    // string: a semaphore's SetLimit limit (no TTL)
+	countSuffix   = ":count"    // string: a Counter segment's count (no TTL)
+	segsSuffix    = ":segments" // string: a Counter's segment count, beside each segment (no TTL)
+	guardSuffix   = ":guard"    // hash: a fenced resource's guard record (always DefaultPrefix)
+	leaderSuffix  = ":leader"   // list: an election's leader records, newest first
+	electedSuffix = ":elected"  // pub/sub channel: an election's leader changed
 )
 
 // AuxKind names one kind of auxiliary key or channel dlock derives from a
@@ -35,18 +36,19 @@ type AuxKind string
 
 // The kinds of auxiliary names, one per suffix, plus AuxWaiter.
 const (
-	AuxFence   AuxKind = "fence"   // <P>:{K}:fence
-	AuxQueue   AuxKind = "queue"   // <P>:{K}:q
-	AuxWaiter  AuxKind = "waiter"  // <P>:{K}:q:<token>, a queued waiter's lease
-	AuxWake    AuxKind = "wake"    // <P>:{K}:wake (a pub/sub channel)
-	AuxReaders AuxKind = "readers" // <P>:{K}:readers
-	AuxHolds   AuxKind = "holds"   // <P>:{K}:holds
-	AuxPermits AuxKind = "permits" // <P>:{K}:permits
-	AuxLimit   AuxKind = "limit"   // <P>:{K}:limit
-	AuxCount   AuxKind = "count"   // <P>:{K}:count
-	AuxGuard   AuxKind = "guard"   // dlock:{K}:guard (package fenced, DefaultPrefix)
-	AuxLeader  AuxKind = "leader"  // <P>:{K}:leader, an election's leader history
-	AuxElected AuxKind = "elected" // <P>:{K}:elected (a pub/sub channel)
+	AuxFence    AuxKind = "fence"    // <P>:{K}:fence
+	AuxQueue    AuxKind = "queue"    // <P>:{K}:q
+	AuxWaiter   AuxKind = "waiter"   // <P>:{K}:q:<token>, a queued waiter's lease
+	AuxWake     AuxKind = "wake"     // <P>:{K}:wake (a pub/sub channel)
+	AuxReaders  AuxKind = "readers"  // <P>:{K}:readers
+	AuxHolds    AuxKind = "holds"    // <P>:{K}:holds
+	AuxPermits  AuxKind = "permits"  // <P>:{K}:permits
+	AuxLimit    AuxKind = "limit"    // <P>:{K}:limit
+	AuxCount    AuxKind = "count"    // <P>:{K}:count
+	AuxSegments AuxKind = "segments" // <P>:{K}:segments, a Counter's segment count
+	AuxGuard    AuxKind = "guard"    // dlock:{K}:guard (package fenced, DefaultPrefix)
+	AuxLeader   AuxKind = "leader"   // <P>:{K}:leader, an election's leader history
+	AuxElected  AuxKind = "elected"  // <P>:{K}:elected (a pub/sub channel)
 )
 
 // auxTable is the one list of fixed auxiliary suffixes. No suffix is a
@@ -60,7 +62,7 @@ var auxTable = [...]struct {
 }{
 	{AuxFence, fenceSuffix}, {AuxQueue, queueSuffix}, {AuxWake, wakeSuffix},
 	{AuxReaders, readersSuffix}, {AuxHolds, holdsSuffix}, {AuxPermits, permitsSuffix},
-	{AuxLimit, limitSuffix}, {AuxCount, countSuffix}, {AuxGuard, guardSuffix},
+	{AuxLimit, limitSuffix}, {AuxCount, countSuffix}, {AuxSegments, segsSuffix}, {AuxGuard, guardSuffix},
 	{AuxLeader, leaderSuffix}, {AuxElected, electedSuffix},
 }
 
@@ -90,9 +92,10 @@ func decodeAux(prefix, name string) (key string, kind AuxKind, ok bool) {
 
 // AuxKeyOf reports whether name is one of the auxiliary keys or channels
 // this Client derives from a lock key (its fence, queue, a waiter's lease,
-// wake-up channel, hold sets, semaphore state, Counter count, or the guard
-// record of a resource written with package fenced), and if so, of which lock key and of what kind. Lock keys
-// that are such names are refused (ErrReservedKey). It makes no Redis call.
+// wake-up channel, hold sets, semaphore state, Counter count and segment
+// count, or the guard record of a resource written with package fenced),
+// and if so, of which lock key and of what kind. Lock keys that are such
+// names are refused (ErrReservedKey). It makes no Redis call.
 func (c *Client) AuxKeyOf(name string) (key string, kind AuxKind, ok bool) {
 	return auxKeyOf(c.opts.Prefix, name)
 }

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,38 +20,59 @@ import (
 // breaks after a command was written and ran, so the library never sees
 // that the first run happened.
 type resendReleases struct {
-	resent atomic.Int64
-	match  func(cmd string) bool // script name, or command name; nil: "*release"
+	resent    atomic.Int64
+	match     func(cmd string) bool // script name, or command name; nil: "*release"
+	pipelines bool                  // also send twice a pipeline with a matching command
 }
 
 func (*resendReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*resendReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+func (h *resendReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	if !h.pipelines {
+		return next
+	}
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, h.matches) {
+			if err := next(ctx, cmds); err != nil {
+				return err
+			}
+			h.resent.Add(1)
+			for _, cmd := range cmds {
+				cmd.SetErr(nil)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// matches reports whether cmd is one the hook sends twice.
+func (h *resendReleases) matches(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return false
+	}
+	name := ""
+	if s, ok := args[1].(string); ok {
+		switch strings.ToLower(cmd.Name()) {
+		case "evalsha":
+			name = probe.ScriptName(s)
+		case "eval":
+			name = probe.ScriptNameOfSource(s)
+		}
+	}
+	if name == "" {
+		name = strings.ToLower(cmd.Name())
+	}
+	return (h.match == nil && strings.HasSuffix(name, "release")) || (h.match != nil && h.match(name))
 }
 
 func (h *resendReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) > 1 {
-			name := ""
-			if s, ok := args[1].(string); ok {
-				switch strings.ToLower(cmd.Name()) {
-				case "evalsha":
-					name = probe.ScriptName(s)
-				case "eval":
-					name = probe.ScriptNameOfSource(s)
-				}
+		if h.matches(cmd) {
+			if err := next(ctx, cmd); err != nil {
+				return err
 			}
-			if name == "" {
-				name = strings.ToLower(cmd.Name())
-			}
-			if (h.match == nil && strings.HasSuffix(name, "release")) || (h.match != nil && h.match(name)) {
-				if err := next(ctx, cmd); err != nil {
-					return err
-				}
-				h.resent.Add(1)
-				cmd.SetErr(nil)
-			}
+			h.resent.Add(1)
+			cmd.SetErr(nil)
 		}
 		return next(ctx, cmd)
 	}
@@ -147,10 +169,13 @@ func waitQueuedOn(t *testing.T, rdb *redis.Client, k string) {
 }
 
 // TestCounterResentByRedisClientCountsOnce: a take or a put-back that ran,
-// lost its reply and was re-sent by go-redis itself changes the count once.
+// lost its reply and was re-sent by go-redis itself changes the count once;
+// so does a Set, and the recording of the segment count.
 func TestCounterResentByRedisClientCountsOnce(t *testing.T) {
 	ctx := t.Context()
-	hook := &resendReleases{match: func(name string) bool { return name == "counter_add" || name == "incrby" }}
+	hook := &resendReleases{pipelines: true, match: func(name string) bool {
+		return strings.HasPrefix(name, "counter_") || name == "incrby" || name == "set"
+	}}
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	rdb.AddHook(hook)
 	c, _ := newClientOn(t, rdb, dlock.Options{})
@@ -160,6 +185,9 @@ func TestCounterResentByRedisClientCountsOnce(t *testing.T) {
 	}
 	if err := ctr.Set(ctx, 10); err != nil {
 		t.Fatal(err)
+	}
+	if total, err := ctr.Total(ctx); err != nil || total != 10 {
+		t.Fatalf("after a Set sent twice: total %d, %v; want 10", total, err)
 	}
 	if _, err := ctr.Take(ctx, 1, nil); err != nil {
 		t.Fatal(err)

@@ -18,7 +18,8 @@ func init() {
 		"reentrant_acquire": reentrantAcquireScript,
 		"multi_acquire":     multiAcquireScript, "multi_release": multiReleaseScript,
 		"holds_extend": holdsExtendScript, "holds_release": holdsReleaseScript,
-		"counter_add": counterAddScript,
+		"counter_add": counterAddScript, "counter_set": counterSetScript,
+		"counter_segments": counterSegmentsScript,
 	} {
 		probe.NameScript(name, s.Hash())
 		ownScripts[s] = true

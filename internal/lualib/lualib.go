@@ -2,11 +2,11 @@
 // dlock/legacy and dlock/redlock share, and builds those scripts.
 //
 // Each library file (fence.lua, owner.lua, queue.lua, holds.lua,
-// semaphore.lua) defines top-level local functions and constants only, and
-// runs no command of its own. Build puts in front of a script only the
-// library definitions it uses, directly or through another library
-// function, so each script is still sent as one self-contained body, and
-// Redis does not build closures it never calls on every run.
+// semaphore.lua, counter.lua) defines top-level local functions and
+// constants only, and runs no command of its own. Build puts in front of a
+// script only the library definitions it uses, directly or through another
+// library function, so each script is still sent as one self-contained
+// body, and Redis does not build closures it never calls on every run.
 package lualib
 
 import (
@@ -31,18 +31,20 @@ var (
 	holdsSrc string
 	//go:embed semaphore.lua
 	semaphoreSrc string
+	//go:embed counter.lua
+	counterSrc string
 )
 
 // libFiles returns the library files by name.
 func libFiles() map[string]string {
 	return map[string]string{
 		"fence.lua": fenceSrc, "owner.lua": ownerSrc, "queue.lua": queueSrc,
-		"holds.lua": holdsSrc, "semaphore.lua": semaphoreSrc,
+		"holds.lua": holdsSrc, "semaphore.lua": semaphoreSrc, "counter.lua": counterSrc,
 	}
 }
 
 var defs = sync.OnceValue(func() []def {
-	return parse(fenceSrc, ownerSrc, queueSrc, holdsSrc, semaphoreSrc)
+	return parse(fenceSrc, ownerSrc, queueSrc, holdsSrc, semaphoreSrc, counterSrc)
 })
 
 // Script returns the script src (the body of an embedded .lua file, header

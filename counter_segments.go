@@ -1,0 +1,124 @@
+package dlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strconv"
+
+	"github.com/dlock-go/dlock/protocol"
+	"github.com/redis/go-redis/v9"
+)
+
+// A Counter's segment count is recorded beside each of its segments (in
+// the segment's slot, so every script that writes a segment checks it in
+// the same run). It is written once, by record, and never changed.
+
+var (
+	//go:embed scripts/counter_segments.lua
+	counterSegmentsSrc    string
+	counterSegmentsScript = libScript(counterSegmentsSrc)
+)
+
+// record records the counter's segment count beside every segment that has
+// none, after checkShape. Segment 0's comes first, alone: of two callers
+// with different counts, only the first to record it there records any
+// other segment's, so the records never disagree.
+func (s *Counter) record(ctx context.Context) error {
+	if err := s.checkShape(ctx); err != nil {
+		return err
+	}
+	if err := s.recorded(runScript(ctx, s.c.rdb, s.recordCall(0))); err != nil {
+		return err
+	}
+	calls := make([]protocol.Call, 0, s.segs.Len()-1)
+	for i := 1; i < s.segs.Len(); i++ {
+		calls = append(calls, s.recordCall(i))
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	for _, cmd := range runBatch(ctx, s.c.rdb, calls) {
+		if err := s.recorded(cmd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordCall is counter_segments.lua for segment i.
+func (s *Counter) recordCall(i int) protocol.Call {
+	return protocol.Call{Script: counterSegmentsScript, Keys: []string{s.segsKey(i)},
+		Args: []any{strconv.Itoa(s.segs.Len())}}
+}
+
+// recorded checks the reply of counter_segments.lua: the count recorded.
+func (s *Counter) recorded(cmd *redis.Cmd) error {
+	n, err := cmd.Int64()
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case n == codeWrongType:
+		return ErrWrongType
+	case n != int64(s.segs.Len()):
+		return &segmentMismatchError{name: s.name, given: s.segs.Len(), recorded: n}
+	}
+	return nil
+}
+
+// checkShape checks that the segment counts in Redis fit the counter's
+// segment count n, before it is recorded. Set writes every segment's count
+// and nothing deletes one, so a counter of n segments has counts 0 to n-1
+// or none: the one past the last must be absent, and the last present if
+// the first is. A count recorded beside segment 0 must be n.
+func (s *Counter) checkShape(ctx context.Context) error {
+	n := s.segs.Len()
+	var first, last, past *redis.IntCmd
+	var rec *redis.StringCmd
+	_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		first = p.Exists(ctx, s.countKey(0))
+		last = p.Exists(ctx, s.countKey(n-1))
+		past = p.Exists(ctx, s.countKey(n))
+		rec = p.Get(ctx, s.segsKey(0))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return unavailable(err)
+	}
+	if r, err := rec.Int64(); err == nil && r != int64(n) {
+		return &segmentMismatchError{name: s.name, given: n, recorded: r}
+	}
+	if past.Val() > 0 || first.Val() > last.Val() {
+		return &segmentMismatchError{name: s.name, given: n}
+	}
+	return nil
+}
+
+// checkRead checks what Total read: the segments' counts (and the count
+// one past the last) and their recorded segment counts.
+func (s *Counter) checkRead(counts, recs []*redis.StringCmd) error {
+	n := len(recs)
+	missing := false
+	for _, rec := range recs {
+		v, err := rec.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			missing = true
+			continue
+		case err != nil:
+			return unavailable(err)
+		}
+		r, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil || r < 1:
+			return ErrWrongType
+		case r != int64(n):
+			return &segmentMismatchError{name: s.name, given: n, recorded: r}
+		}
+	}
+	exists := func(cmd *redis.StringCmd) bool { return cmd.Err() == nil }
+	if exists(counts[n]) || (missing && exists(counts[0]) && !exists(counts[n-1])) {
+		return &segmentMismatchError{name: s.name, given: n}
+	}
+	return nil
+}
