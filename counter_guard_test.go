@@ -43,7 +43,7 @@ func TestCounterSetLandingAfterTakeoverWritesNothing(t *testing.T) {
 	if err := stock.Set(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	hold := inj.Add(faultcmd.Rule{Name: "held Set write", Action: faultcmd.Hold,
+	hold := inj.Add(faultcmd.Rule{Name: "held Set write", Action: faultcmd.Hold, HoldTimeout: time.Minute,
 		Match: segmentWrite(name), Until: faultcmd.Match{Script: "counter_add"}})
 	done := make(chan error, 1)
 	go func() { done <- stock.Set(ctx, 5) }()
@@ -57,7 +57,7 @@ func TestCounterSetLandingAfterTakeoverWritesNothing(t *testing.T) {
 	}
 	select {
 	case err = <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the held Set never returned")
 	}
 	if !errors.Is(err, dlock.ErrLost) {
@@ -82,7 +82,7 @@ func TestCounterPutBackLandingAfterSetWritesNothing(t *testing.T) {
 	if err := stock.Set(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	late := inj.Add(faultcmd.Rule{Name: "late put-back", Action: faultcmd.Late, Nth: 2,
+	late := inj.Add(faultcmd.Rule{Name: "late put-back", Action: faultcmd.Late, Nth: 2, HoldTimeout: time.Minute,
 		Match: faultcmd.Match{Script: "counter_add"}, Until: segmentWrite(name)})
 	boom := errors.New("order failed")
 	seg, err := stock.Take(ctx, 2, func(context.Context, int) error { return boom })
@@ -105,7 +105,7 @@ func TestCounterPutBackLandingAfterSetWritesNothing(t *testing.T) {
 // with prefix.
 func waitLog(t *testing.T, inj *faultcmd.Injector, rule, prefix string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, e := range inj.Log() {
 			if e.Rule == rule && strings.HasPrefix(e.Outcome, prefix) {
 				return
@@ -195,29 +195,39 @@ func TestCounterWithoutRecordedSegments(t *testing.T) {
 	}
 }
 
-// Two first operations with different segment counts at once: one count
-// is recorded, on every segment the same, and the other caller is refused.
+// Two first operations with different segment counts at once (two Sets,
+// or two Takes, which hold one segment's lock each): one count is
+// recorded, on every segment the same, and only the other caller is
+// refused.
 func TestCounterFirstOperationsRace(t *testing.T) {
 	ctx := t.Context()
 	c, rdb := newClient(t, dlock.Options{})
-	for range 10 {
+	for round := range 20 {
 		name := key(t)
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for i, n := range []int{2, 4} {
 			wg.Go(func() {
 				ctr, _ := c.Counter(name, n)
-				errs[i] = ctr.Set(ctx, 8)
+				if round%2 == 0 {
+					errs[i] = ctr.Set(ctx, 8)
+				} else {
+					_, errs[i] = ctr.Take(ctx, 1, nil) // nothing to take: ErrExhausted
+				}
 			})
 		}
 		wg.Wait()
-		if (errs[0] == nil) == (errs[1] == nil) {
-			t.Fatalf("Set with 2 and 4 segments at once: %v, %v; want exactly one refused", errs[0], errs[1])
-		}
+		refused := 0
 		for _, err := range errs {
-			if err != nil && !errors.Is(err, dlock.ErrSegmentMismatch) {
-				t.Fatalf("the refused Set: %v", err)
+			switch {
+			case errors.Is(err, dlock.ErrSegmentMismatch):
+				refused++
+			case err != nil && !errors.Is(err, dlock.ErrExhausted):
+				t.Fatalf("round %d: %v", round, err)
 			}
+		}
+		if refused != 1 {
+			t.Fatalf("round %d: 2 and 4 segments at once: %v, %v; want exactly one ErrSegmentMismatch", round, errs[0], errs[1])
 		}
 		keys, _ := rdb.Keys(ctx, "dlock:{"+name+":*}:segments").Result()
 		seen := map[string]bool{}
@@ -225,7 +235,7 @@ func TestCounterFirstOperationsRace(t *testing.T) {
 			seen[rdb.Get(ctx, k).Val()] = true
 		}
 		if len(seen) != 1 {
-			t.Fatalf("segment counts recorded: %v (%v)", seen, keys)
+			t.Fatalf("round %d: segment counts recorded: %v (%v)", round, seen, keys)
 		}
 	}
 }
