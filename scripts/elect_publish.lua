@@ -16,7 +16,9 @@
 -- ARGV[3]  the revision of ARGV[4] (decimal, from 1)
 -- ARGV[4]  the value to publish
 -- ARGV[5]  ms the history lives after this call (its TTL is never lowered)
--- ARGV[6]  the pub/sub channel told of every change ("<term>:<rev>")
+-- ARGV[6]  the pub/sub channel told of every change ("<term>:<rev>"), by
+--          pcall_publish: a PUBLISH the ACL refuses is skipped, after the
+--          record was written
 -- ARGV[7]  the most records the history keeps
 --
 -- The head record is the caller's (same holder, same term): it is replaced
@@ -58,7 +60,7 @@ if ht and hh == holder and tonumber(ht) == term then
   since = hs
   if rev > tonumber(hr) then
     redis.call('LSET', KEYS[2], 0, record(since))
-    redis.call('PUBLISH', ARGV[6], ARGV[2] .. ':' .. ARGV[3])
+    pcall_publish(ARGV[6], ARGV[2] .. ':' .. ARGV[3])
   end
 elseif ht and tonumber(ht) >= term then
   return {-3, ht}
@@ -66,7 +68,7 @@ else
   since = string.format('%d', now)
   redis.call('LPUSH', KEYS[2], record(since))
   redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[7]) - 1)
-  redis.call('PUBLISH', ARGV[6], ARGV[2] .. ':' .. ARGV[3])
+  pcall_publish(ARGV[6], ARGV[2] .. ':' .. ARGV[3])
 end
 redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[5]), redis.call('PTTL', KEYS[2])))
 return {1, since, now}

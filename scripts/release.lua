@@ -7,7 +7,9 @@
 -- KEYS[2]  the wait queue (see lualib/queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the key's wake-up channel: 'released' is published on it when
---          the key is freed with nobody queued (barging waiters listen)
+--          the key is freed with nobody queued (barging waiters listen).
+--          Every PUBLISH is pcall_publish's: one the ACL refuses is skipped
+--          and cannot end the script after its writes.
 -- ARGV[3]  the pickup time in ms: a hand-off not confirmed by then lapses
 -- ARGV[4]  '0': the caller holds the lock; '1': the caller is a waiter
 --          leaving the queue; 'force': release whatever the key holds

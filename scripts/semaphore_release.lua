@@ -11,7 +11,8 @@
 --          freed permit left over when no waiter is queued (for barging
 --          waiters), at most MAX_WAKES times: a release of many permits
 --          must not hold Redis for one PUBLISH each (barging waiters not
---          woken retry on their own)
+--          woken retry on their own); by pcall_publish, so a PUBLISH the
+--          ACL refuses is skipped and cannot end the script half done
 -- ARGV[3]  the pickup time in ms of permits handed to a waiter
 -- ARGV[4]  '0': release a holder; 'force': an operator takes a holder's
 --          permits away (no tombstone: the holder's own release then
@@ -68,7 +69,7 @@ else
 end
 if freed > 0 and redis.call('LLEN', Q) == 0 then
   for _ = 1, math.min(freed, free, MAX_WAKES) do
-    redis.call('PUBLISH', ARGV[2], 'released')
+    pcall_publish(ARGV[2], 'released')
   end
 end
 sem_settle(S, P)

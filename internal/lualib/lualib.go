@@ -1,12 +1,13 @@
 // Package lualib holds the Lua functions that the Redis scripts of dlock,
 // dlock/legacy and dlock/redlock share, and builds those scripts.
 //
-// Each library file (fence.lua, owner.lua, queue.lua, holds.lua,
-// semaphore.lua, counter.lua) defines top-level local functions and
-// constants only, and runs no command of its own. Build puts in front of a
-// script only the library definitions it uses, directly or through another
-// library function, so each script is still sent as one self-contained
-// body, and Redis does not build closures it never calls on every run.
+// Each library file (publish.lua, fence.lua, owner.lua, queue.lua,
+// holds.lua, semaphore.lua, counter.lua) defines top-level local functions
+// and constants only, and runs no command of its own. Build puts in front
+// of a script only the library definitions it uses, directly or through
+// another library function, so each script is still sent as one
+// self-contained body, and Redis does not build closures it never calls on
+// every run.
 package lualib
 
 import (
@@ -21,6 +22,8 @@ import (
 // The library files, in the order their definitions are emitted: a file
 // may use the definitions of the files before it.
 var (
+	//go:embed publish.lua
+	publishSrc string
 	//go:embed fence.lua
 	fenceSrc string
 	//go:embed owner.lua
@@ -38,13 +41,13 @@ var (
 // libFiles returns the library files by name.
 func libFiles() map[string]string {
 	return map[string]string{
-		"fence.lua": fenceSrc, "owner.lua": ownerSrc, "queue.lua": queueSrc,
+		"publish.lua": publishSrc, "fence.lua": fenceSrc, "owner.lua": ownerSrc, "queue.lua": queueSrc,
 		"holds.lua": holdsSrc, "semaphore.lua": semaphoreSrc, "counter.lua": counterSrc,
 	}
 }
 
 var defs = sync.OnceValue(func() []def {
-	return parse(fenceSrc, ownerSrc, queueSrc, holdsSrc, semaphoreSrc, counterSrc)
+	return parse(publishSrc, fenceSrc, ownerSrc, queueSrc, holdsSrc, semaphoreSrc, counterSrc)
 })
 
 // Script returns the script src (the body of an embedded .lua file, header

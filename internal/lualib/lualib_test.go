@@ -201,3 +201,24 @@ func TestNoCopies(t *testing.T) {
 		}
 	}
 }
+
+// Every PUBLISH of every script is pcall_publish's: a Redis user the ACL
+// does not grant the channel would otherwise have the script end with an
+// error after its writes (Redis does not roll them back), and the caller
+// would take a done release for a failed one.
+func TestPublishOnlyByPcall(t *testing.T) {
+	for p, src := range moduleLua(t) {
+		if p == "internal/lualib/publish.lua" {
+			continue
+		}
+		for i, line := range strings.Split(src, "\n") {
+			code := strings.TrimSpace(line)
+			if strings.HasPrefix(code, "--") {
+				continue
+			}
+			if strings.Contains(strings.ToUpper(code), "'PUBLISH'") || strings.Contains(strings.ToUpper(code), `"PUBLISH"`) {
+				t.Errorf("%s:%d publishes by itself (use pcall_publish): %s", p, i+1, code)
+			}
+		}
+	}
+}

@@ -63,9 +63,11 @@ end
 -- turn came. It publishes SHA1(token), never the token: anyone allowed to
 -- PSUBSCRIBE reads the channel (on a Cluster the message reaches every
 -- node), and a token releases its lock. The waiter's Client maps the
--- digest back to the waiter; nobody can get a token from it.
+-- digest back to the waiter; nobody can get a token from it. A PUBLISH the
+-- ACL refuses is skipped (pcall_publish): the waiter is not woken, and
+-- the hand-off is as if its message were lost.
 local function q_notify(ch, token)
-  redis.call('PUBLISH', ch, redis.sha1hex(token))
+  pcall_publish(ch, redis.sha1hex(token))
 end
 
 -- q_parse splits a payload into its channel and its request (a handed
@@ -315,7 +317,7 @@ local function q_handoff(k, q, pickup, wake, head, lease)
   end
   if not r then
     redis.call('DEL', k)
-    redis.call('PUBLISH', wake, 'released')
+    pcall_publish(wake, 'released')
   end
   return true
 end

@@ -1,7 +1,8 @@
 -- release.lua: delete a legacy lock we own (compare-and-delete) and wake the
 -- dlock waiters. This is the old recipe's "check before DEL, or you delete someone
 -- else's lock", made atomic: instead of comparing clocks, compare the value.
--- Uses owner_check (dlock's internal/lualib/owner.lua, prepended).
+-- Uses owner_check and pcall_publish (dlock's internal/lualib, prepended): a
+-- refused PUBLISH (ACL) loses the wake-up, never the DEL.
 --
 -- The value is not ours alone: every client locking in the same unit with
 -- the same timeout writes the same timestamp. So a release runs at most
@@ -34,6 +35,6 @@ if code ~= 1 then
 end
 redis.call('DEL', KEYS[1])
 if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  pcall_publish(ARGV[2], 'released')
 end
 return 1

@@ -1,5 +1,6 @@
 -- release.lua: release one node's part of a Redlock (compare-and-delete).
--- Uses owner_check (dlock's internal/lualib/owner.lua, prepended).
+-- Uses owner_check and pcall_publish (dlock's internal/lualib, prepended): a
+-- refused PUBLISH (ACL) loses the wake-up, never the DEL.
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the holder's value
@@ -17,6 +18,6 @@ if code == 1 then
   redis.call('DEL', KEYS[1])
 end
 if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  pcall_publish(ARGV[2], 'released')
 end
 return code
