@@ -3,7 +3,10 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Every error the package returns matches one of these sentinels with
@@ -39,6 +42,17 @@ var (
 	// ErrUnavailable wraps an error from the Redis driver (network, timeout,
 	// server error reply). errors.As reaches the driver's own error.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
+
+	// ErrNoPermission: the Redis user's ACL refused something dlock needs:
+	// a command (EVAL and EVALSHA, or one a script runs), a key (the lock
+	// key or one of its auxiliary keys under Options.Prefix), or a channel
+	// (SUBSCRIBE to the Client's channels, which a waiting call needs unless
+	// Options.NoPubSub is set). It is returned as a *PermissionError, which
+	// names what was refused. It does not match ErrUnavailable: retrying does
+	// not help until the ACL changes. A script refused before it ran wrote
+	// nothing; dlock's scripts publish by a call whose refusal cannot end
+	// them, so a refused publish loses only a wake-up.
+	ErrNoPermission = errors.New("dlock: no permission")
 
 	// ErrWrongType: the key (or one of its auxiliary keys, a guard record or
 	// an election's history) exists with a type or value this package could
@@ -225,9 +239,14 @@ func (e *lostError) Error() string {
 func (e *lostError) Is(target error) bool { return target == ErrLost || target == ErrNotHeld }
 func (e *lostError) Unwrap() error        { return e.cause }
 
+// unavailable wraps an error of the Redis driver: ErrNoPermission if Redis
+// refused it by ACL, else ErrUnavailable.
 func unavailable(err error) error {
 	if err == nil {
 		return nil
+	}
+	if pe := permissionOf(err); pe != nil {
+		return pe
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
@@ -283,3 +302,71 @@ func (e *CloseError) Unwrap() error { return e.Err }
 
 // keyTooLong is ErrKeyTooLong naming the length given.
 func keyTooLong(n int) error { return fmt.Errorf("%w: %d bytes", ErrKeyTooLong, n) }
+
+// PermissionError is ErrNoPermission: Redis refused a command, key or
+// channel to the user the Client connects as (its ACL).
+type PermissionError struct {
+	// What was refused: "command", "key" or "channel" (Redis's reply
+	// names no more; "access" if it names none of them).
+	What string
+	// Err is Redis's error reply.
+	Err error
+}
+
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("%v: the Redis user may not use a %s dlock needs (%s): %s", ErrNoPermission, e.What, grantHint[e.What], oneLineMsg(e.Err))
+}
+
+// Is makes a PermissionError match ErrNoPermission.
+func (e *PermissionError) Is(target error) bool { return target == ErrNoPermission }
+
+func (e *PermissionError) Unwrap() error { return e.Err }
+
+// grantHint says what the ACL must grant, per kind of refusal.
+var grantHint = map[string]string{
+	"command": "grant +@all, or at least +@scripting and the commands of docs/guarantees.md",
+	"key":     "grant ~<Prefix>:* and ~ on your lock keys",
+	"channel": "grant &<Prefix>:*, or set Options.NoPubSub",
+	"access":  "see the ACL rules in docs/guarantees.md",
+}
+
+// permissionOf returns err as a *PermissionError if it is, or wraps, an
+// ACL refusal by Redis: a NOPERM error reply, or the error of a command
+// the ACL refused inside a script ("ERR The user executing the script
+// can't ..." on Redis 7.0, "ERR ACL failure in script: ..." later).
+// Otherwise nil.
+func permissionOf(err error) *PermissionError {
+	var pe *PermissionError
+	if errors.As(err, &pe) {
+		return pe
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return nil
+	}
+	msg := re.Error()
+	if !strings.HasPrefix(msg, "NOPERM") && !strings.Contains(msg, "ACL failure in script") &&
+		!strings.Contains(msg, "The user executing the script can't") {
+		return nil
+	}
+	return &PermissionError{What: refused(msg), Err: err}
+}
+
+// refused says what an ACL error reply refused.
+func refused(msg string) string {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "channel"):
+		return "channel"
+	case strings.Contains(m, " key"):
+		return "key"
+	case strings.Contains(m, "command"):
+		return "command"
+	}
+	return "access"
+}
+
+// oneLineMsg is err's message on one line.
+func oneLineMsg(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
