@@ -60,8 +60,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: MinReplicas %d on a Ring, which has no replicas to wait for", ErrInvalidOpts, o.MinReplicas)
 	}
 	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
-	if ring {
-		// A Ring has no connection that hears every shard's hand-offs.
+	if ring || o.NoPubSub {
+		// A Ring has no connection that hears every shard's hand-offs;
+		// NoPubSub has none at all.
 		c.opts.Barging = true
 	}
 	h := o.Hooks

@@ -59,6 +59,19 @@ type Options struct {
 	// Default: false (FIFO).
 	Barging bool
 
+	// NoPubSub makes the Client wait without pub/sub: it never subscribes,
+	// and a blocked call wakes only on its retry timer (RetryInterval, or
+	// the holder's remaining TTL if sooner), so a lock is taken up to a
+	// RetryInterval after its release instead of at once. It implies
+	// Barging (no FIFO queue: a hand-off nobody hears would wait for its
+	// pickup time). Set it for a Redis user whose ACL grants no channels
+	// (Redis 7's default acl-pubsub-default resetchannels, without
+	// &<Prefix>:*): without it, a call that has to wait returns
+	// ErrNoPermission once Redis refuses the subscription. Releases still
+	// publish wake-ups for other Clients; a refused publish is skipped.
+	// Election observers poll. Default: false.
+	NoPubSub bool
+
 	// PickupTimeout is how long a hand-off waits for the waiter to confirm
 	// it. A waiter that died or stalls holds everyone up for at most this
 	// long; then the next waiter's retry takes the lock. Keep it well under

@@ -57,6 +57,9 @@ type notifier struct {
 	ops     []psOp
 	sending bool
 	closed  bool
+	// refused: Redis refused a SUBSCRIBE by ACL (see refuse); waiting
+	// calls return it.
+	refused *PermissionError
 	loopWG  sync.WaitGroup // the reader, the sender and a probe's PUBLISH
 
 	// The liveness probe (see notifier), driven by the reader.
@@ -226,12 +229,18 @@ func awaitConfirm(ctx context.Context, confirmed <-chan struct{}) {
 // queueWaiter registers w, a queued waiter whose channel is its token,
 // subscribing the Client's own hand-off channel on first use (it stays
 // subscribed until Close). It must be called before the waiter enqueues,
-// so no hand-off is published before anyone listens.
+// so no hand-off is published before anyone listens. If Redis refused a
+// subscription of this Client (see refuse), it registers nothing and
+// returns that refusal.
 func (n *notifier) queueWaiter(ctx context.Context, w *waiter) error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return ErrClosed
+	}
+	if n.refused != nil {
+		n.mu.Unlock()
+		return n.refused
 	}
 	if n.ownConfirmed == nil {
 		n.ownConfirmed = n.subscribeLocked(n.own)
@@ -240,7 +249,51 @@ func (n *notifier) queueWaiter(ctx context.Context, w *waiter) error {
 	n.grants[handoffKey(w.channel)] = w
 	n.mu.Unlock()
 	awaitConfirm(ctx, confirmed)
+	if err := n.refusal(); err != nil {
+		n.dropQueueWaiter(w)
+		return err
+	}
 	return nil
+}
+
+// refusal returns Redis's refusal of a SUBSCRIBE of this Client, if any
+// (see refuse).
+func (n *notifier) refusal() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refused == nil {
+		return nil // not a typed nil
+	}
+	return n.refused
+}
+
+// refuse records that Redis refused a SUBSCRIBE on the pub/sub connection
+// by ACL (the Redis user has no right to dlock's channels): no
+// confirmation will come, so none is awaited any more, and every waiter is
+// woken to see it. A waiting call then ends with ErrNoPermission rather
+// than wait on its retry timer alone; an election's observers keep
+// polling. The refusal stays for the Client's life (Options.NoPubSub is
+// the way to wait without pub/sub). The reply does not say which channel
+// was refused: all of them share Options.Prefix, and an ACL that grants
+// some of them only is not supported.
+func (n *notifier) refuse(err *PermissionError) {
+	n.mu.Lock()
+	first := n.refused == nil
+	if first {
+		n.refused = err
+	}
+	for _, q := range n.pending {
+		for _, ch := range q {
+			close(ch)
+		}
+	}
+	n.pending = map[string][]chan struct{}{}
+	n.probeWant = ""
+	n.mu.Unlock()
+	if first {
+		n.c.opts.Logger.Warn("dlock: Redis refused this Client's pub/sub subscription by ACL: waiting calls fail with ErrNoPermission (grant the channels, or set Options.NoPubSub)", "err", err)
+	}
+	n.wakeAll()
 }
 
 // ownSubscribed reports whether the hand-off channel has been subscribed.
@@ -325,9 +378,10 @@ func (n *notifier) subscribeWaiter(ctx context.Context, w *waiter) (*waiter, err
 		n.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if n.c.ring {
+	if n.c.ring || n.c.opts.NoPubSub {
 		// A Ring cannot hold one subscription for channels on different
-		// shards: Ring waiters rely on the fallback retry alone.
+		// shards: Ring waiters rely on the fallback retry alone, as do
+		// those of a Client told not to use pub/sub.
 		n.mu.Unlock()
 		return w, nil
 	}
@@ -462,6 +516,11 @@ func (n *notifier) loop(ps *redis.PubSub) {
 			if closed {
 				return
 			}
+			if pe := permissionOf(err); pe != nil {
+				// A refused SUBSCRIBE: the connection is fine.
+				n.refuse(pe)
+				continue
+			}
 			if isTimeout(err) {
 				if !down && len(resubscribed) == 0 && n.probeStep(time.Now()) {
 					next, awaited := n.redial(ps)
@@ -565,7 +624,7 @@ func (n *notifier) probeWithinLocked() time.Duration {
 func (n *notifier) probeStep(now time.Time) (stale bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed || n.probeEvery <= 0 {
+	if n.closed || n.probeEvery <= 0 || n.refused != nil {
 		return false
 	}
 	if n.probeWant != "" {
@@ -756,7 +815,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	if a.queued {
 		w.channel = a.token
 		if err = c.notify.queueWaiter(ctx, w); err != nil {
-			return false, err
+			return false, err // nothing was sent for this token yet
 		}
 		defer c.notify.dropQueueWaiter(w)
 	}
@@ -788,6 +847,9 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			return waited, err
 		}
 		defer c.notify.unsubscribe(w)
+		if err = c.notify.refusal(); err != nil {
+			return waited, err // this waiter never queues: nothing to withdraw
+		}
 		// Subscribed now: try again before sleeping, since the holder may
 		// have released between the first attempt and the subscription.
 		if ok, ttl, err = a.attempt(ctx, a.retry()); ok || err != nil {
@@ -819,6 +881,10 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 		if c.closed() {
 			c.giveUp(a)
 			return waited, ErrClosed
+		}
+		if err = c.notify.refusal(); err != nil {
+			c.giveUp(a)
+			return waited, err
 		}
 		woken := w.handed.Swap(false)
 		// Only a hand-off message counts, not the wake-up of a dropped or
