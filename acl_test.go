@@ -230,13 +230,25 @@ func TestACLRefusedKeysAndCommands(t *testing.T) {
 	}
 }
 
-// A user with the rights dlock needs: waiting, hand-off and release work,
-// and the waiter is woken by the hand-off, not its retry timer.
+// Users with the rights dlock needs (docs/guarantees.md): waiting,
+// hand-off, release, semaphores and elections work, and the waiter is woken
+// by the hand-off, not its retry timer.
 func TestACLFullRights(t *testing.T) {
+	for _, rules := range []string{
+		aclFull,
+		// The narrowest rules documented: the caller's keys, and dlock's
+		// keys and channels under its prefix.
+		"~TestACLFullRights* ~dlock:* &dlock:* +@all -@dangerous",
+	} {
+		t.Run(rules, func(t *testing.T) { fullRights(t, rules) })
+	}
+}
+
+func fullRights(t *testing.T, rules string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a := aclClient(t, aclFull, dlock.Options{})
-	b := aclClient(t, aclFull, dlock.Options{RetryInterval: time.Minute, WaiterLease: time.Minute})
+	a := aclClient(t, rules, dlock.Options{})
+	b := aclClient(t, rules, dlock.Options{RetryInterval: time.Minute, WaiterLease: time.Minute})
 	admin := srv.NewClient()
 	defer admin.Close()
 	k := key(t)
@@ -256,6 +268,22 @@ func TestACLFullRights(t *testing.T) {
 	unlockedCleanly(t, lk, lk.Unlock(ctx))
 	if err := <-got; err != nil {
 		t.Fatalf("the waiter: %v (with a one-minute retry, only the hand-off's message could wake it in time)", err)
+	}
+	sl, err := a.Semaphore(key(t), 2).Acquire(ctx, 2)
+	if err != nil {
+		t.Fatalf("Semaphore: %v", err)
+	}
+	unlockedCleanly(t, sl, sl.Unlock(ctx))
+	e, err := a.Election(key(t), dlock.ElectionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.Campaign(ctx, "me")
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	if err := l.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
 	}
 }
 

@@ -46,7 +46,9 @@ type Client struct {
 
 // New returns a Client over rdb: a *redis.Client (also from
 // redis.NewFailoverClient for Sentinel), *redis.ClusterClient or
-// *redis.Ring. The Client does not close rdb. New makes no Redis call.
+// *redis.Ring. The Client does not close rdb. New makes no Redis call, so
+// it checks no ACL rights: a refusal is reported where it happens, as
+// ErrNoPermission (see docs/guarantees.md for the rights dlock needs).
 func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if isNil(rdb) {
 		return nil, ErrNilClient

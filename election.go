@@ -127,7 +127,7 @@ type LeaderInfo struct {
 // candidate leads until it resigns or loses its lease (see Leadership).
 //
 // Errors: ErrContextDone (joined with ctx.Err()), ErrUnavailable,
-// ErrWrongType, ErrClosed, ErrNilContext, ErrValueTooLong.
+// ErrNoPermission, ErrWrongType, ErrClosed, ErrNilContext, ErrValueTooLong.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
 	if ctx == nil {
 		return nil, ErrNilContext
@@ -390,7 +390,7 @@ func (l *Leadership) refresh() {
 
 // Leader returns the current leader of the election: ErrNoLeader if nobody
 // leads (or the holder of the lock has not published itself yet).
-// Errors: ErrUnavailable, ErrWrongType, ErrNilContext.
+// Errors: ErrUnavailable, ErrNoPermission, ErrWrongType, ErrNilContext.
 func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if ctx == nil {
 		return LeaderInfo{}, ErrNilContext

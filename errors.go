@@ -324,10 +324,10 @@ func (e *PermissionError) Unwrap() error { return e.Err }
 
 // grantHint says what the ACL must grant, per kind of refusal.
 var grantHint = map[string]string{
-	"command": "grant +@all, or at least +@scripting and the commands of docs/guarantees.md",
-	"key":     "grant ~<Prefix>:* and ~ on your lock keys",
+	"command": "grant +@all, or +@all -@dangerous",
+	"key":     "grant ~<your keys> ~<Prefix>:*",
 	"channel": "grant &<Prefix>:*, or set Options.NoPubSub",
-	"access":  "see the ACL rules in docs/guarantees.md",
+	"access":  "see the ACL rights in docs/guarantees.md",
 }
 
 // permissionOf returns err as a *PermissionError if it is, or wraps, an

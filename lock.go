@@ -33,7 +33,9 @@ func (k *Lock) held() bool { return k != nil && k.l != nil }
 //
 // The lock is renewed by the Client's watchdog until Unlock (unless
 // WithoutRenewal). Errors: ErrContextDone (joined with ctx.Err()),
-// ErrUnavailable, ErrWrongType, ErrClosed, or an ErrInvalidArgument.
+// ErrUnavailable, ErrNoPermission (the Redis user's ACL refused a
+// command, a key, or the subscription a blocked call needs: see
+// Options.NoPubSub), ErrWrongType, ErrClosed, or an ErrInvalidArgument.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, opts)
 }

@@ -41,9 +41,9 @@ func (c *Client) RWLock(key string) *RWLock { return &RWLock{c: c, key: key} }
 // writer holds it or waits ahead in the queue. On success, it returns the
 // held lock and a nil error; release it with Unlock. On failure, it returns
 // a nil *Lock and the error Client.Lock would (ErrContextDone,
-// ErrUnavailable, ErrWrongType, ErrClosed, or an ErrInvalidArgument, such
-// as ErrInvalidOpts for WithProtocol), and holds nothing. On a nil *RWLock
-// it returns ErrNilClient.
+// ErrUnavailable, ErrNoPermission, ErrWrongType, ErrClosed, or an
+// ErrInvalidArgument, such as ErrInvalidOpts for WithProtocol), and holds
+// nothing. On a nil *RWLock it returns ErrNilClient.
 func (rw *RWLock) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
 	return rw.acquire(ctx, true, true, opts)
 }

@@ -89,8 +89,9 @@ const MaxSemaphoreLimit = 1 << 50
 // failure, it returns an error: ErrInvalidLimit for a negative limit (or
 // one above MaxSemaphoreLimit) and
 // ErrWrongType if the key is not a semaphore's (changing nothing),
-// ErrUnavailable wrapping a Redis error, or another ErrInvalidArgument (a
-// nil context, a bad key). On a nil *Semaphore it returns ErrNilClient.
+// ErrUnavailable wrapping a Redis error, ErrNoPermission (ACL), or another
+// ErrInvalidArgument (a nil context, a bad key). On a nil *Semaphore it
+// returns ErrNilClient.
 func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 	if s == nil || s.c == nil {
 		return ErrNilClient
