@@ -577,3 +577,26 @@ func TestMultiKeyFaultsNoForeignWrite(t *testing.T) {
 		t.Fatalf("foreign writes: %v", st.Details)
 	}
 }
+
+// PEXPIRE GT (the renewal scripts' form) only ever moves an expiry later:
+// the monitor must not believe a key expires sooner than Redis makes it.
+func TestMonitorPexpireGT(t *testing.T) {
+	noEnd := func(string, *keyState, int64) {}
+	ms := int64(time.Millisecond)
+	s := &keyState{known: true, value: "A", exp: 10000 * ms, expHi: 10010 * ms}
+	at := when{lo: 100 * ms, hi: 100 * ms, base: 100 * ms, line: 101 * ms}
+	applyWrite("k", s, "PEXPIRE", []string{"PEXPIRE", "k", "0", "GT"}, at, true, noEnd)
+	applyWrite("k", s, "PEXPIRE", []string{"PEXPIRE", "k", "1", "GT"}, at, true, noEnd)
+	if !s.known || s.value != "A" || s.exp != 10000*ms || s.expHi != 10010*ms {
+		t.Fatalf("after shorter PEXPIRE GTs: %+v, want the expiry unchanged", *s)
+	}
+	applyWrite("k", s, "PEXPIRE", []string{"PEXPIRE", "k", "50000", "GT"}, at, true, noEnd)
+	if s.exp != 50100*ms || s.expHi != 50101*ms {
+		t.Fatalf("after a longer PEXPIRE GT: %+v, want it moved later", *s)
+	}
+	p := &keyState{known: true, value: "B"} // no TTL: GT leaves it without one
+	applyWrite("k", p, "PEXPIRE", []string{"PEXPIRE", "k", "5000", "GT"}, at, true, noEnd)
+	if p.exp != 0 {
+		t.Fatalf("PEXPIRE GT gave a key without a TTL one: %+v", *p)
+	}
+}

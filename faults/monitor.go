@@ -682,6 +682,20 @@ func applyWrite(k string, s *keyState, cmd string, args []string, w when, script
 			return
 		}
 		exp, expHi, ok := ttl(args[2], cmd)
+		gt := len(args) == 4 && strings.EqualFold(args[3], "GT")
+		if len(args) > 3 && !gt {
+			s.known = false // NX, XX, LT: not sent by dlock
+			return
+		}
+		if gt {
+			// GT: only a later expiry is set; a key without a TTL keeps
+			// none, and a non-positive TTL (earlier than any) does nothing.
+			if s.exp == 0 || !ok {
+				return
+			}
+			s.exp, s.expHi = max(s.exp, exp), max(s.expHi, expHi)
+			return
+		}
 		if !ok {
 			endTenure(k, s, w.lo)
 			*s = keyState{known: true}

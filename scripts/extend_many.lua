@@ -9,7 +9,9 @@
 --          KEYS[n+i] is lease i's fence counter. On a Cluster every key of
 --          one call is in one slot (the engine groups leases by slot; on a
 --          Ring, by shard).
--- ARGV[1]  the new TTL in milliseconds, of every lease of the call
+-- ARGV[1]  the TTL in milliseconds, of every lease of the call: each key
+--          extended expires ARGV[1] ms from now at the earliest (GT: an
+--          expiry is never moved earlier, see ext_apply)
 -- ARGV[2]  the fence counters' TTL in milliseconds, or '0': leave them (the
 --          engine pushes a counter out every few seconds, not at every
 --          renewal: see lualib/owner.lua)
@@ -24,7 +26,9 @@
 -- One lease's reply never depends on another's. Running the same call
 -- again (the Redis client re-sends it after a lost reply) only extends
 -- again from that moment: the holder counts its validity from the first
--- send, so it never counts on more than it has.
+-- send, so it never counts on more than it has. A call that lands late,
+-- after a longer renewal of the same lease (an Extend), leaves that
+-- expiry alone (GT).
 -- One MGET reads every key (one command instead of one GET each: a
 -- command run from a script costs more than the rest of a lease's work);
 -- a key that does not hold its token is then judged on its own by
@@ -46,7 +50,7 @@ for i = 1, n do
     code = owner_check(k, token)
   end
   if code == 1 then
-    call('PEXPIRE', k, ms)
+    call('PEXPIRE', k, ms, 'GT')
     if fms ~= '0' then
       call('PEXPIRE', KEYS[n + i], fms, 'GT')
     end

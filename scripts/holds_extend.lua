@@ -10,10 +10,12 @@
 -- ARGV[3]  the fence counter's TTL in milliseconds
 -- ARGV[4]  the hold's group: the reentrant owner, or the shared marker
 --
--- The handle's lease end becomes now + ARGV[2]; the lock key and the hold
--- set then expire with the last lease (they may get shorter if a longer
--- handle left). Other live handles' leases are untouched; ended ones are
--- dropped.
+-- The handle's lease end becomes now + ARGV[2], unless it was later
+-- already (ZADD GT: a lease end is never moved earlier, so a late or
+-- repeated renewal cannot cut short what a later, longer one confirmed);
+-- the lock key and the hold set then expire with the last lease (they may
+-- get shorter if a longer handle left). Other live handles' leases are
+-- untouched; ended ones are dropped.
 --
 -- Returns  1  renewed
 --          0  the lock key is gone, or the handle's lease had ended (its
@@ -33,7 +35,7 @@ if not h_live(KEYS[2], ARGV[1], now) then
   return 0
 end
 h_prune(KEYS[2], now) -- the set shows the live handles only
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[2], 'GT', now + tonumber(ARGV[2]), ARGV[1])
 h_settle(KEYS[1], KEYS[2])
 keep_for(KEYS[3], ARGV[3])
 return 1

@@ -5,10 +5,14 @@
 -- KEYS[2]  P: permits per holder (hash)
 -- KEYS[3]  the fence counter, kept at least ARGV[3] ms more
 -- ARGV[1]  the holder's token
--- ARGV[2]  the new TTL in milliseconds
+-- ARGV[2]  the TTL in milliseconds: the holder's lease ends ARGV[2] ms
+--          from now at the earliest (ZADD GT: a lease end is never moved
+--          earlier, so a late or repeated renewal cannot cut short what a
+--          later, longer one confirmed)
 -- ARGV[3]  the fence counter TTL in milliseconds
 --
--- Returns  1  renewed: the holder's lease ends ARGV[2] ms from now
+-- Returns  1  renewed: the holder's lease ends ARGV[2] ms from now, or
+--             later if it already did
 --          0  the holder is gone or its lease had ended: its permits
 --             were (or will be) given back; it is lost
 --         -2  KEYS[1] is not a sorted set, or KEYS[2] not a hash:
@@ -22,7 +26,7 @@ sem_prune(KEYS[1], KEYS[2], now) -- give back the permits of ended leases (ours 
 if not s or tonumber(s) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZADD', KEYS[1], 'GT', now + tonumber(ARGV[2]), ARGV[1])
 sem_settle(KEYS[1], KEYS[2])
 keep_for(KEYS[3], ARGV[3])
 return 1

@@ -26,13 +26,16 @@ local function owner_check(k, token)
   return owner_of(redis.pcall('GET', k), token)
 end
 
--- ext_apply sets k's TTL to ms and pushes its fence counter f's TTL out to
--- fms ('0': leave it, the counter outlives the key by more than the
--- caller needs). GT: the counter's TTL is never shortened (holders with
--- longer TTLs share it), and a key without a TTL (not one of our
--- counters) is left alone.
+-- ext_apply pushes k's expiry out to ms from now and its fence counter f's
+-- TTL out to fms ('0': leave it, the counter outlives the key by more than
+-- the caller needs). GT on both: a renewal never moves an expiry earlier.
+-- For k, a renewal that lands late (after a later, longer renewal of the
+-- same lock confirmed its expiry to the holder) or runs twice cannot cut
+-- the lock short; a renewal for a shorter TTL than k has left does
+-- nothing. For f, holders with longer TTLs share the counter, and a key
+-- without a TTL (not one of our counters) is left alone.
 local function ext_apply(k, f, ms, fms)
-  redis.call('PEXPIRE', k, ms)
+  redis.call('PEXPIRE', k, ms, 'GT')
   if fms ~= '0' then
     redis.call('PEXPIRE', f, fms, 'GT')
   end
