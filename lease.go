@@ -229,17 +229,10 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 			if next != l.value && ambiguous(err) {
 				l.alt = next
 			}
-			// The renewal may have run (a lost reply; a WAIT that timed
-			// out after the PEXPIRE): if it set a shorter TTL than the one
-			// we count on, the key can expire sooner. Count on the shorter.
-			if ambiguous(err) || errors.Is(err, ErrReplicaAck) {
-				if d := sent.Add(ttl - l.c.opts.drift(ttl)); d.Before(l.deadline) {
-					l.deadline = d
-					l.timer.Reset(max(time.Until(d), 0))
-					l.nextRenew = time.Now() // and renew again right away
-					defer l.c.wd.renewSoon(l)
-				}
-			}
+			// The renewal may have run, or may still land (a lost reply, a
+			// command delayed, a WAIT that timed out after the PEXPIRE):
+			// the deadline stands even so, as no renewal moves the key's
+			// expiry earlier (see protocol.Protocol's Renew).
 		}
 		l.mu.Unlock()
 		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.keys.Lock, "err", err)
@@ -277,14 +270,13 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 	}
 	oldDeadline, oldNext := l.deadline, l.nextRenew
 	l.setDeadlineLocked(sent, ttl)
-	// A shorter TTL (an Extend) moves the deadline and the next renewal
-	// earlier: the watchdog's heaps keep a later time only lazily (see
-	// watchdog), so move them now, or the lease would be renewed on the
-	// old schedule (its key expiring meanwhile) and reported lost only at
-	// the old deadline.
-	if l.deadline.Before(oldDeadline) {
-		l.timer.Reset(max(time.Until(l.deadline), 0))
-	}
+	// No renewal moves the key's expiry earlier on the server (see
+	// protocol.Protocol's Renew): one for less than the lease has left (an
+	// Extend to a shorter TTL) leaves it, and the deadline, where they
+	// were. It only moves the next renewal earlier, onto the new TTL's
+	// schedule: the watchdog's heaps keep a later time only lazily (see
+	// watchdog), so move it now.
+	l.deadline = later(l.deadline, oldDeadline)
 	if l.nextRenew.Before(oldNext) {
 		l.c.wd.renewEarlier(l, l.nextRenew, l.c.opts.renewEvery(ttl))
 	}

@@ -454,8 +454,13 @@ func (k *Lock) Err() error {
 	return k.l.Err()
 }
 
-// Extend resets the lock's TTL to ttl now (token-checked, by the lock's
-// protocol) and moves the Deadline. The watchdog keeps renewing with the new TTL.
+// Extend pushes the lock's expiry out to ttl from now (token-checked, by
+// the lock's protocol) and moves the Deadline. The watchdog keeps renewing
+// with the new TTL. Extend never shortens a lock: if the lock has more
+// than ttl left, its expiry and Deadline stay where they are (the
+// watchdog's renewals with the new TTL take effect once less than ttl is
+// left). So an Extend that lands late, after a later renewal, cannot cut
+// the lock short either. To give a lock up sooner, Unlock it.
 // It returns a loss error if the lock is gone, or ErrUnavailable (the lock
 // stays held until its deadline; the watchdog keeps trying). An Extend
 // that races Close, which releases the lock, returns ErrClosed.

@@ -177,24 +177,8 @@ func (wd *watchdog) remove(l *lease) {
 	wd.mu.Unlock()
 }
 
-// renewSoon moves the lease's next renewal to now (a renewal that may have
-// shortened the TTL got no reply).
-func (wd *watchdog) renewSoon(l *lease) {
-	wd.mu.Lock()
-	e := &l.wd
-	top := false
-	if e.ri >= 0 {
-		e.rAt, e.failing = wd.now(), true
-		top = wd.renewQ.fix(e.ri, e.rAt)
-	}
-	wd.mu.Unlock() // in a batch: requeue reads nextRenew after the reply
-	if top {
-		wd.kick()
-	}
-}
-
 // renewEarlier moves the lease's next renewal, if it is queued, to at
-// when that is earlier (an Extend shortened the TTL), with the renewal
+// when that is earlier (an Extend to a shorter TTL), with the renewal
 // interval every. A lease in a batch is requeued at its nextRenew after
 // the reply. Callers may hold the lease's mu.
 func (wd *watchdog) renewEarlier(l *lease, at time.Time, every time.Duration) {

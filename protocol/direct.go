@@ -10,7 +10,8 @@ import (
 // (package redlock). The engine calls RenewDirect and ReleaseDirect instead
 // of running Renew's and Release's calls; the watchdog runs the renewals of
 // such locks concurrently, each bounded by the lock's deadline. code is one
-// of the reply codes, as a script's reply would be.
+// of the reply codes, as a script's reply would be. RenewDirect obeys
+// Renew's rule on every server: it never moves an expiry earlier.
 type DirectProtocol interface {
 	Protocol
 	RenewDirect(ctx context.Context, k Keys, value string, ttl time.Duration) (next string, code int64, err error)

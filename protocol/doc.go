@@ -21,4 +21,7 @@
 // have written, renews held locks from its watchdog, keeps each lock's
 // deadline and lost-lock signal, and runs the hooks and counts the stats.
 // A protocol only answers for one attempt, one renewal and one release.
+// Its renewals must never move a key's expiry earlier, even for a shorter
+// TTL (see Protocol.Renew): the engine counts on it to keep a lock whose
+// renewal lands late.
 package protocol

@@ -29,6 +29,18 @@ type Protocol interface {
 	// The script must reply with one of the reply codes: ReplyOK renewed,
 	// ReplyGone key gone, ReplyOtherOwner another owner's value,
 	// ReplyWrongType not a string.
+	//
+	// A renewal must never move the key's expiry earlier: on ReplyOK the
+	// key lives at least ttl from when the script ran, and no less than it
+	// did before (PEXPIRE key ms GT, or ZADD GT for a score that is a
+	// lease's end, or a compare-and-set on a value every renewal rotates).
+	// The engine relies on it: a renewal's call may run late (after the
+	// engine gave up on it, after a later renewal of the same lock) or
+	// twice (the Redis client re-sends it), and the engine never lowers a
+	// lock's Deadline for a renewal, whether it succeeded for a shorter
+	// TTL or got no reply. A renewal that can shorten the expiry lets the
+	// key expire while its holder believes it holds the lock. The same
+	// rule holds for a DirectProtocol's RenewDirect, on each server.
 	Renew(k Keys, value string, ttl time.Duration) (c Call, next string)
 
 	// Release returns the script call that deletes k.Lock if it holds
