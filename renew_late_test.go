@@ -170,18 +170,20 @@ func keepsLease(t *testing.T, lk *dlock.Lock, d time.Duration, take func() error
 }
 
 // expiresAfter fails t unless key k, on the server, expires no sooner
-// than lk's Deadline.
+// than lk's Deadline. The Deadline is read first: a renewal confirmed
+// after the TTL was read may have moved it later.
 func expiresAfter(t *testing.T, rdb *redis.Client, k string, lk *dlock.Lock) {
 	t.Helper()
+	if err := lk.Err(); err != nil {
+		t.Fatalf("the lock ended: %v", err)
+	}
+	dl := lk.Deadline()
 	pttl, err := rdb.PTTL(t.Context(), k).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	read := time.Now() // the server read the TTL before this
-	if err := lk.Err(); err != nil {
-		t.Fatalf("the lock ended: %v", err)
-	}
-	if dl := lk.Deadline(); read.Add(pttl + time.Millisecond).Before(dl) {
+	if read.Add(pttl + time.Millisecond).Before(dl) {
 		t.Fatalf("key %s expires in %v on the server; the holder counts on %v",
 			k, pttl, dl.Sub(read).Round(time.Millisecond))
 	}
