@@ -18,6 +18,16 @@ func libMsg(err error) string {
 	return strings.TrimPrefix(err.Error(), "dlock: ")
 }
 
+// permMsg explains an ErrNoPermission on one line: what the Redis user's
+// ACL refused, and the rights dlock needs (docs/guarantees.md).
+func permMsg(err error) string {
+	var pe *dlock.PermissionError
+	if !errors.As(err, &pe) {
+		return oneLine(libMsg(err))
+	}
+	return fmt.Sprintf("its ACL refuses a %s dlock needs (grant ~<keys> ~<prefix>:* &<prefix>:* +@all -@dangerous; the prefix is dlock unless --prefix): %s", pe.What, oneLine(pe.Err.Error()))
+}
+
 // printable returns s as it is if every rune of it is printable (spaces
 // included), else s quoted as a Go string: no escape sequence, newline or
 // invalid UTF-8 from a key or a value reaches the terminal raw, so none can

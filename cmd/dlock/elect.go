@@ -259,6 +259,8 @@ func (a *app) campaign(ctx context.Context, el *dlock.Election, e *endpoint, id 
 		return r.l, exitOK
 	case errors.Is(err, dlock.ErrWrongType):
 		a.errorf("elect: %s: %s; not touching it", printable(el.Name()), libMsg(err))
+	case errors.Is(err, dlock.ErrNoPermission):
+		a.errorf("elect: Redis at %s refused %q to this user: %s", e.where(), el.Name(), permMsg(err))
 	case errors.Is(err, dlock.ErrUnavailable):
 		a.errorf("elect: Redis at %s failed while campaigning in %q: %v", e.where(), el.Name(), oneLine(err.Error()))
 	default:

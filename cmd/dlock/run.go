@@ -467,6 +467,9 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 			a.errorf("run: %q is held by another owner (%s); not running the command", key, holderTTL(na.TTL))
 		}
 		return nil, f.conflict
+	case errors.Is(err, dlock.ErrNoPermission):
+		a.errorf("run: Redis at %s refused %q to this user: %s", e.where(), key, permMsg(err))
+		return nil, exitFailed
 	case errors.Is(err, dlock.ErrUnavailable):
 		a.errorf("run: Redis at %s failed while acquiring %q: %v", e.where(), key, oneLine(err.Error()))
 		return nil, exitFailed
