@@ -57,8 +57,9 @@ type lease struct {
 	// ttl is the TTL of the last successful acquire or renewal.
 	ttl time.Duration
 	// deadline is when the holder must assume the lease is gone: the send
-	// time of the last successful acquire or renewal, plus ttl, minus drift.
-	// Monotonic clock.
+	// time of the acquire or of a successful renewal, plus its TTL, minus
+	// drift, the latest of these (no renewal moves the key's expiry
+	// earlier: see renewed). Monotonic clock.
 	deadline time.Time
 	// nextRenew is when the watchdog renews next.
 	nextRenew time.Time
