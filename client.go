@@ -141,9 +141,9 @@ func (c *Client) Close() error {
 		c.notify.close()
 		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		defer cancel()
-		// Every lease still held, also one whose Unlock failed: it is
-		// no longer renewed, and with the watchdog stopped nothing would
-		// end it at its deadline (its Done would never close).
+		// Every lease still held, also one whose Unlock failed (ended,
+		// its release not confirmed): it is no longer renewed, and with
+		// the watchdog stopped nothing would end it at its deadline.
 		held := c.wd.live()
 		left, errs := c.wd.releaseAll(ctx, held)
 		err = closeError(left, len(held), errs)
@@ -156,7 +156,7 @@ func (c *Client) Close() error {
 		// Done closes and its Err says why. A release that lands later
 		// still counts as a release.
 		for _, l := range held {
-			if lost, _ := l.lose(l.ctx, errLeftByClose); lost != nil {
+			if lost, _ := l.loseEnding(l.ctx, errLeftByClose); lost != nil {
 				c.wd.reportLost(lost)
 			}
 		}

@@ -207,7 +207,7 @@ func (l *Leadership) Since() time.Time { return l.since }
 // lost (see Lock.Done).
 func (l *Leadership) Done() <-chan struct{} { return l.lk.Done() }
 
-// Err returns nil while leading; ErrReleased after Resign; after a loss, an
+// Err returns nil while leading; ErrReleased once Resign begins; after a loss, an
 // error matching ErrLost and its cause. Past the lease's deadline it
 // reports the loss at once (see Lock.Err).
 func (l *Leadership) Err() error { return l.lk.Err() }
@@ -254,11 +254,16 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	return err
 }
 
-// Resign ends the leadership at once: the election's lock goes straight to
-// the next candidate in line (a FIFO hand-off), which is elected without
-// waiting for any lease to run out. It is idempotent; after a loss it
-// returns the loss error. The published record stays in the history; it is
-// no longer the leader's, as readers check it against the lock.
+// Resign ends the leadership at once: Done is closed and Err returns
+// ErrReleased before the lock is released, and the election's lock goes
+// straight to the next candidate in line (a FIFO hand-off), which is
+// elected without waiting for any lease to run out. So this leader has
+// stopped leading before its successor starts, even if Resign's reply
+// comes back later. It is idempotent; after a loss it returns the loss
+// error; after ErrUnavailable the leadership has ended all the same, and
+// a retried Resign frees the lock sooner than its lease would (see
+// Lock.Unlock). The published record stays in the history; it is no longer
+// the leader's, as readers check it against the lock.
 func (l *Leadership) Resign(ctx context.Context) error {
 	if ctx == nil {
 		return ErrNilContext

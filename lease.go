@@ -81,14 +81,15 @@ type lease struct {
 	// call again (see releaseCall).
 	relValue string
 	relCall  protocol.Call
+	// ending: the lease ended as released when its release began (see
+	// endForRelease), and no reply has confirmed the release yet: a
+	// retried Unlock, or Close, sends it again, and a reply that finds the
+	// lock was lost before it turns the end into that loss.
+	ending bool
 	// lossUnlocked (guarded by opMu): an Unlock has returned the loss, and
 	// the Release hook reported it; repeated Unlocks of a lost lock return
 	// the loss again without reporting another release.
 	lossUnlocked bool
-	// releasedLate (guarded by opMu): an Unlock's release ran while the key
-	// was ours but its reply came after the deadline (Lost reported it);
-	// that Unlock returned nil, and so does every later one.
-	releasedLate bool
 
 	// fenceUntil (guarded by opMu, nanoseconds since the watchdog's epoch)
 	// is when the fence counter expires at the earliest, as last pushed
@@ -144,19 +145,18 @@ func (l *lease) setDeadlineLocked(sent time.Time, ttl time.Duration) {
 func (l *lease) onDeadline() (lost func()) {
 	l.mu.Lock()
 	if l.state != stateHeld {
+		if l.ending {
+			// A release began and no reply confirmed it: it ran, or the key
+			// expired by its TTL by now. Either way the hold ended because
+			// the caller released it, not by a loss.
+			l.ending = false
+			l.c.stats.released.Add(1)
+		}
 		l.mu.Unlock()
 		return nil
 	}
 	if d := time.Until(l.deadline); d > 0 {
 		l.timer.Reset(d)
-		l.mu.Unlock()
-		return nil
-	}
-	if l.releaseTried {
-		// Unlock sent a release whose reply was lost: it may have freed
-		// the key (and a FIFO release handed it on). Whatever happened,
-		// the hold ended because the caller released it, not by a loss.
-		l.endReleasedLocked()
 		l.mu.Unlock()
 		return nil
 	}
@@ -359,23 +359,39 @@ func causeOf(code int64) error {
 // lock (an Unlock or Extend that found the loss, before it returns), or
 // hands it to the watchdog's reporters (wd.report).
 func (l *lease) lose(ctx context.Context, cause error) (lost func(), err error) {
+	return l.end(ctx, cause, false)
+}
+
+// loseEnding is lose for a lease whose release began (see endForRelease)
+// and found, or could not undo, a loss: the release's own reply that the
+// key was no longer ours, or Close giving up on it. A lease whose release
+// was not confirmed yet ends lost instead of released.
+func (l *lease) loseEnding(ctx context.Context, cause error) (lost func(), err error) {
+	return l.end(ctx, cause, true)
+}
+
+// end is lose, and loseEnding if ending.
+func (l *lease) end(ctx context.Context, cause error, ending bool) (lost func(), err error) {
 	l.mu.Lock()
-	if l.state != stateHeld {
+	held := l.state == stateHeld
+	if !held && !(ending && l.ending) {
 		err := l.err
 		l.mu.Unlock()
 		return nil, err
 	}
-	l.state = stateLost
+	l.state, l.ending = stateLost, false
 	l.err = &lostError{key: l.keys.Lock, cause: cause}
 	l.timer.Stop()
 	err, value := l.err, l.value
-	if l.done != nil {
+	if held && l.done != nil {
 		close(l.done) // Done made before the loss; one made later is closedChan
 	}
 	l.mu.Unlock()
 
 	l.c.wd.remove(l)
-	l.c.stats.held.Add(-1)
+	if held {
+		l.c.stats.held.Add(-1) // an ending lease was counted out when its release began
+	}
 	l.c.stats.lost.Add(1)
 	if cause != errLeftByClose { // Close logs what it leaves, once
 		l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
@@ -422,6 +438,7 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	start := time.Now()
 	l.c.wd.remove(l) // no renewals once the caller wants out
+	l.endForRelease()
 	l.opMu.Lock()
 	lost, report, err := l.releaseLocked(ctx)
 	l.opMu.Unlock()
@@ -441,15 +458,12 @@ func (l *lease) release(ctx context.Context) error {
 // reports the call.
 func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, err error) {
 	l.mu.Lock()
-	state, lerr, tried, value := l.state, l.err, l.releaseTried, l.value
+	state, lerr, tried, value, ending := l.state, l.err, l.releaseTried, l.value, l.ending
 	l.mu.Unlock()
-	switch state {
-	case stateReleased:
-		return nil, false, nil
-	case stateLost:
-		if l.releasedLate {
-			return nil, false, nil
-		}
+	switch {
+	case state == stateReleased && !ending:
+		return nil, false, nil // confirmed, or its deadline passed
+	case state == stateLost:
 		// A lease lost to an unreachable Redis may still be ours there (a
 		// renewal could have landed without its reply), and a multi-key
 		// lock that lost one key still holds the others: delete what is
@@ -479,21 +493,18 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		// tried: an earlier release may have run without its reply; if it
 		// did, the key is gone, or handed to a waiter (or taken since):
 		// whatever this retry finds, the release happened, not a loss.
-		l.mu.Lock()
-		if l.state != stateHeld {
-			// The deadline passed while the release was in flight: Lost
-			// has reported it. The key was ours until the delete, so the
-			// release still counts.
-			l.mu.Unlock()
-			l.releasedLate = true
-			return nil, false, nil
-		}
-		l.endReleasedLocked()
-		l.mu.Unlock()
-		err = nil
+		l.confirmRelease()
 	default:
-		lost, err = l.lose(ctx, causeOf(code)) // Lost first, then Release with the loss
-		l.lossUnlocked = true
+		// The key was not ours when the release landed: lost before it
+		// (Lost first, then Release with the loss). Unless the deadline
+		// passed while the release was in flight: the key was ours until
+		// then, and the caller had let go before, so it is no loss.
+		lost, err = l.loseEnding(ctx, causeOf(code))
+		if lost == nil && errors.Is(err, ErrReleased) {
+			err = nil
+		} else {
+			l.lossUnlocked = true
+		}
 	}
 	if l.c.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
@@ -538,34 +549,50 @@ func (l *lease) releaseCall(value string) protocol.Call {
 // hook reports it. A WARN says what is left, as Close's own does.
 func (l *lease) leftByClose(err error) {
 	l.mu.Lock()
-	if l.state != stateHeld {
+	if !l.ending { // released (confirmed), or not held any more
 		l.mu.Unlock()
 		return
 	}
-	l.state = stateLost
+	l.state, l.ending = stateLost, false
 	l.err = &lostError{key: l.keys.Lock, cause: errLeftByClose}
 	l.timer.Stop()
-	if l.done != nil {
-		close(l.done)
-	}
 	value := l.value
 	l.mu.Unlock()
 	l.c.wd.remove(l)
-	l.c.stats.held.Add(-1)
 	l.c.opts.Logger.Warn("dlock: Close left a lock acquired while it ran to expire by its TTL",
 		"key", l.keys.Lock, "fence", l.fence, "token", shortToken(value), "err", err)
 }
 
-// endReleasedLocked ends a held lease as released. Callers hold l.mu.
-func (l *lease) endReleasedLocked() {
-	l.state = stateReleased
-	l.err = ErrReleased
-	l.timer.Stop()
+// endForRelease ends a held lease as released before its release is
+// sent: Done closes and Err reports ErrReleased at once, so work bound to
+// the lock (Do's context, an elected leader's) stops before Redis can
+// hand the key to another owner. The deadline timer stays armed until a
+// reply confirms the release (confirmRelease): Close sends it again if
+// the release fails, and the deadline ends the wait for a reply.
+func (l *lease) endForRelease() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld {
+		return
+	}
+	l.state, l.err, l.ending = stateReleased, ErrReleased, true
 	l.c.stats.held.Add(-1)
-	l.c.stats.released.Add(1)
 	if l.done != nil {
 		close(l.done)
 	}
+}
+
+// confirmRelease records the reply of a release that ran (see
+// endForRelease).
+func (l *lease) confirmRelease() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.ending {
+		return
+	}
+	l.ending = false
+	l.timer.Stop()
+	l.c.stats.released.Add(1)
 }
 
 // closedChan is the Done channel of a lease that ended before anyone asked.

@@ -433,9 +433,11 @@ func (k *Lock) Deadline() time.Time {
 	return k.l.Deadline()
 }
 
-// Done returns a channel closed when the lock is released or lost. A loss
-// by expiry closes it from a timer at the Deadline, which a CPU-starved
-// process may run late; Err and Deadline are exact.
+// Done returns a channel closed when the lock is released or lost: by
+// Unlock (or Close) before the release is sent, so it is closed before
+// Redis can hand the key to another owner. A loss by expiry closes it
+// from a timer at the Deadline, which a CPU-starved process may run late;
+// Err and Deadline are exact.
 func (k *Lock) Done() <-chan struct{} {
 	if !k.held() {
 		return closed
@@ -443,10 +445,11 @@ func (k *Lock) Done() <-chan struct{} {
 	return k.l.doneChan()
 }
 
-// Err returns nil while the lock is held; after Unlock, ErrReleased; after a
-// loss, an error matching ErrLost and its cause (ErrExpired, ErrTaken or
-// ErrUnreachable). Past the Deadline it reports the loss at once, even if
-// the deadline timer has not run yet.
+// Err returns nil while the lock is held; from the moment Unlock begins,
+// ErrReleased; after a loss, an error matching ErrLost and its cause
+// (ErrExpired, ErrTaken or ErrUnreachable), also when Unlock's release
+// finds the lock was lost before it. Past the Deadline it reports the loss
+// at once, even if the deadline timer has not run yet.
 func (k *Lock) Err() error {
 	if !k.held() {
 		return ErrNotHeld
@@ -472,12 +475,20 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock releases the lock if the key still holds its token, and wakes a
-// waiter. It is idempotent: after a success it returns nil again. After a
-// Redis error it can be retried; if the first release may have run (its
-// reply was lost), the retry returns nil whatever it finds (the key gone,
-// or handed to a waiter): a release is never reported as a loss. If the
-// lock was lost, it returns the loss error (matching ErrLost) and deletes
-// nothing that is not its own.
+// waiter. The lock ends before the release is sent: Done is closed and Err
+// returns ErrReleased from then on, whatever the release's outcome, so
+// work bound to the lock stops before Redis can hand the key on (the next
+// owner may get it before Unlock's reply comes back). Nothing renews it
+// any more. Unlock is idempotent: after a success it returns nil again.
+//
+// After a Redis error (ErrUnavailable) the lock stays ended, but its key
+// may still hold the token until its TTL runs out: retry Unlock to free
+// it sooner (Close retries it too). If the first release may have run
+// (its reply was lost), the retry returns nil whatever it finds (the key
+// gone, or handed to a waiter): a release is never reported as a loss. If
+// the lock was lost before the release, Unlock returns the loss error
+// (matching ErrLost), Err returns it from then on, and nothing that is not
+// its own is deleted.
 func (k *Lock) Unlock(ctx context.Context) error {
 	if !k.held() {
 		return ErrNotHeld

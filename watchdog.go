@@ -1009,6 +1009,7 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 				calls := make([]protocol.Call, len(part))
 				values := make([]string, len(part))
 				for i, l := range part {
+					l.endForRelease() // Done closes before the key can pass on
 					values[i] = l.token()
 					calls[i] = l.releaseCall(values[i])
 				}
