@@ -23,7 +23,8 @@ import (
 // lock is never reported as the leader.
 //
 //	N                 the lock: the leader's token (a plain exclusive lock)
-//	P:{N}:leader      list: the last 64 leader records, newest first; lives
+//	P:{N}:leader      list: the last 64 leader records (one per election
+//	                  and per Proclaim), newest first; lives
 //	                  2*TTL + 10s after the last leader's last refresh
 //	P:{N}:elected     pub/sub channel: "<term>:<rev>" at each change
 
@@ -39,9 +40,10 @@ var (
 // MaxLeaderValue is the longest value a leader may publish, in bytes.
 const MaxLeaderValue = 64 << 10
 
-// historyLen is how many leader records an election keeps: an observer
-// that could not read for longer than it took that many leaders to come
-// and go is told it missed some (LeaderInfo.Missed).
+// historyLen is how many leader records an election keeps (a record per
+// election and per Proclaim): an observer that could not read for longer
+// than it took that many records to be published is told it missed some
+// (LeaderInfo.Missed).
 const historyLen = 64
 
 // Reply codes of elect_publish.lua beyond the shared ones.

@@ -35,3 +35,23 @@ func TestNewerRecords(t *testing.T) {
 		t.Fatalf("full history without a gap: first %+v, %d records", got[0], len(got))
 	}
 }
+
+// A full history of one leader's values that no longer reaches back to
+// the last delivered revision is a gap too; one that follows it is not.
+func TestNewerRecordsRevisionGap(t *testing.T) {
+	revs := func(term, from, to uint64) []LeaderInfo { // newest first
+		var out []LeaderInfo
+		for rev := to; rev >= from; rev-- {
+			out = append(out, LeaderInfo{Term: term, Rev: rev})
+		}
+		return out
+	}
+	got := newer(revs(7, 20, 19+historyLen), LeaderInfo{Term: 7, Rev: 3})
+	if len(got) != historyLen || !got[0].Missed {
+		t.Fatalf("full history after a gap in revisions: first %+v, %d records", got[0], len(got))
+	}
+	got = newer(revs(7, 4, 3+historyLen), LeaderInfo{Term: 7, Rev: 3})
+	if len(got) != historyLen || got[0].Missed {
+		t.Fatalf("full history right after the last delivered: first %+v, %d records", got[0], len(got))
+	}
+}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -13,16 +14,21 @@ import (
 // observer delivers, from the feed's last read, the records newer than the
 // last one it delivered, oldest first: a lost message delays a change by
 // at most PollInterval and never skips one, since the history keeps the
-// last 64 leaders. So 1,000 observers of an election cost one
+// last 64 records (one per election and per Proclaim). So 1,000 observers of an election cost one
 // subscription and one read per change or interval, not 1,000.
 
 // Observe returns a channel that delivers the election's leaders in order:
 // first the current leader (if any), then every new leader and every new
 // value a leader proclaims, each once, with strictly increasing (Term,
-// Rev). A leader that came and went between two reads is still delivered.
-// If more than 64 leaders came and went while the observer could not read
-// (Redis unreachable), the first one delivered after that has Missed set.
-// The channel is closed when ctx ends or the Client is closed. Receive
+// Rev). A leader that came and went between two reads is still delivered,
+// and so is each of several values proclaimed between two reads: the
+// history keeps a record per election and per Proclaim, the last 64. If
+// more than 64 were published while the observer could not read (Redis
+// unreachable), the first one delivered after that has Missed set.
+//
+// The channel is closed when ctx ends, the Client is closed, or the
+// election's keys hold values of another type (Leader then returns
+// ErrWrongType): an election that cannot be read never will be. Receive
 // from it promptly: it is unbuffered, and a slow receiver only delays
 // itself. A nil ctx gives a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
@@ -39,6 +45,9 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 		started := false
 		for {
 			snap := f.snapshot()
+			if snap.wrongType {
+				return
+			}
 			var batch []LeaderInfo
 			if snap.read {
 				if !started {
@@ -83,7 +92,8 @@ func newer(recs []LeaderInfo, last LeaderInfo) []LeaderInfo {
 			out = append(out, r)
 		}
 	}
-	if len(out) > 0 && len(recs) >= historyLen && last.Term != 0 && out[0].Term > last.Term && len(out) == len(recs) {
+	if len(out) > 0 && len(recs) >= historyLen && last.Term != 0 && len(out) == len(recs) &&
+		(out[0].Term > last.Term || out[0].Rev > last.Rev+1) {
 		out[0].Missed = true
 	}
 	return out
@@ -115,10 +125,11 @@ type feed struct {
 
 // feedSnap is the outcome of a feed's last successful read.
 type feedSnap struct {
-	read    bool // a read has succeeded
-	recs    []LeaderInfo
-	live    bool          // recs[0] is the leader now
-	changed chan struct{} // closed when a newer snapshot replaces this one
+	read      bool // a read has succeeded
+	wrongType bool // the last read found a key of another type
+	recs      []LeaderInfo
+	live      bool          // recs[0] is the leader now
+	changed   chan struct{} // closed when a newer snapshot replaces this one
 }
 
 func (fs *feeds) join(e *Election) *feed {
@@ -148,6 +159,16 @@ func (fs *feeds) leave(f *feed) {
 			delete(fs.m, f.key)
 		}
 	}
+}
+
+// publish makes s the feed's snapshot and wakes the observers.
+func (f *feed) publish(s feedSnap) {
+	s.changed = make(chan struct{})
+	f.mu.Lock()
+	old := f.snap.changed
+	f.snap = s
+	f.mu.Unlock()
+	close(old)
 }
 
 func (f *feed) snapshot() feedSnap {
@@ -188,21 +209,22 @@ func (f *feed) run() {
 		rctx, rcancel := context.WithTimeout(ctx, max(f.key.poll, time.Second))
 		recs, live, err := f.e.read(rctx, historyLen)
 		rcancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			if failing {
 				failing = false
 				c.opts.Logger.Info("dlock: reading an election's leaders works again", "election", f.e.name)
 			}
-			f.mu.Lock()
-			old := f.snap.changed
-			f.snap = feedSnap{read: true, recs: recs, live: live, changed: make(chan struct{})}
-			f.mu.Unlock()
-			close(old)
-		} else if !failing {
+			f.publish(feedSnap{read: true, recs: recs, live: live})
+		case errors.Is(err, ErrWrongType):
+			// Not an outage: the observers end (see Observe).
+			c.opts.Logger.Debug("dlock: an election's keys hold another type", "election", f.e.name)
+			f.publish(feedSnap{wrongType: true})
+		case !failing:
 			failing = true
 			c.opts.Logger.Warn("dlock: reading an election's leaders failed: observers get no news until it works again; retrying",
 				"election", f.e.name, "err", err)
-		} else {
+		default:
 			c.opts.Logger.Debug("dlock: reading an election's leaders failed; retrying", "election", f.e.name, "err", err)
 		}
 		if !t.Stop() {

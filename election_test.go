@@ -290,7 +290,7 @@ func TestElectionObserveCurrentThenClose(t *testing.T) {
 }
 
 // A publication re-sent by the Redis client (its first reply lost) changes
-// nothing: the record stays one, with its revision.
+// nothing: the history keeps one record per revision.
 func TestElectionPublishResent(t *testing.T) {
 	ctx := t.Context()
 	c, rdb := newClient(t, dlock.Options{})
@@ -306,6 +306,9 @@ func TestElectionPublishResent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if recs := rdb.LRange(ctx, hist, 0, -1).Val(); len(recs) != 1 {
+		t.Fatalf("history %q after re-sent publications of rev 1, want one record", recs)
+	}
 	if err := l.Proclaim(ctx, "v2"); err != nil {
 		t.Fatal(err)
 	}
@@ -315,8 +318,9 @@ func TestElectionPublishResent(t *testing.T) {
 		}
 	}
 	recs := rdb.LRange(ctx, hist, 0, -1).Val()
-	if len(recs) != 1 || !strings.HasSuffix(recs[0], ":v2") || !strings.HasPrefix(recs[0], fmt.Sprintf("%d:2:", l.Term())) {
-		t.Fatalf("history %q, want one record of term %d, rev 2, value v2", recs, l.Term())
+	if len(recs) != 2 || !strings.HasSuffix(recs[0], ":v2") || !strings.HasPrefix(recs[0], fmt.Sprintf("%d:2:", l.Term())) ||
+		!strings.HasSuffix(recs[1], ":v1") {
+		t.Fatalf("history %q, want the records of term %d, rev 2 (v2) then rev 1 (v1)", recs, l.Term())
 	}
 	if ttl := rdb.PTTL(ctx, hist).Val(); ttl <= 0 {
 		t.Errorf("history TTL %v: it must expire", ttl)
@@ -328,7 +332,7 @@ func TestElectionPublishResent(t *testing.T) {
 	if err := l.Proclaim(ctx, "v3"); !errors.Is(err, dlock.ErrLost) {
 		t.Fatalf("Proclaim by a deposed leader: %v, want ErrLost", err)
 	}
-	if recs := rdb.LRange(ctx, hist, 0, -1).Val(); len(recs) != 1 || !strings.HasSuffix(recs[0], ":v2") {
+	if recs := rdb.LRange(ctx, hist, 0, -1).Val(); len(recs) != 2 || !strings.HasSuffix(recs[0], ":v2") {
 		t.Fatalf("history after a deposed leader's Proclaim: %q", recs)
 	}
 	if _, err := e.Leader(ctx); !errors.Is(err, dlock.ErrNoLeader) {

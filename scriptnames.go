@@ -24,6 +24,9 @@ func init() {
 		probe.NameScript(name, s.Hash())
 		ownScripts[s] = true
 	}
+	// The election's scripts are named too; they run by themselves.
+	probe.NameScript("elect_publish", electPublishScript.Hash())
+	probe.NameScript("elect_read", electReadScript.Hash())
 }
 
 // ownScripts holds every script of this package: the calls

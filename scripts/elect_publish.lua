@@ -21,9 +21,11 @@
 --          record was written
 -- ARGV[7]  the most records the history keeps
 --
--- The head record is the caller's (same holder, same term): it is replaced
--- only by a higher revision. Otherwise a new record is pushed, if its term
--- is above the head's.
+-- The history keeps one record per revision, so an observer can deliver
+-- every value. If the head record is the caller's (same holder, same
+-- term), a record is pushed only for a higher revision: a revision that
+-- lands late or twice writes nothing. Otherwise a record is pushed if its
+-- term is above the head's.
 --
 -- Returns {1, since, now}  published (or already there); since = the
 --                       record's election time, now = the server's clock (ms)
@@ -55,17 +57,15 @@ local function record(since)
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local since
+local since, push
 if ht and hh == holder and tonumber(ht) == term then
-  since = hs
-  if rev > tonumber(hr) then
-    redis.call('LSET', KEYS[2], 0, record(since))
-    pcall_publish(ARGV[6], ARGV[2] .. ':' .. ARGV[3])
-  end
+  since, push = hs, rev > tonumber(hr)
 elseif ht and tonumber(ht) >= term then
   return {-3, ht}
 else
-  since = string.format('%d', now)
+  since, push = string.format('%d', now), true
+end
+if push then
   redis.call('LPUSH', KEYS[2], record(since))
   redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[7]) - 1)
   pcall_publish(ARGV[6], ARGV[2] .. ':' .. ARGV[3])

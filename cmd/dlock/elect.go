@@ -68,19 +68,22 @@ const usageLeader = `Usage:
 
 Prints the current leader of the election NAME: its published value, its
 term (the fence of its leadership: larger for every new leader) and when it
-was elected. Exit 0 if there is a leader, 3 if none.
+was elected. Exit 0 if there is a leader, 3 if none, 4 if NAME's keys hold
+values of another type.
 `
 
 const usageObserve = `Usage:
   dlock observe NAME [--json]
 
-Prints one line for every change of leader of the election NAME (and every
-new value a leader publishes), in order, with strictly increasing terms,
-until interrupted (INT or TERM: exit 0). The first line is the current
-leader, if any. A change whose notification was lost is printed at most
---poll later (default 1s); a leader that came and went meanwhile is still
-printed. With --json, one JSON object per line. While Redis cannot be read,
-one warning goes to stderr; observing resumes when it can.
+Prints one line for every change of leader of the election NAME and every
+value a leader publishes, each once, in order (by term, then rev), until
+interrupted (INT or TERM: exit 0). The first line is the current leader, if
+any. A change whose notification was lost is printed at most --poll later
+(default 1s); a leader that came and went meanwhile is still printed, and
+so is each of several values published in between (the election keeps the
+last 64). With --json, one JSON object per line. While Redis cannot be
+read, one warning goes to stderr; observing resumes when it can. If NAME's
+keys hold values of another type, it exits 4, as 'dlock leader' does.
 
 Flags:
   --poll DURATION   how often to read when no notification comes. Default: 1s
@@ -332,11 +335,8 @@ func (a *app) cmdLeader(args []string) int {
 			fmt.Fprintf(a.stdout, "%s  no leader\n", printable(pos[0]))
 		}
 		return exitFree
-	case errors.Is(err, dlock.ErrWrongType):
-		a.errorf("leader: %s: %s", printable(pos[0]), libMsg(err))
-		return exitNotLock
 	case err != nil:
-		return a.redisFailed(e, "leader", err)
+		return a.leaderFailed(e, "leader", pos[0], err)
 	}
 	v := viewOfLeader(pos[0], li)
 	if asJSON {
@@ -378,7 +378,7 @@ func (a *app) cmdObserve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, _, done, code := a.adminClient(ctx)
+	c, e, done, code := a.adminClient(ctx)
 	if code != exitOK {
 		return code
 	}
@@ -388,19 +388,45 @@ func (a *app) cmdObserve(args []string) int {
 		return code
 	}
 	for li := range el.Observe(ctx) {
-		if asJSON {
-			v := viewOfLeader(pos[0], li)
-			b, _ := json.Marshal(v)
-			fmt.Fprintln(a.stdout, string(b))
-			continue
-		}
-		missed := ""
-		if li.Missed {
-			missed = "  (some earlier leaders were missed)"
-		}
-		fmt.Fprintf(a.stdout, "%s  leader %s  term %d  rev %d  elected %s%s\n",
-			time.Now().Format("15:04:05.000"), printable(li.Value), li.Term, li.Rev,
-			li.Since.Local().Format("15:04:05.000"), missed)
+		a.printObserved(pos[0], li, asJSON)
 	}
-	return exitOK
+	if ctx.Err() != nil {
+		return exitOK // interrupted
+	}
+	// Observe ends on its own when the election cannot be read: say why
+	// as 'dlock leader' does.
+	_, err = el.Leader(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return exitOK
+	case err == nil, errors.Is(err, dlock.ErrNoLeader):
+		err = dlock.ErrWrongType // and fixed since
+	}
+	return a.leaderFailed(e, "observe", pos[0], err)
+}
+
+// leaderFailed reports an error reading the election name and returns
+// the exit code: 4 for keys of another type, else as redisFailed.
+func (a *app) leaderFailed(e *endpoint, cmd, name string, err error) int {
+	if errors.Is(err, dlock.ErrWrongType) {
+		a.errorf("%s: %s: %s", cmd, printable(name), libMsg(err))
+		return exitNotLock
+	}
+	return a.redisFailed(e, cmd, err)
+}
+
+// printObserved prints one line of 'dlock observe'.
+func (a *app) printObserved(name string, li dlock.LeaderInfo, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(viewOfLeader(name, li))
+		fmt.Fprintln(a.stdout, string(b))
+		return
+	}
+	missed := ""
+	if li.Missed {
+		missed = "  (some earlier changes were missed)"
+	}
+	fmt.Fprintf(a.stdout, "%s  leader %s  term %d  rev %d  elected %s%s\n",
+		time.Now().Format("15:04:05.000"), printable(li.Value), li.Term, li.Rev,
+		li.Since.Local().Format("15:04:05.000"), missed)
 }

@@ -172,3 +172,24 @@ func TestElectAgainAndLoss(t *testing.T) {
 	expectStderr(t, r, "elect: lost the lock")
 	_ = dlock.ErrLost
 }
+
+// observe on a name whose key holds another type ends as leader does:
+// the same message (its own command's name first) and exit 4, instead of
+// waiting for ever.
+func TestObserveWrongTypeExitsLikeLeader(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	name := testKey(t)
+	if err := rdb.HSet(context.Background(), name, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rdb.Del(context.Background(), name) })
+	leader := dlockRun(t, nil, onSrv("leader", name)...)
+	expectCode(t, leader, exitNotLock)
+	obs := startDlock(t, nil, onSrv("observe", name, "--poll", "50ms")...).wait(20 * time.Second)
+	expectCode(t, obs, exitNotLock)
+	want := strings.Replace(strings.TrimSpace(leader.stderr), "leader:", "observe:", 1)
+	if got := strings.TrimSpace(obs.stderr); got != want {
+		t.Fatalf("observe's stderr %q, want %q (leader's, named observe)", got, want)
+	}
+}
