@@ -193,3 +193,24 @@ func TestObserveWrongTypeExitsLikeLeader(t *testing.T) {
 		t.Fatalf("observe's stderr %q, want %q (leader's, named observe)", got, want)
 	}
 }
+
+// The guard's messages under 'dlock elect' are elect's: a killed dlock's
+// tree gets SIGTERM, said with "elect:", not "run:".
+func TestElectGuardMessagesSayElect(t *testing.T) {
+	t.Parallel()
+	_, rdb := lib(t)
+	name := testKey(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := `trap 'exit 0' TERM; ` + writePid(pidFile) + `; while :; do sleep 0.05; done`
+	p := startDlock(t, nil, onSrv("elect", "--ttl", "3s", "--kill-after", "1s", name, "-c", script)...)
+	pid := readPid(t, pidFile)
+	killAtCleanup(t, pid)
+	p.signal(syscall.SIGKILL)
+	keyOutlivesTree(t, rdb, name, []int{pid}, "dlock was killed")
+	r := p.wait(60 * time.Second)
+	expectStderr(t, r, "elect: dlock is gone", "SIGTERM")
+	if strings.Contains(r.stderr, "run:") {
+		t.Errorf("a message under elect says run:\n%v", r)
+	}
+}

@@ -547,7 +547,7 @@ func (a *app) supervise(c *dlock.Client, lk *dlock.Lock, key, path string, argv 
 		defer signal.Stop(tstp)
 	}
 	becomeSubreaper() // should the guard die, its orphans come to dlock
-	g, err := startGuard(path, argv, env)
+	g, err := startGuard(verb, path, argv, env)
 	if err != nil {
 		_ = release()
 		say("%s: cannot start: %v", argv[0], err)

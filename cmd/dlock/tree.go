@@ -87,8 +87,9 @@ type guard struct {
 	mu   sync.Mutex
 }
 
-// startGuard starts the guard that runs path with argv and env.
-func startGuard(path string, argv, env []string) (*guard, error) {
+// startGuard starts the guard that runs path with argv and env for the
+// command verb ("run", "elect"), which names it in the guard's messages.
+func startGuard(verb, path string, argv, env []string) (*guard, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find dlock's own executable to start COMMAND under: %w", err)
@@ -101,7 +102,7 @@ func startGuard(path string, argv, env []string) (*guard, error) {
 	mode := terminalMode()
 	// argv[0] is the guard's name too: `pkill -f dlock`, which matches
 	// command lines, spares it unless COMMAND's own words contain "dlock".
-	args := append([]string{guardName, guardCommand, mode, path}, argv...)
+	args := append([]string{guardName, guardCommand, mode, verb, path}, argv...)
 	p, err := os.StartProcess(exe, args, &os.ProcAttr{
 		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, r},
@@ -163,15 +164,16 @@ func reapAll(pid int, stopped func(pid int, sig syscall.Signal)) (ws syscall.Wai
 	}
 }
 
-// cmdGuard is the guard (see guardCommand). args: MODE PATH ARGV0 [ARG...].
+// cmdGuard is the guard (see guardCommand). args: MODE VERB PATH ARGV0
+// [ARG...]; VERB starts its messages.
 // Its exit status is COMMAND's (128+N if signal N killed it), once the
 // whole tree is gone.
 func (a *app) cmdGuard(args []string) int {
-	if len(args) < 3 {
-		a.errorf("%s: internal: want MODE PATH ARGV...", guardCommand)
+	if len(args) < 4 {
+		a.errorf("%s: internal: want MODE VERB PATH ARGV...", guardCommand)
 		return exitFailed
 	}
-	mode, path, argv := args[0], args[1], args[2:]
+	mode, verb, path, argv := args[0], args[1], args[2], args[3:]
 	ctl := os.NewFile(3, "dlock-control")
 	if ctl == nil {
 		a.errorf("%s: internal: no control pipe", guardCommand)
@@ -213,10 +215,10 @@ func (a *app) cmdGuard(args []string) int {
 	if err != nil {
 		err = unwrapStart(err)
 		if errors.Is(err, fs.ErrNotExist) {
-			a.errorf("run: %s: command not found", argv[0])
+			a.errorf("%s: %s: command not found", verb, argv[0])
 			return exitNotFound
 		}
-		a.errorf("run: %s: cannot execute: %v", argv[0], err)
+		a.errorf("%s: %s: cannot execute: %v", verb, argv[0], err)
 		return exitNoExec
 	}
 	pgid := p.Pid
@@ -236,7 +238,7 @@ func (a *app) cmdGuard(args []string) int {
 		if pid != p.Pid {
 			name = "process " + strconv.Itoa(pid) + " under the lock"
 		}
-		a.errorf("run: %s got SIGTSTP (Ctrl-Z) and is resumed: it cannot be suspended while it holds the lock (Ctrl-C stops it)", name)
+		a.errorf("%s: %s got SIGTSTP (Ctrl-Z) and is resumed: it cannot be suspended while it holds the lock (Ctrl-C stops it)", verb, name)
 		_ = syscall.Kill(-pgid, syscall.SIGCONT)
 		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
@@ -315,14 +317,14 @@ func (a *app) cmdGuard(args []string) int {
 			case now >= killAt:
 				t.kill(syscall.SIGKILL)
 				again = time.After(20 * time.Millisecond)
-				a.errorf("run: the lock's deadline has come: sent SIGKILL to the process tree of %s", argv[0])
+				a.errorf("%s: the lock's deadline has come: sent SIGKILL to the process tree of %s", verb, argv[0])
 			case !termed && now >= termAt:
 				termed = true
 				t.kill(syscall.SIGTERM)
 				t.kill(syscall.SIGCONT)
 				arm()
-				a.errorf("run: the lock's deadline is %v away and dlock, still running, has given no later one (is it stopped?): sent SIGTERM to the process tree of %s (SIGKILL at the deadline)",
-					time.Duration(killAt-now).Round(time.Millisecond), argv[0])
+				a.errorf("%s: the lock's deadline is %v away and dlock, still running, has given no later one (is it stopped?): sent SIGTERM to the process tree of %s (SIGKILL at the deadline)",
+					verb, time.Duration(killAt-now).Round(time.Millisecond), argv[0])
 			default:
 				arm()
 			}
@@ -345,12 +347,12 @@ func (a *app) cmdGuard(args []string) int {
 					t.kill(syscall.SIGTERM)
 					t.kill(syscall.SIGCONT)
 					arm()
-					a.errorf("run: dlock is gone and nobody renews the lock: sent SIGTERM to the process tree of %s (SIGKILL in %v, before the lock's deadline)",
-						argv[0], time.Duration(termAt-now).Round(time.Millisecond))
+					a.errorf("%s: dlock is gone and nobody renews the lock: sent SIGTERM to the process tree of %s (SIGKILL in %v, before the lock's deadline)",
+						verb, argv[0], time.Duration(termAt-now).Round(time.Millisecond))
 				default:
 					t.kill(syscall.SIGKILL)
 					again = time.After(20 * time.Millisecond)
-					a.errorf("run: dlock is gone and nobody renews the lock: sent SIGKILL to the process tree of %s", argv[0])
+					a.errorf("%s: dlock is gone and nobody renews the lock: sent SIGKILL to the process tree of %s", verb, argv[0])
 				}
 			case o == ctlKill:
 				t.kill(syscall.SIGKILL)
