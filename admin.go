@@ -358,6 +358,14 @@ func globRE(pattern string) (*regexp.Regexp, error) {
 // gives its permits back (see ReleaseToken for where they go). The holders
 // find out at their next renewal (ErrExpired or ErrTaken).
 //
+// It releases what it finds: a string lock only while the key still
+// holds the value ForceRelease read, a semaphore's holders one by one by
+// their tokens. So a release that lands after the key changed hands (a
+// command delayed past its caller's timeout, or a hand-off between the
+// read and the release) leaves the new holder alone. A read lock or a
+// reentrant hold, whose value names no single grant, is released with
+// whatever joined it since.
+//
 // It reports whether anything was released. A key that is neither a
 // string nor a semaphore is left alone (ErrWrongType); one of dlock's
 // auxiliary keys (a fence counter, a semaphore limit, a Counter segment,
@@ -372,9 +380,11 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	ks := c.keysFor(key)
 	var typ *redis.StatusCmd
 	var members *redis.StringSliceCmd
+	var val *redis.StringCmd
 	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		members = p.ZRange(ctx, key, 0, -1)
+		val = p.Get(ctx, key)
 		return nil
 	})
 	if err := typ.Err(); err != nil {
@@ -384,6 +394,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	case "none":
 		return false, nil
 	case "string":
+		return c.forceString(ctx, ks, val.Val())
 	case "zset":
 		// Every holder found gives its permits back, one script each.
 		sem := c.adminSemaphore()
@@ -401,8 +412,15 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	default:
 		return false, ErrWrongType
 	}
+}
+
+// forceString releases the string lock key ks.Lock if it still holds v,
+// the value ForceRelease read: a release that lands after the key changed
+// hands (its command delayed past its caller's timeout) leaves the new
+// holder alone.
+func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
 	code, err := runScript(ctx, c.rdb, protocol.Call{Script: releaseScript, Keys: []string{ks.Lock, ks.Queue},
-		Args: []any{"", ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
+		Args: []any{v, ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)

@@ -5,14 +5,17 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the wait queue (see lualib/queue.lua)
--- ARGV[1]  the caller's token
+-- ARGV[1]  the caller's token; for 'force', the value the caller read
+--          ('': whatever the key holds)
 -- ARGV[2]  the key's wake-up channel: 'released' is published on it when
 --          the key is freed with nobody queued (barging waiters listen).
 --          Every PUBLISH is pcall_publish's: one the ACL refuses is skipped
 --          and cannot end the script after its writes.
 -- ARGV[3]  the pickup time in ms: a hand-off not confirmed by then lapses
 -- ARGV[4]  '0': the caller holds the lock; '1': the caller is a waiter
---          leaving the queue; 'force': release whatever the key holds
+--          leaving the queue; 'force': release the key if it still holds
+--          ARGV[1] (an operator's steal; a steal that lands after the key
+--          changed hands leaves the new holder alone: -1)
 --
 -- The hand-off (q_handoff): the key is set to the next live waiter's token
 -- with a PX of ARGV[3], the waiter's lease is marked handed (see
@@ -45,7 +48,7 @@ if ARGV[4] == '1' then
   if v ~= token then
     return 0
   end
-elseif v ~= token and ARGV[4] ~= 'force' then
+elseif v ~= token and (ARGV[4] ~= 'force' or token ~= '') then
   return v and -1 or 0
 elseif not v then
   return 0 -- force, and nothing held
