@@ -203,6 +203,7 @@ func TestFixesPresent(t *testing.T) {
 		{"unlock misreport", pendingUnlockMisreport}, {"withdraw retry", pendingWithdrawRetry},
 		{"pause points", pendingPausePoints}, {"queue TTL", pendingQueueTTL},
 		{"late confirm", pendingLateConfirm}, {"fences from the clock", pendingFenceClock},
+		{"late ForceRelease", pendingForceLate}, {"admin semaphore limit", pendingAdminSemLimit},
 	} {
 		if why := p.probe(t); why != "" {
 			t.Errorf("%s: %s", p.name, why)
