@@ -204,6 +204,7 @@ func TestFixesPresent(t *testing.T) {
 		{"pause points", pendingPausePoints}, {"queue TTL", pendingQueueTTL},
 		{"late confirm", pendingLateConfirm}, {"fences from the clock", pendingFenceClock},
 		{"late ForceRelease", pendingForceLate}, {"admin semaphore limit", pendingAdminSemLimit},
+		{"late short renewal", pendingRenewalGT}, {"late Counter.Set", pendingCounterSet},
 	} {
 		if why := p.probe(t); why != "" {
 			t.Errorf("%s: %s", p.name, why)
