@@ -26,6 +26,13 @@ const (
 // Client logged in as it; both go at the end of the test.
 func aclClient(t *testing.T, rules string, opts dlock.Options) *dlock.Client {
 	t.Helper()
+	c, _ := aclUserClient(t, rules, opts)
+	return c
+}
+
+// aclUserClient is aclClient that also returns the user's name.
+func aclUserClient(t *testing.T, rules string, opts dlock.Options) (*dlock.Client, string) {
+	t.Helper()
 	ctx := context.Background()
 	admin := srv.NewClient()
 	defer admin.Close()
@@ -44,7 +51,7 @@ func aclClient(t *testing.T, rules string, opts dlock.Options) *dlock.Client {
 	})
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: "pw"})
 	c, _ := newClientOn(t, rdb, opts)
-	return c
+	return c, user
 }
 
 // unlockedCleanly checks that Unlock reported a release and that the lock
@@ -320,5 +327,33 @@ func TestACLNoPubSub(t *testing.T) {
 	}
 	if err := <-got; err != nil {
 		t.Fatalf("Lock after the release: %v", err)
+	}
+}
+
+// A command the ACL refuses inside a script (here DEL, after the script
+// may have written): ErrNoPermission naming a command, not ErrUnavailable;
+// once the ACL grants it, the retried Unlock releases the lock.
+func TestACLRefusedInsideScript(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, user := aclUserClient(t, aclFull+" -del", dlock.Options{})
+	admin := srv.NewClient()
+	defer admin.Close()
+	k := key(t)
+	lk, err := c.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = lk.Unlock(ctx)
+	var pe *dlock.PermissionError
+	if !errors.As(err, &pe) || pe.What != "command" || errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Unlock: %v, want a *PermissionError naming a command (not ErrUnavailable)", err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "+del").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unlockedCleanly(t, lk, lk.Unlock(ctx))
+	if n, err := admin.Exists(ctx, k).Result(); err != nil || n != 0 {
+		t.Fatalf("key still exists after Unlock (n=%d, err=%v)", n, err)
 	}
 }
