@@ -249,6 +249,7 @@ func check(events []event, lines []monLine, p params) result {
 	}
 
 	grants := buildGrants(ops, crashes)
+	endByAdmin(grants, adminReleases(ops))
 	limits := map[string][]operation{}
 	for _, op := range ops {
 		if op.Kind == kindSetLimit {
@@ -427,7 +428,10 @@ func modeName(g *grant) string {
 // checkSemaphore sweeps the believed-held intervals of a semaphore's
 // grants: the permits held at once must not exceed the limit in force.
 // The limit is the largest that may be in force: the grants' own, raised
-// by any SetLimit called before (a cut is not trusted to have applied).
+// by any SetLimit called before (a cut is not trusted to have applied),
+// unless another SetLimit that succeeded replaced it before the grant's
+// acquire was called (mayApply). Grants an admin release gave back are
+// counted until its call (endByAdmin).
 func checkSemaphore(r *result, key string, gs []*grant, sets []operation) {
 	type ev struct {
 		t int64
@@ -458,7 +462,7 @@ func checkSemaphore(r *result, key string, gs []*grant, sets []operation) {
 		}
 		limit := e.g.limit
 		for _, s := range sets {
-			if s.Call <= e.t && s.Limit > limit {
+			if s.Call <= e.t && s.Limit > limit && mayApply(s, sets, e.g.lock.Call) {
 				limit = s.Limit
 			}
 		}
@@ -468,6 +472,19 @@ func checkSemaphore(r *result, key string, gs []*grant, sets []operation) {
 				key, held, dur(e.t), limit, e.g.lock.Fence, e.g.proc)
 		}
 	}
+}
+
+// mayApply reports whether the SetLimit s may be in force for a grant
+// whose acquire was called at t: no SetLimit that succeeded was called
+// after s returned and returned itself before t (a SetLimit whose outcome
+// is unknown may land at any time).
+func mayApply(s operation, sets []operation, t int64) bool {
+	for _, s2 := range sets {
+		if s2.Status == evOK && s.Return != never && s2.Call > s.Return && s2.Return < t {
+			return false
+		}
+	}
+	return true
 }
 
 // S2: the resource's view and the fences themselves.

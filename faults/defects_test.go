@@ -47,6 +47,8 @@ func defectScenarios() []scenario {
 			note: "plain, read, semaphore, reentrant: a holder and 2 queued waiters each, all SIGKILLed; DBSIZE back to 0"},
 		{topo: single, name: "Counter: Unlock error after the sale", rounds: 1, run: counterUnlockErrors,
 			note: "Counter sales with 30% of segment releases' replies lost: sold + left never above the stock"},
+		{topo: single, name: "admin release of a semaphore", rounds: 1, run: adminSemaphore,
+			note: "semaphore of 2, 4 holders under a stored limit of 4, removed; 2 queue; ReleaseToken, ForceRelease"},
 	}
 }
 
@@ -330,5 +332,55 @@ func killEverything(h *harness) {
 	for _, k := range left {
 		h.extra.add(invL4, 1, "%s still exists %v after every client was killed (PTTL %v)", k,
 			bound.Round(time.Millisecond), direct.PTTL(ctx, k).Val())
+	}
+}
+
+// adminSemaphore: the callers of a semaphore pass limit 2. Each round, a
+// limit of 4 is stored, 4 callers take a permit each, the stored limit is
+// removed, and 2 more callers queue behind them; an operator then
+// releases one holder with ReleaseToken and, every other round, the rest
+// with ForceRelease. No admin release may let a waiter in while 2 or more
+// permits are in use.
+func adminSemaphore(h *harness) {
+	ctx := h.t.Context()
+	sem := h.key("sem")
+	nodes := []*node{h.lockNode(dlock.Options{}), h.lockNode(dlock.Options{})}
+	workers := make([]*worker, 6)
+	for i := range workers {
+		workers[i] = h.worker(nodes[i%2], true)
+	}
+	proc := h.nextProc()
+	var seq atomic.Uint64
+	spec := semSpec(2, 1)
+	for round := range 4 {
+		setLimit(ctx, h, nodes[0], proc, &seq, sem, 4)
+		var held []*dlock.Lock
+		for _, w := range workers[:4] {
+			actx, cancel := context.WithTimeout(ctx, time.Second)
+			if lk := w.AcquireSpec(actx, sem, time.Second, true, spec); lk != nil {
+				held = append(held, lk)
+			}
+			cancel()
+		}
+		setLimit(ctx, h, nodes[0], proc, &seq, sem, 0)
+		var wg sync.WaitGroup
+		for _, w := range workers[4:] {
+			wg.Go(func() {
+				actx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+				lk := w.AcquireSpec(actx, sem, time.Second, true, spec)
+				cancel()
+				if lk != nil {
+					sleep(100 * time.Millisecond)
+					_ = w.Release(context.WithoutCancel(ctx), lk)
+				}
+			})
+		}
+		h.waitQueued(sem, 2)
+		operatorRelease(ctx, h, nodes[1], proc, &seq, sem, round%2 == 1)
+		sleep(200 * time.Millisecond)
+		for i, lk := range held {
+			_ = workers[i].Release(context.WithoutCancel(ctx), lk)
+		}
+		wg.Wait()
 	}
 }

@@ -76,7 +76,10 @@
 //     only by the holder), per resource a fenced register. Unknown
 //     outcomes are nondeterministic steps. S1 checks the same
 //     compatibility on believed-held intervals, and counts semaphore
-//     permits against the limit.
+//     permits against the limit. An operator's ReleaseToken or
+//     ForceRelease (admin.go) ends the holds it released, in both: a
+//     holder it released still believes it holds until its renewal says
+//     otherwise, and those permits are no longer counted as its.
 //   - R1, release and renewal never touch another owner's lock. From the
 //     MONITOR log: a script run for token T (its ARGV[1]) that writes the
 //     lock key while it holds another token whose TTL has not run out by

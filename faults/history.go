@@ -42,6 +42,11 @@ const (
 	kindMark   opKind = "mark"    // a progress marker of a worker (Note), for the harness
 	// kindSetLimit: dlock.Semaphore.SetLimit of a semaphore key (Limit; 0 removes it).
 	kindSetLimit opKind = "setlimit"
+	// kindReleaseToken: Client.ReleaseToken of Key for the holder Owner
+	// (an operator's release with the holder's token).
+	kindReleaseToken opKind = "releasetoken"
+	// kindForceRelease: Client.ForceRelease of Key (every holder).
+	kindForceRelease opKind = "forcerelease"
 )
 
 // Modes of a grant (event.Mode): how it shares its key with other grants.

@@ -32,7 +32,10 @@ import (
 //	  f > last fence, or f is the fence of a live handle of t's reentrant
 //	  group (a join); protocols without fences (0) are not checked.
 //	renew ok (t): legal only if t holds; its minExp moves out.
-//	unlock ok (t): legal only if t holds; it is dropped.
+//	unlock ok (t): legal only if t holds (or a ReleaseToken of t may have
+//	  run before it); it is dropped.
+//	releasetoken, forcerelease ok (targets): the targets are dropped;
+//	  unknown: they are dropped or not (see admin.go).
 //	renew/unlock found the lock gone (fail): legal if t does not hold, or
 //	  its lease may have lapsed (the library also reports a loss locally
 //	  at its deadline, minExp less the drift); it is dropped. A reentrant
@@ -73,6 +76,9 @@ type mInput struct {
 	Group   string
 	Limit   int
 	Permits int
+	// Tombstoned: an Unlock a ReleaseToken of its token may have answered
+	// for (see adminModelOps).
+	Tombstoned bool
 }
 
 type mOutput struct {
@@ -226,6 +232,9 @@ func stepModel(st, in, out any) []any {
 		at := s.find(i.Owner)
 		switch i.Status {
 		case evOK:
+			if at < 0 && i.Tombstoned {
+				return []any{s} // released by ReleaseToken first
+			}
 			if at < 0 {
 				return nil // renewed or released a lock it did not hold
 			}
@@ -258,6 +267,8 @@ func stepModel(st, in, out any) []any {
 			}
 			return []any{s}
 		}
+	case kindReleaseToken, kindForceRelease:
+		return stepAdmin(s, i)
 	case kindSetLimit:
 		next := s
 		next.Limit = i.Limit
@@ -372,9 +383,14 @@ func short(s string) string {
 // SET), and its operations are left out too.
 func modelOps(ops []operation, fencedResource bool) []porcupine.Operation {
 	var out []porcupine.Operation
-	for _, op := range ops {
+	admin, tombstoned := adminModelOps(ops)
+	all := slices.DeleteFunc(slices.Clone(ops), func(op operation) bool {
+		return op.Kind == kindReleaseToken || op.Kind == kindForceRelease
+	})
+	for _, op := range append(all, admin...) {
 		in := mInput{Kind: op.Kind, Owner: op.Owner, Fence: op.Fence, Sent: op.Sent, TTL: op.TTL, Drift: op.Drift,
-			Ret: op.End, Status: op.Status, Mode: op.Mode, Group: op.Group, Limit: op.Limit, Permits: op.Permits}
+			Ret: op.End, Status: op.Status, Mode: op.Mode, Group: op.Group, Limit: op.Limit, Permits: op.Permits,
+			Tombstoned: tombstoned(op)}
 		part := "lock " + op.Key
 		switch op.Kind {
 		case kindLock, kindTry:
@@ -390,6 +406,7 @@ func modelOps(ops []operation, fencedResource bool) []porcupine.Operation {
 				continue
 			}
 		case kindUnlock, kindSetLimit:
+		case kindReleaseToken, kindForceRelease: // as adminModelOps made them
 		case kindWrite, kindRead:
 			if !fencedResource || (op.Kind == kindRead && op.Status != evOK) {
 				continue

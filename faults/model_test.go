@@ -148,3 +148,65 @@ func TestModelReentrantLostHandleHoldsUp(t *testing.T) {
 		expectOnly(t, h.check(t, defaultParams()), invS3)
 	})
 }
+
+// Admin releases of a semaphore: the holders they released still believe
+// they hold (their renewal or Unlock tells them later), which neither S1
+// nor S3 counts; a grant above the callers' limit after the stored limit
+// was removed (an admin release that took the permits in use for the
+// limit) is caught by both.
+func TestModelSemaphoreAdminRelease(t *testing.T) {
+	ttl := 1000 * ms
+	admin := func(h *hb, kind opKind, owner string, call, ret int64) {
+		h.op(event{Proc: 9, Kind: kind, Key: "s", Owner: owner}, call, ret, evOK)
+	}
+	// Limit 2 at the callers; 3 holders under a stored limit of 3, which
+	// is then removed.
+	above := func(h *hb) {
+		h.op(event{Proc: 8, Kind: kindSetLimit, Key: "s", Limit: 3}, 0, 1*ms, evOK)
+		h.grantAs(0, "s", "A", 1, 2*ms, 5*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(1, "s", "B", 2, 6*ms, 8*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(2, "s", "C", 3, 9*ms, 11*ms, ttl, modeSemaphore, "", 2, 1)
+		h.op(event{Proc: 8, Kind: kindSetLimit, Key: "s", Limit: 0}, 20*ms, 21*ms, evOK)
+	}
+	t.Run("a grant above the limit after ReleaseToken", func(t *testing.T) {
+		var h hb
+		above(&h)
+		admin(&h, kindReleaseToken, "A", 30*ms, 31*ms)
+		admin(&h, kindReleaseToken, "B", 32*ms, 33*ms)
+		h.grantAs(3, "s", "W", 4, 40*ms, 45*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(4, "s", "X", 5, 41*ms, 46*ms, ttl, modeSemaphore, "", 2, 1) // C, W, X: 3 of 2
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS3)
+	})
+	t.Run("ReleaseToken makes room; its holder finds out later", func(t *testing.T) {
+		var h hb
+		above(&h)
+		admin(&h, kindReleaseToken, "A", 30*ms, 31*ms)
+		admin(&h, kindReleaseToken, "B", 32*ms, 33*ms)
+		h.grantAs(3, "s", "W", 4, 25*ms, 45*ms, ttl, modeSemaphore, "", 2, 1)
+		h.unlock(0, "s", "A", 50*ms, 52*ms, evOK) // the release's tombstone: nil
+		h.op(event{Proc: 1, Kind: kindRenew, Key: "s", Owner: "B", Sent: 60 * ms, TTL: ttl}, 60*ms, 62*ms, evFail)
+		expectOnly(t, h.check(t, defaultParams()))
+	})
+	t.Run("ForceRelease, a waiter confirming while it runs", func(t *testing.T) {
+		var h hb
+		h.grantAs(0, "s", "A", 1, 0, 5*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(1, "s", "B", 2, 6*ms, 8*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(3, "s", "W", 3, 15*ms, 35*ms, ttl, modeSemaphore, "", 2, 1) // handed at B's release
+		h.unlock(1, "s", "B", 20*ms, 22*ms, evOK)
+		admin(&h, kindForceRelease, "", 30*ms, 40*ms)
+		h.grantAs(4, "s", "X", 4, 41*ms, 45*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(5, "s", "Y", 5, 42*ms, 46*ms, ttl, modeSemaphore, "", 2, 1)
+		h.unlock(0, "s", "A", 50*ms, 52*ms, evFail) // force: a loss
+		h.unlock(3, "s", "W", 55*ms, 57*ms, evFail)
+		expectOnly(t, h.check(t, defaultParams()))
+	})
+	t.Run("a grant above the limit after ForceRelease", func(t *testing.T) {
+		var h hb
+		above(&h)
+		admin(&h, kindForceRelease, "", 30*ms, 40*ms)
+		h.grantAs(4, "s", "X", 5, 41*ms, 45*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(5, "s", "Y", 6, 42*ms, 46*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(6, "s", "Z", 7, 43*ms, 47*ms, ttl, modeSemaphore, "", 2, 1)
+		expectOnly(t, h.check(t, defaultParams()), invS1, invS3)
+	})
+}

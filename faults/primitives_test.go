@@ -17,7 +17,8 @@ import (
 // with the extended model: exclusive locks and reentrant holds on one key,
 // readers and writers on another, a semaphore (whose limit SetLimit raises
 // and removes meanwhile), multi-key locks over overlapping sets, and the
-// legacy timestamp lock; a Counter's stock beside them. The mix is shared by
+// legacy timestamp lock; a Counter's stock beside them. An operator
+// releases semaphore holders now and then (ReleaseToken, ForceRelease). The mix is shared by
 // the quick tier, the command-fault scenarios and the soak.
 
 // mixOpts sizes a run of the mix.
@@ -83,7 +84,8 @@ func primitivesMix(h *harness, nodes []*node, o mixOpts) {
 	for range 2 * b2i(o.has("rw")) {
 		loop(func(w *worker, rng *rand.Rand) { w.Cycle(ctx, rw, ttl, waitFor(rng), 1+rng.IntN(2), hold(rng)) })
 	}
-	// A semaphore of 2 (SetLimit moves it to 3 and back meanwhile).
+	// A semaphore of 2 (SetLimit moves it to 3 and back meanwhile; an
+	// operator releases holders with ReleaseToken and ForceRelease).
 	sem := h.key("sem")
 	for range 4 * b2i(o.has("sem")) {
 		loop(func(w *worker, rng *rand.Rand) {
@@ -110,6 +112,7 @@ func primitivesMix(h *harness, nodes []*node, o mixOpts) {
 			}
 			setLimit(ctx, h, n, proc, &seq, sem, 0)
 		})
+		wg.Go(func() { operatorReleases(ctx, h, nodes[len(nodes)-1], sem, stop) })
 	}
 	// Multi-key over overlapping pairs of three keys.
 	mk := []string{h.key("m1"), h.key("m2"), h.key("m3")}
@@ -186,6 +189,50 @@ func setLimit(ctx context.Context, h *harness, n *node, proc int, seq *atomic.Ui
 	err := n.Locks.Semaphore(key, 1).SetLimit(sctx, limit)
 	cancel()
 	e := event{Type: evOK, ID: id, Proc: proc, T: clock.Now(), Kind: kindSetLimit, Key: key, Limit: limit}
+	switch {
+	case errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrContextDone) || errors.Is(err, context.DeadlineExceeded):
+		e.Type, e.Err = evInfo, errText(err)
+	case err != nil:
+		e.Type, e.Err = evFail, errText(err)
+	}
+	h.hist.Record(e)
+}
+
+// operatorReleases is the operator on the semaphore sem until stop: now
+// and then it releases one holder it finds with ReleaseToken, and more
+// rarely every holder with ForceRelease.
+func operatorReleases(ctx context.Context, h *harness, n *node, sem string, stop time.Time) {
+	proc := h.nextProc()
+	rng := rand.New(rand.NewPCG(h.seed(), 98))
+	var seq atomic.Uint64
+	for time.Now().Before(stop) && ctx.Err() == nil {
+		sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond)
+		operatorRelease(ctx, h, n, proc, &seq, sem, rng.IntN(4) == 0)
+	}
+}
+
+// operatorRelease releases a holder of the semaphore sem that Inspect finds
+// (ReleaseToken of its token), or every holder (ForceRelease), and records
+// the call.
+func operatorRelease(ctx context.Context, h *harness, n *node, proc int, seq *atomic.Uint64, sem string, force bool) {
+	info, err := n.Locks.Inspect(ctx, sem)
+	if err != nil || len(info.Tokens) == 0 {
+		return
+	}
+	kind, token := kindReleaseToken, info.Tokens[int(seq.Load())%len(info.Tokens)]
+	if force {
+		kind, token = kindForceRelease, ""
+	}
+	id := uint64(proc+1)<<40 | 1<<37 | seq.Add(1)
+	h.hist.Record(event{Type: evInvoke, ID: id, Proc: proc, T: clock.Now(), Kind: kind, Key: sem, Owner: token})
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	if force {
+		_, err = n.Locks.ForceRelease(actx, sem)
+	} else {
+		err = n.Locks.ReleaseToken(actx, sem, token)
+	}
+	cancel()
+	e := event{Type: evOK, ID: id, Proc: proc, T: clock.Now(), Kind: kind, Key: sem, Owner: token}
 	switch {
 	case errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrContextDone) || errors.Is(err, context.DeadlineExceeded):
 		e.Type, e.Err = evInfo, errText(err)
