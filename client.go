@@ -32,6 +32,7 @@ type Client struct {
 	notify     *notifier
 	feeds      feeds // election observers' shared reads
 	stats      counters
+	evict      evictCheck    // the masters' eviction policy (see evictionGate)
 	closing    chan struct{} // closed by Close
 
 	hookp   atomic.Pointer[Hooks] // the hooks installed now (see hooks)
@@ -49,6 +50,8 @@ type Client struct {
 // *redis.Ring. The Client does not close rdb. New makes no Redis call, so
 // it checks no ACL rights: a refusal is reported where it happens, as
 // ErrNoPermission (see docs/guarantees.md for the rights dlock needs).
+// Nor does it check the eviction policy: the first acquire does (see
+// Options.AllowEviction), or call CheckServers to check at start-up.
 func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	if isNil(rdb) {
 		return nil, ErrNilClient
@@ -62,6 +65,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: MinReplicas %d on a Ring, which has no replicas to wait for", ErrInvalidOpts, o.MinReplicas)
 	}
 	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
+	c.evict.sem, c.evict.recheck = make(chan struct{}, 1), evictRecheck
 	if ring || o.NoPubSub {
 		// A Ring has no connection that hears every shard's hand-offs;
 		// NoPubSub has none at all.

@@ -65,6 +65,13 @@ var (
 	// grant (which was then released) or a renewal.
 	ErrReplicaAck = errors.New("dlock: not enough replicas acknowledged the lock")
 
+	// ErrEvictionPolicy: a Redis master the Client writes to may evict keys
+	// under memory pressure (its maxmemory-policy is not noeviction), so a
+	// lock key could vanish while its holder still holds it. Acquires
+	// return it, wrapped with the server and its policy, unless
+	// Options.AllowEviction is set; see Client.CheckServers.
+	ErrEvictionPolicy = errors.New("dlock: redis may evict keys (maxmemory-policy is not noeviction)")
+
 	// ErrExhausted: a Counter has no segment with enough left (Take).
 	ErrExhausted = errors.New("dlock: counter exhausted")
 

@@ -139,3 +139,7 @@ func SemaphoreAttempt(ctx context.Context, c *Client, key, token, mode, channel 
 	g, err := s.Acquire(ctx, c.rdb, c.keysFor(key), token, ttl)
 	return g.Acquired, err
 }
+
+// SetEvictRecheck sets how long c's verdict on the eviction policy stands;
+// call it before c's first acquire.
+func SetEvictRecheck(c *Client, d time.Duration) { c.evict.recheck = d }

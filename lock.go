@@ -118,6 +118,10 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 	case wait:
 		mode = modeJoin
 	}
+	if err := c.evictionGate(ctx); err != nil {
+		c.acquired(ctx, keys.Lock, start, 0, wait, false, 0, err)
+		return nil, err
+	}
 	first, q := c.modal(base, mode)
 	a := &waitCall{c: c, keys: keys, ttl: cfg.ttl, renew: cfg.renew, token: newToken(), base: base,
 		mode: mode, wait: wait, queued: q && mode.queued(), ti: -1}
@@ -206,6 +210,9 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 	if err := ctx.Err(); err != nil {
 		return false, 0, ctxDone(ctx)
 	}
+	if err := c.evictionGate(ctx); err != nil {
+		return false, 0, err // a failover or CONFIG SET since the last check
+	}
 	a.attempts++
 	sent := time.Now()
 	g, err := acquireOnce(ctx, c.rdb, p, keys, a.token, a.ttl)
@@ -250,6 +257,9 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		return false, 0, err // the protocol's own verdict, not a Redis failure
 	case ambiguous(err) && g.Value != "":
 		a.abandon(p, g.Value)
+	}
+	if ambiguous(err) && ctx.Err() == nil {
+		c.evict.stale() // a new master may answer the next attempt
 	}
 	if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
 		cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload

@@ -106,6 +106,21 @@ type Options struct {
 	// Client.Close). Default: 5s.
 	ReleaseTimeout time.Duration
 
+	// AllowEviction lets the Client acquire locks on a Redis that may
+	// evict keys under memory pressure: a maxmemory-policy other than
+	// noeviction (the volatile-* policies too, since every lock key has a
+	// TTL; volatile-ttl evicts the shortest-lived keys, locks, first).
+	// An evicted lock key lets a second owner in while the first still
+	// holds the lock; docs/guarantees.md lists what each evicted key
+	// costs. By default (false) the Client reads the policy of every
+	// master before its first acquire, again after a failover or a
+	// connection error and at least every minute, and acquires return
+	// ErrEvictionPolicy while one may evict. With AllowEviction, they
+	// proceed and the Client logs a WARN instead. A policy the server
+	// refuses to tell (CONFIG and INFO both denied) is logged at WARN and
+	// not refused. Default: false.
+	AllowEviction bool
+
 	// Logger receives structured logs: lost locks at WARN, renewals and
 	// wake-ups at DEBUG. Tokens are shortened, never logged in full.
 	// Default: nil, silent.

@@ -751,6 +751,7 @@ func (n *notifier) redial(old *redis.PubSub) (*redis.PubSub, []chan struct{}) {
 	n.mu.Unlock()
 	_ = old.Close()
 	n.c.stats.pubsubRedials.Add(1)
+	n.c.evict.stale() // a failover may have brought a new master: check its policy
 	n.c.opts.Logger.Warn("dlock: pub/sub connection missed its liveness probe: it no longer hears this Client's messages (a failover can leave it on a node nobody publishes to); replacing it and waking every waiter",
 		"channels", len(awaited), "waiters", waiters)
 	return ps, awaited
