@@ -68,8 +68,8 @@ var (
 	// ErrEvictionPolicy: a Redis master the Client writes to may evict keys
 	// under memory pressure (its maxmemory-policy is not noeviction), so a
 	// lock key could vanish while its holder still holds it. Acquires
-	// return it, wrapped with the server and its policy, unless
-	// Options.AllowEviction is set; see Client.CheckServers.
+	// return it as an *EvictionError, unless Options.AllowEviction is set;
+	// see Client.CheckServers.
 	ErrEvictionPolicy = errors.New("dlock: redis may evict keys (maxmemory-policy is not noeviction)")
 
 	// ErrExhausted: a Counter has no segment with enough left (Take).
@@ -306,6 +306,21 @@ func (e *CloseError) Error() string {
 func (e *CloseError) Is(target error) bool { return target == ErrUnavailable }
 
 func (e *CloseError) Unwrap() error { return e.Err }
+
+// EvictionError is ErrEvictionPolicy naming the masters that may evict
+// keys. It matches ErrEvictionPolicy.
+type EvictionError struct {
+	// Servers are the masters that may evict, each as "address has
+	// policy" (a Sentinel client's master is "the Sentinel master").
+	Servers []string
+}
+
+func (e *EvictionError) Error() string {
+	return fmt.Sprintf("%v: %s (locks need noeviction; Options.AllowEviction runs anyway)", ErrEvictionPolicy, strings.Join(e.Servers, ", "))
+}
+
+// Is makes an EvictionError match ErrEvictionPolicy.
+func (e *EvictionError) Is(target error) bool { return target == ErrEvictionPolicy }
 
 // keyTooLong is ErrKeyTooLong naming the length given.
 func keyTooLong(n int) error { return fmt.Errorf("%w: %d bytes", ErrKeyTooLong, n) }

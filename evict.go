@@ -197,7 +197,7 @@ func (c *Client) judgeEviction(nodes []nodePolicy) error {
 	now := time.Now()
 	switch {
 	case len(evicting) > 0:
-		err := fmt.Errorf("%w: %s (set it to noeviction, or set AllowEviction to run anyway)", ErrEvictionPolicy, strings.Join(evicting, ", "))
+		var err error = &EvictionError{Servers: evicting}
 		if c.opts.AllowEviction {
 			c.warnEviction("dlock: Redis may evict lock keys; running anyway (AllowEviction): an evicted key lets a second owner in", "err", err)
 			e.refusal.Store(nil)

@@ -92,6 +92,10 @@ func (a *app) cmdBench(args []string) int {
 	defer stopServer()
 	defer rdb.Close()
 
+	if err := evicting(ctx, rdb); err != nil && !a.allowEviction {
+		a.errorf("bench: %s", evictionMsg(err))
+		return exitFailed
+	}
 	ns, cleanup := a.scratch(rdb, "bench")
 	defer cleanup()
 	keyNames := make([]string, keys)
@@ -107,7 +111,7 @@ func (a *app) cmdBench(args []string) int {
 		Redis:    rdb,
 		NewClient: func(int) (benchkit.Client, error) {
 			r := e.newClient()
-			c, err := dlock.New(r, dlock.Options{Prefix: ns, TTL: ttl.d})
+			c, err := dlock.New(r, dlock.Options{Prefix: ns, TTL: ttl.d, AllowEviction: a.allowEviction})
 			if err != nil {
 				_ = r.Close()
 				return benchkit.Client{}, err

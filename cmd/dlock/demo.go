@@ -133,6 +133,13 @@ func (a *app) cmdDemo(args []string) int {
 	}
 	defer stopServer()
 	defer rdb.Close()
+	// The demo's few small keys are not at risk of eviction: it runs on
+	// such a Redis anyway, and says what that would mean for real locks.
+	allowEviction := a.allowEviction
+	if err := evicting(ctx, rdb); err != nil {
+		a.errorf("demo: note: Redis may evict lock keys (%s); the demo runs anyway, its few keys are not at risk, but locks there need maxmemory-policy noeviction", evictingServers(err))
+		allowEviction = true
+	}
 	ns, cleanup := a.scratch(rdb, "demo")
 	defer cleanup()
 
@@ -141,7 +148,7 @@ func (a *app) cmdDemo(args []string) int {
 		a.errorf("demo: %v", err)
 		return exitFailed
 	}
-	err = demo.Run(ctx, demo.Env{RDB: rdb, Where: e.where(), NS: ns, Stdout: a.stdout, TTY: isTerminal(a.stdout),
+	err = demo.Run(ctx, demo.Env{RDB: rdb, Where: e.where(), NS: ns, Stdout: a.stdout, TTY: isTerminal(a.stdout), AllowEviction: allowEviction,
 		Command: func(spec string) *exec.Cmd {
 			cmd := exec.Command(exe, workerCommand, "--spec", spec)
 			// The URL goes in the environment, not on the command line

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // libMsg is the library's error message without its "dlock: " prefix, for
@@ -26,6 +27,36 @@ func permMsg(err error) string {
 		return oneLine(libMsg(err))
 	}
 	return fmt.Sprintf("its ACL refuses a %s dlock needs (grant ~<keys> ~<prefix>:* &<prefix>:* +@all -@dangerous; the prefix is dlock unless --prefix): %s", pe.What, oneLine(pe.Err.Error()))
+}
+
+// evictionMsg is the line for an ErrEvictionPolicy: the servers that may
+// evict keys, and the ways out.
+func evictionMsg(err error) string {
+	return fmt.Sprintf("Redis may evict lock keys (%s): set maxmemory-policy noeviction, or pass --allow-eviction to lock anyway", evictingServers(err))
+}
+
+// evictingServers names the servers of an ErrEvictionPolicy and their
+// policies.
+func evictingServers(err error) string {
+	var ee *dlock.EvictionError
+	if errors.As(err, &ee) {
+		return printable(strings.Join(ee.Servers, ", "))
+	}
+	return "a master"
+}
+
+// evicting returns the ErrEvictionPolicy of rdb's masters, or nil (also
+// when the check itself fails: the locks' own calls then report that).
+func evicting(ctx context.Context, rdb redis.UniversalClient) error {
+	c, err := dlock.New(rdb, dlock.Options{})
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	if err := c.CheckServers(ctx); errors.Is(err, dlock.ErrEvictionPolicy) {
+		return err
+	}
+	return nil
 }
 
 // printable returns s as it is if every rune of it is printable (spaces

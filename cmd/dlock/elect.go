@@ -164,7 +164,7 @@ func (a *app) cmdElect(args []string) int {
 		return code
 	}
 	defer rdb.Close()
-	opts := dlock.Options{TTL: f.ttl.d}
+	opts := dlock.Options{TTL: f.ttl.d, AllowEviction: a.allowEviction}
 	if a.prefix != "" {
 		opts.Prefix = a.prefix
 	}
@@ -264,6 +264,8 @@ func (a *app) campaign(ctx context.Context, el *dlock.Election, e *endpoint, id 
 		a.errorf("elect: %s: %s; not touching it", printable(el.Name()), libMsg(err))
 	case errors.Is(err, dlock.ErrNoPermission):
 		a.errorf("elect: Redis at %s refused %q to this user: %s", e.where(), el.Name(), permMsg(err))
+	case errors.Is(err, dlock.ErrEvictionPolicy):
+		a.errorf("elect: %s; not running the command", evictionMsg(err))
 	case errors.Is(err, dlock.ErrUnavailable):
 		a.errorf("elect: Redis at %s failed while campaigning in %q: %v", e.where(), el.Name(), oneLine(err.Error()))
 	default:

@@ -41,6 +41,7 @@ func (a *app) globalFlags(fs *flag.FlagSet) {
 		a.prefix = s
 		return nil
 	})
+	boolFlags(fs, &a.allowEviction, "allow-eviction")
 	for _, f := range []struct {
 		name string
 		p    *string

@@ -66,6 +66,10 @@ Global flags (also accepted after the command name):
                   for rediss:// URLs: a CA to verify the server with, a client
                   certificate and key, the name in the server's certificate (or
                   in the URL: ?tls_ca=FILE&tls_cert=FILE&tls_key=FILE&tls_server_name=N)
+  --allow-eviction
+                  lock even if Redis may evict keys (a maxmemory-policy other than
+                  noeviction): an evicted lock key lets a second holder in. Without
+                  it, dlock refuses such a Redis (exit 125).
 
 Exit codes of dlock run:
   the command's own status   the command ran and exited
@@ -77,7 +81,7 @@ Exit codes of dlock run:
                              so long that its process tree was stopped before the deadline
                              (SIGTERM --kill-after before it, SIGKILL at it)
   125                        dlock failed before running the command (Redis unreachable,
-                             bad URL, key is not a lock)
+                             bad URL, key is not a lock, Redis may evict keys)
   126                        the command was found but could not be executed
   127                        the command was not found
 Other commands: 0 ok, 1 a check failed, 2 usage, 3 nothing held, 4 not a lock,
@@ -96,6 +100,7 @@ type app struct {
 	prefix         string // --prefix
 	tls            tlsOpts
 	showToken      bool // --show-token: status and list print whole tokens
+	allowEviction  bool // --allow-eviction: lock on a Redis that may evict keys
 	redact         *redactor
 	sys            sysEnv
 }

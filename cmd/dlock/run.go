@@ -246,7 +246,7 @@ func (a *app) cmdRun(args []string) int {
 	defer signal.Stop(sigs)
 
 	ctx := context.Background()
-	opts := dlock.Options{TTL: f.ttl.d}
+	opts := dlock.Options{TTL: f.ttl.d, AllowEviction: a.allowEviction}
 	if a.prefix != "" {
 		opts.Prefix = a.prefix
 	}
@@ -496,6 +496,9 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 			what = printable(key) + ": " + libMsg(err)
 		}
 		a.errorf("run: %s; not touching it", what)
+		return nil, exitFailed
+	case errors.Is(err, dlock.ErrEvictionPolicy):
+		a.errorf("run: %s; not running the command", evictionMsg(err))
 		return nil, exitFailed
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return nil, a.usageErr("run", "run: %s", libMsg(err))

@@ -147,6 +147,9 @@ type Env struct {
 	// program that calls Work with spec, its stdin and its stdout, and a
 	// connection to the same Redis. Run sets its Stdin and Stdout.
 	Command func(spec string) *exec.Cmd
+	// AllowEviction runs the demo's locks on a Redis that may evict keys
+	// (dlock.Options.AllowEviction): its few small keys are not at risk.
+	AllowEviction bool
 }
 
 // Run runs the scenario of o. Its errors: ErrOptions (also for an Env
@@ -190,18 +193,20 @@ type demo struct {
 // spec tells a worker what to do. It travels as JSON on the worker's
 // command line (it holds no secrets).
 type spec struct {
-	Scenario  string        `json:"scenario"`
-	Mode      string        `json:"mode,omitempty"`
-	NS        string        `json:"ns"` // key namespace and dlock prefix
-	TTL       time.Duration `json:"ttl"`
-	Buyers    int           `json:"buyers,omitempty"`
-	Work      time.Duration `json:"work,omitempty"`
-	Segments  int           `json:"segments,omitempty"`
-	Customers int           `json:"customers,omitempty"` // this worker's share
-	IDs       int           `json:"ids,omitempty"`
-	IPs       int           `json:"ips,omitempty"`
-	Limit     int           `json:"limit,omitempty"`
-	Requests  int           `json:"requests,omitempty"`
+	Scenario string `json:"scenario"`
+	Mode     string `json:"mode,omitempty"`
+	NS       string `json:"ns"` // key namespace and dlock prefix
+	// AllowEviction: see Env.
+	AllowEviction bool          `json:"allow_eviction,omitempty"`
+	TTL           time.Duration `json:"ttl"`
+	Buyers        int           `json:"buyers,omitempty"`
+	Work          time.Duration `json:"work,omitempty"`
+	Segments      int           `json:"segments,omitempty"`
+	Customers     int           `json:"customers,omitempty"` // this worker's share
+	IDs           int           `json:"ids,omitempty"`
+	IPs           int           `json:"ips,omitempty"`
+	Limit         int           `json:"limit,omitempty"`
+	Requests      int           `json:"requests,omitempty"`
 	// The election.
 	ID   string        `json:"id,omitempty"`
 	Act  time.Duration `json:"act,omitempty"` // how often a leader writes
@@ -220,7 +225,7 @@ type result struct {
 
 func (d *demo) spec(mode string) spec {
 	o := d.o
-	return spec{Scenario: o.Scenario, Mode: mode, NS: d.env.NS, Buyers: o.Buyers, Work: o.Work, TTL: o.TTL,
+	return spec{Scenario: o.Scenario, Mode: mode, NS: d.env.NS, AllowEviction: d.env.AllowEviction, Buyers: o.Buyers, Work: o.Work, TTL: o.TTL,
 		Segments: o.Segments, IDs: o.IDs, IPs: o.IPs, Limit: o.Limit, Requests: o.Requests}
 }
 

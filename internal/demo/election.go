@@ -44,7 +44,7 @@ var fencedCounterScript = redis.NewScript(fencedCounterLua)
 // "resign" on stdin resigns; the worker then campaigns again, as it does
 // after a loss. It returns when stdin ends (the demo went away).
 func electionWorker(ctx context.Context, rdb redis.UniversalClient, s spec, stdin io.Reader, stdout io.Writer) error {
-	c, err := dlock.New(rdb, dlock.Options{Prefix: s.NS, TTL: s.TTL})
+	c, err := dlock.New(rdb, dlock.Options{Prefix: s.NS, TTL: s.TTL, AllowEviction: s.AllowEviction})
 	if err != nil {
 		return err
 	}
@@ -149,13 +149,13 @@ type electionDemo struct {
 }
 
 func (d *demo) election(ctx context.Context) error {
-	c, err := dlock.New(d.env.RDB, dlock.Options{Prefix: d.env.NS})
+	c, err := dlock.New(d.env.RDB, dlock.Options{Prefix: d.env.NS, AllowEviction: d.env.AllowEviction})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ed := &electionDemo{demo: d, c: c, events: make(chan electionEvent, 1024),
-		spec: spec{Scenario: "election", NS: d.env.NS, TTL: d.o.TTL, Act: 10 * time.Millisecond, Name: electionName(d.env.NS)}}
+		spec: spec{Scenario: "election", NS: d.env.NS, AllowEviction: d.env.AllowEviction, TTL: d.o.TTL, Act: 10 * time.Millisecond, Name: electionName(d.env.NS)}}
 	defer ed.stopAll()
 	err = ed.run(ctx)
 	switch {

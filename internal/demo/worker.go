@@ -60,7 +60,7 @@ func Work(ctx context.Context, rdb redis.UniversalClient, specJSON string, stdin
 	if s.Buyers < 1 {
 		return fmt.Errorf("%w: buyers %d", ErrBadSpec, s.Buyers)
 	}
-	c, err := dlock.New(rdb, dlock.Options{Prefix: s.NS, TTL: s.TTL})
+	c, err := dlock.New(rdb, dlock.Options{Prefix: s.NS, TTL: s.TTL, AllowEviction: s.AllowEviction})
 	if err != nil {
 		return err
 	}
