@@ -114,8 +114,9 @@ type Options struct {
 	// holds the lock; docs/guarantees.md lists what each evicted key
 	// costs. By default (false) the Client reads the policy of every
 	// master before its first acquire, again after a failover or a
-	// connection error and at least every minute, and acquires return
-	// ErrEvictionPolicy while one may evict. With AllowEviction, they
+	// connection error and at least every 10s, and acquires return
+	// ErrEvictionPolicy while one may evict (locks already held are
+	// kept). With AllowEviction, they
 	// proceed and the Client logs a WARN instead. A policy the server
 	// refuses to tell (CONFIG and INFO both denied) is logged at WARN and
 	// not refused. Default: false.
