@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +67,7 @@ func (c *Client) evictionGate(ctx context.Context) error {
 	}
 	defer func() { <-e.sem }()
 	if !e.fresh() {
-		_ = c.judgeEviction(c.readPolicies(ctx))
+		_ = c.judgeEviction(evictpolicy.ReadAll(ctx, c.rdb))
 		e.dials.Store(c.dialled()) // the check's own dials are no news
 	}
 	return e.verdict()
@@ -126,72 +125,23 @@ func (c *Client) CheckServers(ctx context.Context) error {
 		return ctxDone(ctx)
 	}
 	defer func() { <-e.sem }()
-	if err := c.judgeEviction(c.readPolicies(ctx)); err != nil {
+	if err := c.judgeEviction(evictpolicy.ReadAll(ctx, c.rdb)); err != nil {
 		return err
 	}
 	return e.verdict()
 }
 
-// nodePolicy is one master's maxmemory-policy, or why it is unknown.
-type nodePolicy struct {
-	addr, policy string
-	err          error
-}
-
-// readPolicies reads the policy of every master of c.rdb (a Cluster's and
-// a Ring's concurrently).
-func (c *Client) readPolicies(ctx context.Context) []nodePolicy {
-	var mu sync.Mutex
-	var got []nodePolicy
-	read := func(ctx context.Context, n *redis.Client) error {
-		p, err := evictpolicy.Read(ctx, n)
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, nodePolicy{addr: nodeName(n), policy: p, err: err})
-		return nil
-	}
-	var err error
-	switch r := c.rdb.(type) {
-	case *redis.ClusterClient:
-		err = r.ForEachMaster(ctx, read)
-	case *redis.Ring:
-		err = r.ForEachShard(ctx, read)
-	case *redis.Client:
-		err = read(ctx, r)
-	default:
-		p, perr := evictpolicy.Read(ctx, c.rdb)
-		got = append(got, nodePolicy{addr: "the server", policy: p, err: perr})
-	}
-	if err != nil {
-		got = append(got, nodePolicy{addr: "the topology", err: err})
-	}
-	return got
-}
-
-// nodeName names n in messages: its address, or what a Sentinel failover
-// client stands for.
-func nodeName(n *redis.Client) string {
-	if a := n.Options().Addr; a != "FailoverClient" {
-		return a
-	}
-	return "the Sentinel master"
-}
-
 // judgeEviction sets the verdict from the policies read (the caller holds
 // sem) and logs what changed. It returns an ErrUnavailable if a master
 // did not answer; the verdict then stays as it was, for evictRetry.
-func (c *Client) judgeEviction(nodes []nodePolicy) error {
+func (c *Client) judgeEviction(nodes []evictpolicy.Node) error {
 	e := &c.evict
-	var evicting, unknown []string
-	var unreached []error
+	evicting := evictpolicy.Evicting(nodes)
+	unreached := evictpolicy.Unreached(nodes)
+	var unknown []string
 	for _, n := range nodes {
-		switch {
-		case n.err == nil && evictpolicy.Evicts(n.policy):
-			evicting = append(evicting, n.addr+" has "+n.policy)
-		case errors.Is(n.err, evictpolicy.ErrUnreadable):
-			unknown = append(unknown, n.addr)
-		case n.err != nil:
-			unreached = append(unreached, fmt.Errorf("%s: %w", n.addr, n.err))
+		if errors.Is(n.Err, evictpolicy.ErrUnreadable) {
+			unknown = append(unknown, n.Addr)
 		}
 	}
 	now := time.Now()
@@ -205,9 +155,9 @@ func (c *Client) judgeEviction(nodes []nodePolicy) error {
 			c.warnEviction("dlock: Redis may evict lock keys; acquires are refused", "err", err)
 			e.refusal.Store(&err)
 		}
-	case len(unreached) > 0:
+	case unreached != nil:
 		e.until.Store(now.Add(evictRetry).UnixNano())
-		return unavailable(errors.Join(unreached...))
+		return unavailable(unreached)
 	default:
 		if len(unknown) > 0 {
 			c.warnEviction("dlock: could not read maxmemory-policy (CONFIG GET and INFO memory refused); locks are unsafe if Redis evicts keys", "servers", strings.Join(unknown, ", "))

@@ -107,6 +107,14 @@ type Options struct {
 	// A negative value means zero.
 	DriftFactor float64
 	MinDrift    time.Duration
+
+	// AllowEviction lets locks be taken although a node may evict keys
+	// under memory pressure (a maxmemory-policy other than noeviction): an
+	// evicted lock key on a majority of nodes lets a second owner in. By
+	// default (false) CheckServers returns, and Acquire fails with,
+	// dlock.ErrEvictionPolicy once a node is known to evict. NewClient
+	// sets it when the dlock.Options do.
+	AllowEviction bool
 }
 
 // DefaultRetryJitter is the default Options.RetryJitter.
@@ -125,6 +133,10 @@ type Protocol struct {
 	idErr   error     // a *SameServerError, once found: every Acquire fails with it
 	probing bool      // a background identity probe is running
 	probed  time.Time // when the last one started
+	// policies[i] is "ok" once node i's masters answered with
+	// noeviction, or an error evicting says which evict; "": not known.
+	policies []string
+	evictErr error // a *dlock.EvictionError, once a node evicts
 }
 
 // ErrSameServer: two nodes are one Redis server (the same run_id in INFO
@@ -159,8 +171,19 @@ func (e *SameServerError) Unwrap() error        { return ErrSameServer }
 // on whatever majority answered. Only *redis.Client nodes (plain
 // and Sentinel failover clients) are checked: a Cluster node answers from
 // any of its masters. Each node has at most 2s (or ctx) to answer.
+//
+// It also reads the maxmemory-policy of every node (each master of a
+// Cluster node) whose policy is not known yet, and returns a
+// *dlock.EvictionError (matching dlock.ErrEvictionPolicy) if one may
+// evict keys, unless Options.AllowEviction; Acquire's background probe
+// reads them too, and Acquire fails with that error once it is found. A
+// policy is read once per node: a failover inside a node, or a CONFIG SET
+// after, is not seen.
 func (p *Protocol) CheckServers(ctx context.Context) error {
-	return p.checkServers(ctx, 2*time.Second)
+	if err := p.checkServers(ctx, 2*time.Second); err != nil {
+		return err
+	}
+	return p.checkPolicies(ctx, 2*time.Second)
 }
 
 func (p *Protocol) checkServers(ctx context.Context, timeout time.Duration) error {
@@ -236,12 +259,14 @@ func runIDOf(info string) string {
 func (p *Protocol) probeIDs() {
 	p.idMu.Lock()
 	defer p.idMu.Unlock()
-	if p.idErr != nil || p.probing || !slices.Contains(p.runIDs, "") || time.Since(p.probed) < time.Second {
+	known := !slices.Contains(p.runIDs, "") && !slices.Contains(p.policies, "")
+	if p.idErr != nil || p.probing || known || time.Since(p.probed) < time.Second {
 		return
 	}
 	p.probing, p.probed = true, time.Now()
 	go func() {
 		_ = p.checkServers(context.Background(), 2*time.Second)
+		_ = p.checkPolicies(context.Background(), 2*time.Second)
 		p.idMu.Lock()
 		p.probing = false
 		p.idMu.Unlock()
@@ -303,7 +328,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Protocol, error) {
 		opts.MinDrift = 0
 	}
 	return &Protocol{nodes: slices.Clone(nodes), quorum: len(nodes)/2 + 1, opts: opts,
-		runIDs: make([]string, len(nodes))}, nil
+		runIDs: make([]string, len(nodes)), policies: make([]string, len(nodes))}, nil
 }
 
 func isNilPointer(n redis.UniversalClient) bool {
@@ -323,7 +348,8 @@ func isNilPointer(n redis.UniversalClient) bool {
 // connection to nodes[0] hears the release of a lock, which every node
 // publishes. If nodes[0] is down, waiters still get the lock, by their
 // fallback retries (dlock.Options.RetryInterval). Zero drift options of
-// opts are taken from copts. The caller closes the Client, then the nodes.
+// opts are taken from copts, and so is AllowEviction if set. The caller
+// closes the Client, then the nodes.
 func NewClient(nodes []redis.UniversalClient, opts Options, copts dlock.Options) (*dlock.Client, *Protocol, error) {
 	if opts.DriftFactor == 0 {
 		opts.DriftFactor = copts.DriftFactor
@@ -331,6 +357,7 @@ func NewClient(nodes []redis.UniversalClient, opts Options, copts dlock.Options)
 	if opts.MinDrift == 0 {
 		opts.MinDrift = copts.MinDrift
 	}
+	opts.AllowEviction = opts.AllowEviction || copts.AllowEviction
 	p, err := New(nodes, opts)
 	if err != nil {
 		return nil, nil, err
@@ -494,7 +521,7 @@ const (
 func (p *Protocol) Acquire(ctx context.Context, _ redis.UniversalClient, k protocol.Keys, _ string, ttl time.Duration) (protocol.Grant, error) {
 	start := time.Now()
 	nt := p.nodeTimeout(ttl)
-	if err := p.sameServer(); err != nil {
+	if err := p.refusal(); err != nil {
 		return protocol.Grant{}, err
 	}
 	p.probeIDs()

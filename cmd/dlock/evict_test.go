@@ -69,3 +69,16 @@ func TestBenchEvictingRedis(t *testing.T) {
 	r = dlockRun(t, nil, "--redis", s.URL(), "bench", "--allow-eviction", "--clients", "2", "--duration", "200ms")
 	expectCode(t, r, exitOK)
 }
+
+// TestRedlockEvictingNode: dlock run --redlock refuses a set of nodes of
+// which one may evict keys, in one line, unless --allow-eviction.
+func TestRedlockEvictingNode(t *testing.T) {
+	t.Parallel()
+	urls := []string{ownServer(t).URL(), ownServer(t).URL(), evictingRedis(t).URL()}
+	r := dlockRun(t, nil, "run", "--redlock", strings.Join(urls, ","), "evict-rl", "--", "true")
+	expectCode(t, r, exitFailed)
+	expectStderr(t, r, "volatile-ttl", "--allow-eviction")
+	wantOneLine(t, r)
+	r = dlockRun(t, nil, "run", "--allow-eviction", "--redlock", strings.Join(urls, ","), "evict-rl", "--", "true")
+	expectCode(t, r, exitOK)
+}

@@ -66,7 +66,11 @@ func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options
 		if errors.Is(err, dlock.ErrInvalidArgument) {
 			code = exitUsage
 		}
-		a.errorf("--redlock: %s", libMsg(err))
+		msg := libMsg(err)
+		if errors.Is(err, dlock.ErrEvictionPolicy) {
+			msg = evictionMsg(err)
+		}
+		a.errorf("--redlock: %s", msg)
 		return nil, nil, nil, code
 	}
 	return c, p, closeAll, exitOK

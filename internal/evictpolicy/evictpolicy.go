@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -65,3 +66,93 @@ func field(info, name string) string {
 	}
 	return ""
 }
+
+// Node is one master's policy, or why it is unknown (Read's error).
+type Node struct {
+	Addr, Policy string
+	Err          error
+}
+
+// ReadAll reads the policy of every master of rdb: each Cluster master
+// and each Ring shard (concurrently), or rdb itself. A topology that
+// cannot be listed adds a Node with the error.
+func ReadAll(ctx context.Context, rdb redis.UniversalClient) []Node {
+	var mu sync.Mutex
+	var got []Node
+	read := func(ctx context.Context, n *redis.Client) error {
+		p, err := Read(ctx, n)
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, Node{Addr: Name(n), Policy: p, Err: err})
+		return nil
+	}
+	var err error
+	switch r := rdb.(type) {
+	case *redis.ClusterClient:
+		err = r.ForEachMaster(ctx, read)
+	case *redis.Ring:
+		err = r.ForEachShard(ctx, read)
+	case *redis.Client:
+		err = read(ctx, r)
+	default:
+		p, perr := Read(ctx, rdb)
+		got = append(got, Node{Addr: "the server", Policy: p, Err: perr})
+	}
+	if err != nil {
+		got = append(got, Node{Addr: "the topology", Err: err})
+	}
+	return got
+}
+
+// Name names n in messages: its address, or what a Sentinel failover
+// client stands for.
+func Name(n *redis.Client) string {
+	if a := n.Options().Addr; a != "FailoverClient" {
+		return a
+	}
+	return "the Sentinel master"
+}
+
+// Evicting returns the masters among nodes whose policy evicts, each as
+// "address has policy".
+func Evicting(nodes []Node) []string {
+	var out []string
+	for _, n := range nodes {
+		if n.Err == nil && Evicts(n.Policy) {
+			out = append(out, n.Addr+" has "+n.Policy)
+		}
+	}
+	return out
+}
+
+// Unreached returns, as one line, why the masters among nodes that could
+// not be asked did not answer (nil if all did); it wraps the first error.
+// A refused policy (ErrUnreadable) is no such failure.
+func Unreached(nodes []Node) error {
+	var e *unreachedError
+	for _, n := range nodes {
+		if n.Err == nil || errors.Is(n.Err, ErrUnreadable) {
+			continue
+		}
+		line := n.Addr + ": " + strings.ReplaceAll(n.Err.Error(), "\n", "; ")
+		if e == nil {
+			e = &unreachedError{msg: line, first: n.Err}
+		} else {
+			e.msg += "; " + line
+		}
+	}
+	if e == nil {
+		return nil
+	}
+	return e
+}
+
+// unreachedError is Unreached's error: one line for every master, the
+// first master's error for errors.Is and errors.As.
+type unreachedError struct {
+	msg   string
+	first error
+}
+
+func (e *unreachedError) Error() string { return e.msg }
+func (e *unreachedError) Unwrap() error { return e.first }
