@@ -114,12 +114,14 @@ func (c *Client) Stats() Stats { return c.stats.snapshot() }
 
 // Close stops the watchdog and the pub/sub connection, wakes every waiting
 // Lock call (they return ErrClosed), and releases every lock the Client
-// still holds: in pipelines, several at once, like renewals, all within
-// one Options.ReleaseTimeout. If some could not be released it returns a
-// *CloseError (matching ErrUnavailable) that says how many are left to
-// expire by their TTL; those locks end as lost (Err matches ErrLost and
-// ErrClosed, Done closes, the Lost hook runs), since nothing renews them
-// any more. Close is idempotent; later calls return nil.
+// still holds, and every lock whose Unlock failed: in pipelines, several
+// at once, like renewals, all within one Options.ReleaseTimeout. As with
+// Unlock, each lock ends (Done closes, Err returns ErrReleased) before its
+// release is sent. If some could not be released it returns a *CloseError
+// (matching ErrUnavailable) that says how many are left to expire by their
+// TTL; those locks end as lost (from then on Err matches ErrLost and
+// ErrClosed, and the Lost hook runs), since nothing renews them any more.
+// Close is idempotent; later calls return nil.
 //
 // Close then waits for the Lost and Renew hook calls of the watchdog (and
 // of the locks it ended), and for the Client's background clean-ups (the
