@@ -10,6 +10,13 @@
 // script call, keeping the last accepted fence in a guard record beside
 // the resource (GuardKey); Last reads it. Set's documentation shows the
 // same rule for a row in SQL.
+//
+// The writes of one grant are ordered too: each carries a sequence, and a
+// write that reaches Redis after a later write of the same grant (its
+// reply was lost and it was delayed, not lost) is not applied
+// (ErrSuperseded). The sequence orders the writes a process issues, in
+// the order it issues them, and those of processes on one host (it is at
+// least the wall clock).
 package fenced
 
 import (
@@ -36,48 +43,16 @@ var (
 // The script's name for the command-level fault layer of the tests.
 func init() { probe.NameScript("guard", guardScript.Hash()) }
 
-// ErrStale: a fenced write was refused because the resource has already
-// accepted a newer fence (or the same fence from another owner). The
-// writer's lock is no longer valid: it must stop acting as the holder.
-// Set and Delete return it as a *StaleError.
-var ErrStale = errors.New("dlock: stale fence: the resource has accepted a newer one")
-
-// StaleError reports a fenced write refused by the resource. It matches
-// ErrStale.
-type StaleError struct {
-	Key   string // the resource key
-	Fence uint64 // the fence the caller wrote with
-	Last  uint64 // the fence the resource had accepted last (>= Fence)
-}
-
-func (e *StaleError) Error() string {
-	if e.Last == e.Fence {
-		return fmt.Sprintf("%v: %q already accepted fence %d from another owner", ErrStale, e.Key, e.Last)
-	}
-	return fmt.Sprintf("%v: %q accepted fence %d, caller has %d", ErrStale, e.Key, e.Last, e.Fence)
-}
-
-// Is reports whether target is ErrStale.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
-
-// argError is a bad-input error of this package: it matches
-// dlock.ErrInvalidArgument, like dlock's own.
-type argError string
-
-func (e argError) Error() string        { return "dlock: invalid argument: " + string(e) }
-func (e argError) Is(target error) bool { return target == dlock.ErrInvalidArgument }
-
-var (
-	errZeroFence  error = argError("fence 0: the lock's protocol has no fencing tokens")
-	errEmptyOwner error = argError("empty owner")
+// Reply codes of guard.lua: a later write of the same grant was applied
+// first; the guard record is not a hash.
+const (
+	codeSuperseded = -1
+	codeWrongType  = -2
 )
 
-// Reply code of guard.lua: the guard record is not a hash.
-const codeWrongType = -2
-
 // GuardKey returns the name of the guard record Set and Delete keep for
-// the resource key: a hash holding the last accepted fence and a SHA1 of
-// its owner, in key's Cluster slot ("dlock:{key}:guard" for a key without
+// the resource key: a hash holding the last accepted fence, a SHA1 of its
+// owner and the sequence of the last write applied, in key's Cluster slot ("dlock:{key}:guard" for a key without
 // braces; the same naming as a lock's auxiliary keys with dlock's default
 // prefix, so no lock can be taken on it). It never expires. Deleting it
 // resets the resource's protection: the next write with any fence is
@@ -95,9 +70,19 @@ func GuardKey(key string) string { return keyrules.GuardKey(key) }
 // the fence counter went back: a Redis restart without persistence or a
 // failover).
 //
+// Within one grant the last write issued wins: a write that reaches Redis
+// after a later write of the same fence and owner was applied is not
+// applied and returns an error matching ErrSuperseded. Writes are ordered
+// by a sequence taken when Set is called: increasing within a process,
+// and at least the wall clock in nanoseconds, so writes of one grant from
+// several processes are ordered by their hosts' clocks. The same command
+// sent again by the client (after a lost reply) carries the same sequence
+// and is applied again, writing the same value.
+//
 // It returns nil when the value was written, a *StaleError (matching
-// ErrStale) when it was refused, dlock.ErrUnavailable wrapping a Redis
-// error, dlock.ErrWrongType if the guard record is not a hash, and a
+// ErrStale) when it was refused, an error matching ErrSuperseded when a
+// later write of the grant was applied first, dlock.ErrUnavailable
+// wrapping a Redis error, dlock.ErrWrongType if the guard record is not a hash, and a
 // dlock.ErrInvalidArgument for a nil context or client, a bad key, fence
 // 0 or an empty owner. The last accepted fence is kept in GuardKey(key).
 //
@@ -111,11 +96,11 @@ func GuardKey(key string) string { return keyrules.GuardKey(key) }
 //
 // Zero rows updated means a newer holder has written (or the row does not
 // exist): the caller is stale and must stop. For a grant that writes the
-// same row several times, also store the owner and accept its own fence
-// again:
+// same row several times, also store the owner and the write's sequence,
+// and accept its own fence again for a write not older than the last:
 //
-//	UPDATE accounts SET balance = $3, fence = $1, owner = $4
-//	 WHERE id = $2 AND (fence < $1 OR (fence = $1 AND owner = $4))
+//	UPDATE accounts SET balance = $3, fence = $1, owner = $4, seq = $5
+//	 WHERE id = $2 AND (fence < $1 OR (fence = $1 AND owner = $4 AND seq <= $5))
 //
 // Run the check and the write in one statement (or under SELECT ... FOR
 // UPDATE in one transaction): a check made before a separate write is
@@ -125,7 +110,8 @@ func Set(ctx context.Context, rdb redis.Scripter, key string, fence uint64, owne
 }
 
 // Delete deletes key under the same rule as Set: only if fence is newer
-// than every fence key has accepted (or equal, from the same owner). The
+// than every fence key has accepted (or equal, from the same owner, and
+// not issued before the grant's last write applied). The
 // guard record stays, so an older holder cannot recreate the key
 // afterwards. Its errors are Set's.
 func Delete(ctx context.Context, rdb redis.Scripter, key string, fence uint64, owner string) error {
@@ -190,7 +176,13 @@ func write(ctx context.Context, rdb redis.Scripter, key string, fence uint64, ow
 	if owner == "" {
 		return errEmptyOwner
 	}
-	cmd := guardScript.Run(ctx, rdb, []string{key, GuardKey(key)}, strconv.FormatUint(fence, 10), owner, op, value)
+	return run(ctx, rdb, key, fence, owner, op, value, nextSeq())
+}
+
+// run runs guard.lua for one write with sequence seq.
+func run(ctx context.Context, rdb redis.Scripter, key string, fence uint64, owner, op, value string, seq uint64) error {
+	f, s := strconv.FormatUint(fence, 10), strconv.FormatUint(seq, 10)
+	cmd := guardScript.Run(ctx, rdb, []string{key, GuardKey(key)}, f, owner, op, value, s)
 	return decode(key, fence, cmd)
 }
 
@@ -215,6 +207,8 @@ func decode(key string, fence uint64, cmd *redis.Cmd) error {
 		return nil
 	case codeWrongType:
 		return dlock.ErrWrongType
+	case codeSuperseded:
+		return fmt.Errorf("%w: %q at fence %d", ErrSuperseded, key, fence)
 	case 0:
 		l, err := strconv.ParseUint(last, 10, 64)
 		if err != nil {
