@@ -288,7 +288,7 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 // holders (a semaphore limit, a Counter segment, a guard).
 func lasting(info Info) bool {
 	for _, name := range info.Aux {
-		for _, suffix := range []string{limitSuffix, countSuffix, segsSuffix, guardSuffix} {
+		for _, suffix := range []string{limitSuffix, limitVSuffix, countSuffix, segsSuffix, guardSuffix} {
 			if strings.HasSuffix(name, suffix) {
 				return true
 			}

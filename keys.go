@@ -23,6 +23,7 @@ const (
 	holdsSuffix   = ":holds"    // sorted set: a reentrant owner's handles
 	permitsSuffix = ":permits"  // hash: a semaphore's holders -> permits, "#used"
 	limitSuffix   = ":limit"    // string: a semaphore's SetLimit limit (no TTL)
+	limitVSuffix  = ":limitver" // string: the version of that limit, bumped by each SetLimit (no TTL)
 	countSuffix   = ":count"    // string: a Counter segment's count (no TTL)
 	segsSuffix    = ":segments" // string: a Counter's segment count, beside each segment (no TTL)
 	guardSuffix   = ":guard"    // hash: a fenced resource's guard record (always DefaultPrefix)
@@ -44,6 +45,7 @@ const (
 	AuxHolds    AuxKind = "holds"    // <P>:{K}:holds
 	AuxPermits  AuxKind = "permits"  // <P>:{K}:permits
 	AuxLimit    AuxKind = "limit"    // <P>:{K}:limit
+	AuxLimitVer AuxKind = "limitver" // <P>:{K}:limitver, the version of a semaphore's limit
 	AuxCount    AuxKind = "count"    // <P>:{K}:count
 	AuxSegments AuxKind = "segments" // <P>:{K}:segments, a Counter's segment count
 	AuxGuard    AuxKind = "guard"    // dlock:{K}:guard (package fenced, DefaultPrefix)
@@ -62,7 +64,7 @@ var auxTable = [...]struct {
 }{
 	{AuxFence, fenceSuffix}, {AuxQueue, queueSuffix}, {AuxWake, wakeSuffix},
 	{AuxReaders, readersSuffix}, {AuxHolds, holdsSuffix}, {AuxPermits, permitsSuffix},
-	{AuxLimit, limitSuffix}, {AuxCount, countSuffix}, {AuxSegments, segsSuffix}, {AuxGuard, guardSuffix},
+	{AuxLimit, limitSuffix}, {AuxLimitVer, limitVSuffix}, {AuxCount, countSuffix}, {AuxSegments, segsSuffix}, {AuxGuard, guardSuffix},
 	{AuxLeader, leaderSuffix}, {AuxElected, electedSuffix},
 }
 

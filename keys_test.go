@@ -21,7 +21,8 @@ func auxNames(c *dlock.Client, key string) map[dlock.AuxKind]string {
 		dlock.AuxWaiter:  ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
 		dlock.AuxReaders: base + ":readers", dlock.AuxHolds: base + ":holds",
 		dlock.AuxPermits: base + ":permits", dlock.AuxLimit: base + ":limit",
-		dlock.AuxCount: base + ":count", dlock.AuxSegments: base + ":segments",
+		dlock.AuxLimitVer: base + ":limitver",
+		dlock.AuxCount:    base + ":count", dlock.AuxSegments: base + ":segments",
 		dlock.AuxGuard:  fenced.GuardKey(key),
 		dlock.AuxLeader: base + ":leader", dlock.AuxElected: base + ":elected",
 	}
@@ -236,7 +237,8 @@ func TestEveryKeyDecodes(t *testing.T) {
 		kinds[kind]++
 	}
 	for _, kind := range []dlock.AuxKind{dlock.AuxFence, dlock.AuxQueue, dlock.AuxWaiter, dlock.AuxReaders,
-		dlock.AuxHolds, dlock.AuxPermits, dlock.AuxLimit, dlock.AuxCount, dlock.AuxSegments, dlock.AuxGuard, dlock.AuxLeader} {
+		dlock.AuxHolds, dlock.AuxPermits, dlock.AuxLimit, dlock.AuxLimitVer, dlock.AuxCount, dlock.AuxSegments, dlock.AuxGuard,
+		dlock.AuxLeader} {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s key seen (kinds seen: %v)", kind, kinds)
 		}

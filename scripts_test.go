@@ -391,6 +391,20 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 			t.Fatal("SetLimit overwrote a foreign key")
 		}
 	})
+	t.Run("SetLimit version", func(t *testing.T) {
+		k := key(t)
+		ver := aux(":limitver")(c.KeysFor(k))
+		for _, foreign := range []func(string){str, func(name string) { rdb.HSet(ctx, name, "f", "v") }} {
+			rdb.Del(ctx, ver)
+			foreign(ver)
+			if err := c.Semaphore(k, 1).SetLimit(ctx, 2); !errors.Is(err, dlock.ErrWrongType) {
+				t.Fatalf("SetLimit over a foreign version key: %v; want ErrWrongType", err)
+			}
+			if n := rdb.Exists(ctx, aux(":limit")(c.KeysFor(k))).Val(); n != 0 {
+				t.Fatal("SetLimit stored a limit beside a foreign version key")
+			}
+		}
+	})
 	t.Run("renewal", func(t *testing.T) {
 		k := key(t)
 		lk, err := c.Lock(ctx, k)

@@ -81,43 +81,6 @@ func semaphoreKind(limit, n int) LockOption {
 // which are exact integers up to 2^53.
 const MaxSemaphoreLimit = 1 << 50
 
-// SetLimit changes the limit of the semaphore for every client, now: the
-// permits a raise frees go to the queued waiters at once (as many as fit);
-// after a cut, holders keep their permits and newcomers wait until enough
-// are given back. The limit is stored without a TTL. Limit 0 removes it:
-// each client's own limit applies again. On success, it returns nil. On
-// failure, it returns an error: ErrInvalidLimit for a negative limit (or
-// one above MaxSemaphoreLimit) and
-// ErrWrongType if the key is not a semaphore's (changing nothing),
-// ErrUnavailable wrapping a Redis error, ErrNoPermission (ACL), or another
-// ErrInvalidArgument (a nil context, a bad key). On a nil *Semaphore it
-// returns ErrNilClient.
-func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
-	if s == nil || s.c == nil {
-		return ErrNilClient
-	}
-	c, key := s.c, s.key
-	if ctx == nil {
-		return ErrNilContext
-	}
-	if err := validKey(c.opts.Prefix, key); err != nil {
-		return err
-	}
-	if limit < 0 || limit > MaxSemaphoreLimit {
-		return fmt.Errorf("%w: Semaphore limit %d (at most %d)", ErrInvalidLimit, limit, MaxSemaphoreLimit)
-	}
-	k := c.keysFor(key)
-	n, err := runScript(ctx, c.rdb, protocol.Call{Script: semaphoreLimitScript, Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
-		Args: []any{limit, c.opts.PickupTimeout.Milliseconds()}}).Int64()
-	switch {
-	case err != nil:
-		return unavailable(err)
-	case n == codeWrongType:
-		return ErrWrongType
-	}
-	return nil
-}
-
 var (
 	//go:embed scripts/semaphore_acquire.lua
 	semaphoreAcquireSrc string
@@ -125,13 +88,10 @@ var (
 	semaphoreExtendSrc string
 	//go:embed scripts/semaphore_release.lua
 	semaphoreReleaseSrc string
-	//go:embed scripts/semaphore_limit.lua
-	semaphoreLimitSrc string
 
 	semaphoreAcquireScript = libScript(semaphoreAcquireSrc)
 	semaphoreExtendScript  = libScript(semaphoreExtendSrc)
 	semaphoreReleaseScript = libScript(semaphoreReleaseSrc)
-	semaphoreLimitScript   = libScript(semaphoreLimitSrc)
 )
 
 // semaphore is the protocol of Semaphore: each holder is a member of the

@@ -141,7 +141,7 @@ func TestSemaphoreAdminReleaseKeepsLimit(t *testing.T) {
 }
 
 // semKeys returns every Redis key of the semaphore k but its stored limit
-// (data, kept without a TTL), with its PTTL.
+// and that limit's version (data, kept without a TTL), with its PTTL.
 func semKeys(t *testing.T, rdb *redis.Client, k string) map[string]time.Duration {
 	t.Helper()
 	ctx := t.Context()
@@ -155,7 +155,7 @@ func semKeys(t *testing.T, rdb *redis.Client, k string) map[string]time.Duration
 		t.Fatal(err)
 	}
 	for _, name := range names {
-		if name == "dlock:{"+k+"}:limit" {
+		if name == "dlock:{"+k+"}:limit" || name == "dlock:{"+k+"}:limitver" {
 			continue
 		}
 		if d := rdb.PTTL(ctx, name).Val(); d != -2 { // -2: gone meanwhile
