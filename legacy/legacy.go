@@ -99,12 +99,12 @@ var (
 	renewSrc string
 	//go:embed scripts/release.lua
 	releaseSrc string
-	//go:embed scripts/restore.lua
-	restoreSrc string
+	//go:embed scripts/takeover.lua
+	takeoverSrc string
 
-	renewScript   = lualib.Script(renewSrc)
-	releaseScript = lualib.Script(releaseSrc)
-	restoreScript = lualib.Script(restoreSrc)
+	renewScript    = lualib.Script(renewSrc)
+	releaseScript  = lualib.Script(releaseSrc)
+	takeoverScript = lualib.Script(takeoverSrc)
 )
 
 func (p *Protocol) now() time.Time {
@@ -185,20 +185,21 @@ func (p *Protocol) remaining(stored int64, now time.Time) time.Duration {
 	return max(d, 0)
 }
 
-// Acquire makes one attempt, with exactly the legacy protocol's commands:
+// Acquire makes one attempt:
 //
 //	SETNX key v                     1: won
 //	GET key                         not expired: held (HolderTTL from it)
-//	GETSET key v                    old value expired (or nil): won
+//	takeover.lua                    still the expired value (or nil): won
 //
-// where v is now+timeout+1. If the key vanished between SETNX and GET, it
-// sends SETNX once more. If a GETSET loses to another contender's, it puts
-// the winner's value back when that is safe (restore.lua, see the package
-// doc). A value that is not a timestamp gives ErrNotTimestamp, a key that
-// is not a string dlock.ErrWrongType. The token is not used. After an
-// error that leaves unknown whether a command ran, nothing is undone (the
-// Grant names no value): v is shared by every client locking in the same
-// unit with the same timeout, so no action on "the key holds v" is safe.
+// where v is now+timeout+1. takeover.lua sets v only if the key still
+// holds the expired value the GET read: it replaces the older clients'
+// GETSET, which overwrites whatever it finds. If the key vanished between
+// SETNX and GET, it sends SETNX once more. A value that is not a timestamp
+// gives ErrNotTimestamp, a key that is not a string dlock.ErrWrongType.
+// The token is not used. After an error that leaves unknown whether a
+// command ran, nothing is undone (the Grant names no value): v is shared
+// by every client locking in the same unit with the same timeout, so no
+// action on "the key holds v" is safe.
 func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, _ string, ttl time.Duration) (protocol.Grant, error) {
 	if p.unit.duration() == 0 {
 		return protocol.Grant{}, fmt.Errorf("%w: dlock/legacy: unknown Unit %d", dlock.ErrInvalidOpts, int(p.unit))
@@ -247,38 +248,8 @@ func (p *Protocol) Acquire(ctx context.Context, rdb redis.UniversalClient, k pro
 		return protocol.Grant{HolderTTL: p.remaining(stored, now)}, nil
 	}
 
-	// Expired: the GETSET race. Exactly one contender gets back an expired
-	// value (or nil); the others get the winner's fresh value.
-	old, err := rdb.GetSet(ctx, k.Lock, v).Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return won, nil // deleted meanwhile: GETSET created the key for us
-	case isWrongType(err):
-		return protocol.Grant{}, dlock.ErrWrongType
-	case err != nil:
-		// No compensation: if the GETSET ran but lost, the key holds v
-		// while the winner holds the lock, and deleting v would free the
-		// winner's lock. Left alone, v expires like a crashed holder's.
-		return protocol.Grant{}, err
-	}
-	prev, ok := parseStamp(old)
-	if !ok {
-		// A foreign value appeared between GET and GETSET and we overwrote
-		// it. Do not claim the lock (its holder may still believe it holds
-		// it); remove our value so the key does not stay blocked.
-		_ = p.releaseCall(k, v).Run(ctx, rdb).Err()
-		return protocol.Grant{}, notTimestampError(k.Lock, old)
-	}
-	if nowStamp > prev {
-		return won, nil
-	}
-	// Lost the race, and our GETSET overwrote the winner's value: the
-	// legacy protocol's accepted inaccuracy. Put it back if that cannot shorten the
-	// claim of whoever might now hold v (prev >= v-1, see the package doc).
-	if mine, _ := parseStamp(v); prev >= mine-1 && old != v {
-		_ = protocol.Call{Script: restoreScript, Keys: []string{k.Lock}, Args: []any{v, old}}.Run(ctx, rdb).Err()
-	}
-	return protocol.Grant{HolderTTL: p.remaining(prev, now)}, nil
+	// Expired: take it over if it still holds what we read (takeover.lua).
+	return p.takeover(ctx, rdb, k, cur, v, now)
 }
 
 // setNX sends the legacy SETNX (go-redis's SetNX sends SET NX instead).
@@ -333,7 +304,7 @@ const tombMin = 10 * time.Second
 const tombMax = 24 * time.Hour
 
 func (p *Protocol) releaseCall(k protocol.Keys, value string) protocol.Call {
-	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue + ":" + releaseID()},
+	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue + ":" + randomID()},
 		Args: []any{value, k.Wake, p.tombTTL(value).Milliseconds()}}
 }
 
@@ -348,8 +319,9 @@ func (p *Protocol) tombTTL(value string) time.Duration {
 	return d
 }
 
-// releaseID returns 128 random bits, base64url-encoded.
-func releaseID() string {
+// randomID returns 128 random bits, base64url-encoded: the id of a
+// release or a takeover.
+func randomID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return base64.RawURLEncoding.EncodeToString(b[:])

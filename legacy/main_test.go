@@ -85,8 +85,9 @@ type recorder struct {
 	after func(ctx context.Context, cmd redis.Cmder) // may be nil
 }
 
-// handshake names the commands go-redis sends on a new connection.
-var handshake = map[string]bool{"hello": true, "client": true, "auth": true, "select": true, "ping": true}
+// handshake names the commands go-redis sends on a new connection, and
+// the CONFIG GET of the eviction check dlock makes on a client's first lock.
+var handshake = map[string]bool{"hello": true, "client": true, "auth": true, "select": true, "ping": true, "config": true}
 
 func (r *recorder) DialHook(next redis.DialHook) redis.DialHook { return next }
 

@@ -114,7 +114,8 @@ func TestExclusionWithSeedClients(t *testing.T) {
 
 // TestCrashRecovery: a holder that dies without releasing is taken over
 // after its timeout by exactly one of several contenders racing with
-// GETSET (dlock legacy clients and seed 000's C# loop), 200 times.
+// to take it over (dlock legacy clients with their takeover script, seed
+// 000's C# loop with GETSET), 200 times.
 func TestCrashRecovery(t *testing.T) {
 	t.Parallel()
 	const reps, parallel = 200, 4
@@ -127,11 +128,12 @@ func TestCrashRecovery(t *testing.T) {
 			defer wg.Done()
 			p := legacy.New(legacy.Options{Unit: legacy.Milliseconds})
 			opts := dlock.Options{RetryInterval: 5 * time.Millisecond}
-			// getsets counts the GETSETs of this worker's contenders: two or
-			// more in one rep means the race really happened.
+			// getsets counts the takeovers (GETSET or dlock's script) of this
+			// worker's contenders: two or more in one rep means the race
+			// really happened.
 			var getsets atomic.Int64
 			counting := &recorder{after: func(_ context.Context, cmd redis.Cmder) {
-				if cmd.Name() == "getset" {
+				if isTakeoverCmd(cmd) {
 					getsets.Add(1)
 				}
 			}}
@@ -222,7 +224,7 @@ func TestCrashRecovery(t *testing.T) {
 					if x.lk != nil {
 						dlockWins.Add(1)
 						if err := x.lk.Unlock(t.Context()); errors.Is(err, dlock.ErrTaken) {
-							falseAlarms.Add(1) // a loser's GETSET overwrote the winner's value
+							falseAlarms.Add(1) // a seed loser's GETSET overwrote the winner's value
 						} else if err != nil {
 							t.Errorf("worker %d rep %d: Unlock: %v", w, rep, err)
 						}
@@ -240,10 +242,24 @@ func TestCrashRecovery(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d takeovers: dlock %d, seed client %d; %d with two or more GETSETs racing; "+
+	t.Logf("%d takeovers: dlock %d, seed client %d; %d with two or more takeovers racing; "+
 		"%d dlock winners found their value overwritten by a loser at release",
 		dlockWins.Load()+seedWins.Load(), dlockWins.Load(), seedWins.Load(), races.Load(), falseAlarms.Load())
 	if races.Load() == 0 {
-		t.Error("no rep had contenders racing with GETSET")
+		t.Error("no rep had contenders racing to take over")
 	}
+}
+
+// isTakeoverCmd reports whether cmd takes over an expired lock: the older
+// clients' GETSET or dlock's takeover script.
+func isTakeoverCmd(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "getset":
+		return true
+	case "evalsha":
+		return len(cmd.Args()) > 1 && cmd.Args()[1] == legacy.TakeoverSHA
+	case "eval":
+		return len(cmd.Args()) > 1 && cmd.Args()[1] == legacy.TakeoverSrc
+	}
+	return false
 }
