@@ -30,10 +30,10 @@
 // older clients: a lock expires when the clients' clocks pass its timestamp, and a
 // crashed holder's key stays in Redis until someone takes it over.
 //
-// One acquire attempt sends exactly the legacy protocol's commands:
+// The older clients' attempt is:
 //
 //	SETNX key v        1: acquired
-//	GET key            stored >= now: held; the engine waits (see below)
+//	GET key            stored >= now: held; wait and retry
 //	GETSET key v       stored < now (expired): acquired only if the old
 //	                   value GETSET returns is also expired, or nil
 //
@@ -41,18 +41,23 @@
 // all of them run GETSET, but only the first gets back the expired value;
 // the others get the winner's fresh value and lose. Their GETSET overwrote
 // the winner's value with theirs, which the older clients accept as a small
-// inaccuracy (the stored expiry moves a little). dlock, which recognises
-// its own lock by the exact value it wrote, repairs it when it is the
-// loser: it puts the winner's value back (restore.lua, a compare-and-set)
-// if the key still holds the loser's value and the winner's value is at
-// least the loser's minus one unit. That bound keeps the repair safe when
-// a third client has meanwhile taken the key with a value equal to the
-// loser's: any holder of value v stops trusting its lock before v, while
-// others take a key holding w over only after w+1, so w >= v-1 never lets a
-// contender in early. When the bound does not hold, or the loser is one of
-// the older clients, the winner finds a foreign value at its next renewal
-// and reports the lock lost (ErrTaken) although nobody else got it: a false
-// alarm, never a double grant. The key then blocks contenders until the
+// inaccuracy (the stored expiry moves a little, earlier too).
+//
+// dlock's attempt sends the same SETNX and GET, and takes an expired lock
+// over with a compare-and-set instead of GETSET (takeover.lua): it sets
+// the key to v only if the key still holds the expired value its GET read
+// (or is gone, then like SETNX), and otherwise writes nothing and waits
+// for the value it found. The stored values stay the same timestamps, so
+// dlock and the older clients exclude each other as before: of a dlock
+// takeover and an older client's GETSET, whichever lands first wins. But a
+// dlock contender that loses never overwrites the winner's value, and a
+// takeover that lands late (its caller gave up; the command was delayed)
+// cannot replace a newer holder's value by its own, possibly earlier one,
+// which would let a third client in while that holder still trusts its
+// lock. An older client that loses its GETSET race against a dlock winner
+// still overwrites the winner's value; the winner finds a foreign value at
+// its next renewal and reports the lock lost (ErrTaken) although nobody
+// else got it: a false alarm. The key then blocks contenders until the
 // loser's timestamp passes.
 //
 // If the key disappears between SETNX and GET, the attempt sends SETNX once
@@ -61,28 +66,24 @@
 // first, the attempt reports the key held with 0 time left, and Lock tries
 // again at once.
 //
-// If the reply to a SETNX or a GETSET is lost (a timeout, a cancelled
+// If the reply to a SETNX or a takeover is lost (a timeout, a cancelled
 // context, a broken connection), nothing is undone: the attempt's value
 // v = now+timeout+1 is not unique to it. Every client that locks in the
 // same second (or millisecond) with the same timeout writes the same v, so
 // a key holding v after a lost SETNX reply may be another client's live
 // lock (its SETNX ran first, and ours failed), and deleting it would let a
-// third client in beside that holder; after a lost GETSET reply, had the
-// GETSET lost the race, deleting v would free the winner's lock. Making v
+// third client in beside that holder; after a lost takeover reply,
+// another contender's takeover may have written the same v. Making v
 // unique would change the value the older clients parse (Python's int()
 // and C#'s long.Parse accept no fraction or suffix), so dlock never
-// deletes v to compensate. (The one repair it makes on a value that may be
-// shared, restore.lua above, only moves the key from v to a value w >=
-// v-1, which lets nobody in before any holder of v stops trusting it.)
-// The cost: if our write did land, the key keeps our timestamp until it
+// deletes v to compensate. The cost: if our write did land, the key keeps our timestamp until it
 // passes, as if a holder had crashed (at most timeout+1 unit), and Lock
 // waits for it like any holder's.
 //
 // The other actions on v follow from a reply that says this attempt wrote
 // it: a release (the holder's Unlock, or the engine giving back a grant
-// whose reply came after its validity, or the attempt removing its own
-// value after a GETSET that replaced a foreign value) deletes the key if
-// it holds v, as the protocol's release does; like every release of this
+// whose reply came after its validity) deletes the key if it holds v, as
+// the protocol's release does; like every release of this
 // protocol it trusts that nobody removed the value in between (only a DEL
 // outside the protocol, such as the older C# release or an operator's
 // ForceRelease, can).
@@ -120,24 +121,19 @@
 //   - SETNX: if the key is free when it lands, the key holds v with nobody
 //     trusting it, and stays blocked until v passes, as after a crashed
 //     holder; otherwise it writes nothing.
-//   - GETSET (the takeover): a second run returns the caller's own v, and
-//     the caller waits for it like a holder's. A GETSET that lands after
-//     another contender took the key over overwrites that holder's value
-//     with v, which the older clients' contention does too; if v is lower
-//     (the GETSET was sent earlier than the takeover), the key's claim
-//     moves earlier by as long as the GETSET was delayed. The holder's next
-//     renewal finds v and reports the lock lost (ErrTaken), but a holder
-//     without renewal, or an older client, goes on trusting its lock, and
-//     another contender can take the key over once v has passed. The
-//     protocol has no way to refuse a stale GETSET: keep network delays
-//     well below the TTL.
-//   - restore.lua and renew.lua: compare-and-set from a value the caller
-//     wrote. A copy that lands after the key was freed and taken with the
-//     same value in the same unit moves it to a value that lets nobody in
-//     before that holder stops trusting its lock (renew.lua never lowers
-//     it; restore.lua only to w >= v-1, see above): that holder's next
-//     renewal reports a false loss (ErrTaken), and the key stays blocked
-//     until the new value passes.
+//   - takeover.lua: a compare-and-set from the expired value the caller's
+//     GET read. Landing after another contender took the key over, it
+//     finds that holder's value and writes nothing. Like a release, it
+//     runs at most once: its first run leaves a tombstone under the
+//     attempt's random id (the key's wait-queue name, ':', the id), and a
+//     repeat answers the first run's reply without writing. A first run
+//     that lands when the key is free writes v with nobody trusting it, as
+//     a late SETNX does.
+//   - renew.lua: compare-and-set from a value the caller wrote. A copy
+//     that lands after the key was freed and taken with the same value in
+//     the same unit moves it later (renew.lua never lowers it): that
+//     holder's next renewal reports a false loss (ErrTaken), and the key
+//     stays blocked until the new value passes.
 //   - release.lua: at most once, as above.
 //
 // The value rotates on every renewal; Lock.Token returns the current one.
@@ -163,11 +159,11 @@
 //   - Client clocks decide ownership. A client whose clock runs ahead takes
 //     a live lock over early; one whose clock lags waits too long after a
 //     crash. The token lock's expiry is kept by the Redis server alone.
-//   - GETSET has been deprecated since Redis 6.2 (in favour of SET key v
-//     GET). It still works in Redis 7 and 8, and this package sends it
-//     because the other clients do and a lock needs everybody on the same
-//     protocol. (ACL rules must allow SETNX, GET, GETSET, EVALSHA and EVAL,
-//     SET, DEL and PUBLISH inside the scripts, and the waiters' SUBSCRIBE.)
+//   - The older clients take an expired lock over with GETSET, which
+//     overwrites whatever it finds, including a newer holder's value when
+//     it lands late; only dlock's side of the protocol refuses that.
+//     (ACL rules for dlock must allow SETNX, GET, EVALSHA and EVAL; GET,
+//     SET, DEL and PUBLISH inside the scripts; and the waiters' SUBSCRIBE.)
 //   - A paused holder (GC, SIGSTOP, a slow disk) can act after its lock has
 //     expired and been taken over, and nothing stops it: the protocol has no
 //     fencing token, so Lock.Fence() is always 0 and the protected resource
@@ -175,8 +171,9 @@
 //     compare-and-set, cannot hurt the new holder.) The stored timestamp is
 //     no substitute: it is not unique (two clients can write the same one)
 //     and not monotonic across clients with different clocks or timeouts.
-//   - A contender that loses the GETSET race overwrites the winner's value,
-//     which can make the winner's renewal report a false loss (above).
+//   - An older client that loses the GETSET race overwrites the winner's
+//     value, which can make the winner's renewal report a false loss
+//     (above).
 //   - No Redis TTL: a crashed holder's key is never removed by Redis. Locks
 //     on many distinct keys (per order, per user) pile up in memory.
 //
@@ -226,9 +223,8 @@
 // abandoned. Surrounding white space and a sign are accepted, as Python's
 // int() and C#'s long.Parse accept them; a number beyond int64 saturates (a
 // huge one is far in the future, a hugely negative one expired). If a
-// foreign value appears between GET and GETSET, the GETSET has already
-// replaced it: the attempt deletes its own value again (compare-and-delete)
-// and returns ErrNotTimestamp. A key holding another type (a list, a hash)
+// foreign value appears between GET and the takeover, the takeover leaves
+// it and returns ErrNotTimestamp. A key holding another type (a list, a hash)
 // gives dlock.ErrWrongType. During renewal or release, any value other
 // than the holder's own means the lock is lost (ErrTaken; ErrWrongType too
 // for another type).
