@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultcmd"
 )
@@ -237,5 +239,81 @@ func TestCounterFirstOperationsRace(t *testing.T) {
 		if len(seen) != 1 {
 			t.Fatalf("round %d: segment counts recorded: %v (%v)", round, seen, keys)
 		}
+	}
+}
+
+// markerTTLs runs every counter_add twice, as the Redis client does when it
+// re-sends a command whose reply a broken connection lost, and records,
+// between the two runs, the PTTLs of the operation's marker and of the
+// segment's lock.
+type markerTTLs struct {
+	rdb          *redis.Client // reads the PTTLs, outside the hook
+	mu           sync.Mutex
+	marker, lock []time.Duration
+}
+
+func (*markerTTLs) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (*markerTTLs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *markerTTLs) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) < 6 || scriptOf(cmd) != "counter_add" {
+			return next(ctx, cmd)
+		}
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		lock, marker := args[3].(string), args[5].(string)
+		h.mu.Lock()
+		h.marker = append(h.marker, h.rdb.PTTL(ctx, marker).Val())
+		h.lock = append(h.lock, h.rdb.PTTL(ctx, lock).Val())
+		h.mu.Unlock()
+		cmd.SetErr(nil)
+		return next(ctx, cmd)
+	}
+}
+
+// A take's operation marker outlives its segment's lock: a copy of the
+// take that the Redis client sends again while the take still holds the
+// lock finds the marker and adds nothing. Before, the marker lived 10 s,
+// so under a 30 s lock a copy landing 10 s after the first took the units
+// a second time.
+func TestCounterMarkerOutlivesLock(t *testing.T) {
+	ctx := t.Context()
+	hook := &markerTTLs{rdb: srv.NewClient()}
+	t.Cleanup(func() { _ = hook.rdb.Close() })
+	rdb := srv.NewClient()
+	rdb.AddHook(hook)
+	c, _ := newClientOn(t, rdb, dlock.Options{TTL: 30 * time.Second})
+	ctr, err := c.Counter(key(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctr.Set(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctr.Take(ctx, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if total, err := ctr.Total(ctx); err != nil || total != 7 {
+		t.Fatalf("after one take sent twice: total %d, %v; want 7", total, err)
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	checked := 0
+	for i := range hook.marker {
+		if hook.marker[i] == -2 { // a run that applied nothing left no marker
+			continue
+		}
+		checked++
+		if hook.lock[i] <= 0 || hook.marker[i] < hook.lock[i] {
+			t.Errorf("run %d: the operation's marker expires in %v, the segment's lock in %v; want the marker to outlive the lock", i, hook.marker[i], hook.lock[i])
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no take that applied was sent twice")
 	}
 }

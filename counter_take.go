@@ -28,10 +28,12 @@ import (
 // went back). Once fn succeeded the sale stands: an error releasing the
 // segment's lock afterwards (it was lost, or Redis failed at the release)
 // is returned with the segment, and the units stay taken. If the reply to
-// the take itself is lost, the units may or may not have been taken: Take
-// returns the segment and an error matching ErrMaybeApplied, without
-// running fn. So the segment is returned (>= 0) exactly when units were,
-// or may have been, taken from it and not put back.
+// the take itself is lost (Take sends no copy of it after the Client's
+// TTL), the units may or may not have been taken: Take returns the
+// segment and an error matching ErrMaybeApplied, without running fn. So
+// the segment is returned (>= 0) exactly when units were, or may have
+// been, taken from it and not put back. A take or put-back that the Redis
+// client sends again changes the count once.
 func (s *Counter) Take(ctx context.Context, n int64, fn func(ctx context.Context, segment int) error) (int, error) {
 	if ctx == nil {
 		return -1, ErrNilContext
@@ -148,11 +150,16 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 
 // addOnce runs counter_add.lua once for segment seg under a fresh
 // operation id, so a second run of the same call (re-sent by the Redis
-// client after a lost reply) does not add again.
+// client after a lost reply) does not add again. The call sends no copy
+// after the Client's TTL, and the script keeps the operation's marker
+// 10 s past that (and past the lock's expiry), so every copy finds it.
 func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64) ([]int64, error) {
 	key := s.segs.Stripe(seg)
 	op := s.c.keysFor(key).Queue + ":" + newToken()
+	window := s.c.opts.TTL
+	ctx, cancel := context.WithTimeout(ctx, window)
+	defer cancel()
 	return runScript(ctx, s.c.rdb, protocol.Call{Script: counterAddScript,
 		Keys: []string{key, s.countKey(seg), op, s.segsKey(seg)},
-		Args: []any{lk.Token(), d, strconv.Itoa(s.segs.Len())}}).Int64Slice()
+		Args: []any{lk.Token(), d, strconv.Itoa(s.segs.Len()), window.Milliseconds()}}).Int64Slice()
 }

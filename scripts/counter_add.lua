@@ -12,12 +12,17 @@
 -- KEYS[1]  the segment's lock key (holds the caller's token while held)
 -- KEYS[2]  the segment's count (a string integer; absent = 0; no TTL)
 -- KEYS[3]  the operation's marker: the segment lock's queue name plus ':'
---          and the operation id (a waiter-lease name, expiring in 10 s)
+--          and the operation id (a waiter-lease name); it outlives every
+--          run of the operation that can still pass the lock check: it
+--          expires 10 s after the later of the lock's expiry as it stands
+--          and the end of ARGV[4], and never sooner than in 10 s
 -- KEYS[4]  the counter's segment count, recorded beside the segment (a
 --          string integer; no TTL)
 -- ARGV[1]  the caller's lock token
 -- ARGV[2]  the amount to add (negative: take)
 -- ARGV[3]  the caller's segment count (decimal)
+-- ARGV[4]  the ms from now within which the caller may still send this
+--          call (it sends no copy later)
 --
 -- Returns {1, count}   done (now or by an earlier run of this operation);
 --                      count = the segment's value
@@ -45,5 +50,6 @@ local d = tonumber(ARGV[2])
 if c + d < 0 then
   return {0, c}
 end
-redis.call('SET', KEYS[3], '~applied', 'PX', 10000)
+local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[4]), 0) + 10000
+redis.call('SET', KEYS[3], '~applied', 'PX', keep)
 return {1, redis.call('INCRBY', KEYS[2], d)}
