@@ -458,7 +458,9 @@ func (c *Client) adminSemaphore() semaphore {
 //
 // The token is the holder's credential: a release by it counts as the
 // holder's own, so the holder's Unlock within the next 10 s returns nil
-// (its renewal, if it comes first, reports the lock gone).
+// (its renewal, if it comes first, reports the lock gone). A legacy lock
+// (a decimal timestamp) is released as its protocol's release does it, at
+// most once, since its timestamp is not unique to one holder.
 //
 // It returns nil if it released the hold, an error matching ErrNotHeld
 // and ErrExpired if the key is gone, ErrNotHeld and ErrTaken if it is
@@ -490,6 +492,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		return unavailable(err)
 	}
 	var proto protocol.Protocol
+	legacy := false
 	switch typ.Val() {
 	case "none":
 		return errors.Join(ErrNotHeld, ErrExpired)
@@ -507,13 +510,21 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 			// A reentrant hold: v names the owner, which is no credential;
 			// only a handle's token in the hold set releases (that handle).
 			proto = reentrantLock{holdSet{queueMode: m, group: v, suffix: holdsSuffix}}
+		case classify(v) == KindLegacy:
+			legacy = true
 		default:
 			proto = c.tokenLock(modeTry)
 		}
 	default:
 		return ErrWrongType
 	}
-	code, err := releaseOnce(ctx, c.rdb, proto, ks, token)
+	var code int64
+	var err error
+	if legacy {
+		code, err = c.releaseLegacy(ctx, ks, token)
+	} else {
+		code, err = releaseOnce(ctx, c.rdb, proto, ks, token)
+	}
 	switch {
 	case err != nil:
 		return unavailable(err)

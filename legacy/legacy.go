@@ -2,9 +2,7 @@ package legacy
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/legacyrelease"
 	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -97,13 +96,10 @@ func (notTimestamp) Is(target error) bool { return target == dlock.ErrWrongType 
 var (
 	//go:embed scripts/renew.lua
 	renewSrc string
-	//go:embed scripts/release.lua
-	releaseSrc string
 	//go:embed scripts/takeover.lua
 	takeoverSrc string
 
 	renewScript    = lualib.Script(renewSrc)
-	releaseScript  = lualib.Script(releaseSrc)
 	takeoverScript = lualib.Script(takeoverSrc)
 )
 
@@ -296,33 +292,21 @@ func (p *Protocol) Release(k protocol.Keys, value string) protocol.Call {
 	return p.releaseCall(k, value)
 }
 
-// tombMin is the least time a release's tombstone lives: longer than the
-// Redis client's re-sends of it take.
-const tombMin = 10 * time.Second
-
-// tombMax bounds the tombstone of a value far in the future.
-const tombMax = 24 * time.Hour
-
 func (p *Protocol) releaseCall(k protocol.Keys, value string) protocol.Call {
-	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue + ":" + randomID()},
-		Args: []any{value, k.Wake, p.tombTTL(value).Milliseconds()}}
+	return legacyrelease.Call(k, value, p.left(value))
 }
 
-// tombTTL is how long the tombstone of a release of value lives: until
-// value has passed, when no client trusts a lock holding it any more, and
-// tombMin more for clocks that differ (tombMin at least, tombMax at most).
+// tombTTL is how long the tombstone of a takeover to value lives: until
+// value has passed, and legacyrelease.TombMin more for clocks that differ.
 func (p *Protocol) tombTTL(value string) time.Duration {
-	d := tombMin
-	if stored, ok := parseStamp(value); ok {
-		d = min(p.remaining(stored, p.now()), tombMax) + tombMin
-	}
-	return d
+	return min(p.left(value), legacyrelease.TombMax) + legacyrelease.TombMin
 }
 
-// randomID returns 128 random bits, base64url-encoded: the id of a
-// release or a takeover.
-func randomID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+// left is how long until value has passed by this protocol's clock (0 if
+// value is not a timestamp).
+func (p *Protocol) left(value string) time.Duration {
+	if stored, ok := parseStamp(value); ok {
+		return p.remaining(stored, p.now())
+	}
+	return 0
 }

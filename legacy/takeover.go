@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/legacyrelease"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,6 +40,6 @@ func (p *Protocol) takeover(ctx context.Context, rdb redis.UniversalClient, k pr
 // takeoverCall is the takeover of k from cur to v, under a random id of its
 // own: sent again, it answers its first run's reply and writes nothing.
 func (p *Protocol) takeoverCall(k protocol.Keys, cur, v string) protocol.Call {
-	return protocol.Call{Script: takeoverScript, Keys: []string{k.Lock, k.Queue + ":" + randomID()},
+	return protocol.Call{Script: takeoverScript, Keys: []string{k.Lock, k.Queue + ":" + legacyrelease.ID()},
 		Args: []any{cur, v, p.tombTTL(v).Milliseconds()}}
 }
