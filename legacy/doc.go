@@ -247,7 +247,8 @@
 // The protocol writes no fence counter, so `dlock list` (Client.List) finds
 // legacy locks only when given a pattern (it then scans the string keys
 // matching it); Inspect reports them as dlock.KindLegacy. ForceRelease and
-// ReleaseToken (with the stored timestamp as the token) work on them.
+// ReleaseToken (with the stored timestamp as the token) work on them;
+// ReleaseToken runs this protocol's release, at most once.
 //
 // # Migrating a fleet to the token lock
 //
