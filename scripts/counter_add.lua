@@ -39,12 +39,9 @@ end
 if redis.pcall('GET', KEYS[3]) == '~applied' then
   return {1, c} -- this operation already ran
 end
-local bad = ctr_segments(KEYS[4], ARGV[3])
+local bad = ctr_guard(KEYS[4], ARGV[3], KEYS[1], ARGV[1])
 if bad then
   return bad
-end
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return {-1, 0}
 end
 local d = tonumber(ARGV[2])
 if c + d < 0 then

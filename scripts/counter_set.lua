@@ -25,12 +25,9 @@
 if not ctr_count(KEYS[2]) then
   return {-2, 0} -- not a count: another program's key under our name
 end
-local bad = ctr_segments(KEYS[3], ARGV[3])
+local bad = ctr_guard(KEYS[3], ARGV[3], KEYS[1], ARGV[1])
 if bad then
   return bad
-end
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return {-1, 0}
 end
 redis.call('SET', KEYS[2], ARGV[2])
 return {1, 0}

@@ -30,3 +30,18 @@ local function ctr_segments(R, n)
   end
   return nil
 end
+
+-- ctr_guard returns nil if the caller may write a segment: R records n as
+-- the counter's segment count (see ctr_segments) and the segment's lock
+-- key K holds the caller's token; else the reply the script returns
+-- ({-1, 0}: the lock is not the caller's).
+local function ctr_guard(R, n, K, token)
+  local bad = ctr_segments(R, n)
+  if bad then
+    return bad
+  end
+  if redis.pcall('GET', K) ~= token then
+    return {-1, 0}
+  end
+  return nil
+end
