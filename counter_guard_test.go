@@ -317,3 +317,45 @@ func TestCounterMarkerOutlivesLock(t *testing.T) {
 		t.Fatal("no take that applied was sent twice")
 	}
 }
+
+// A counter whose segment 0 records its segment count is judged by that
+// record alone: records of other segments missing (their writes' replies
+// lost) and a segment without a count (a Set that lost that segment's
+// lock) are no mismatch. Before, the shape check meant for counters of
+// older versions refused every later operation with ErrSegmentMismatch.
+func TestCounterRecordedPartlyIsNoMismatch(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	name := key(t)
+	stock, err := c.Counter(name, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stock.Set(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	segs := func(seg string) string { return "dlock:{" + name + ":" + seg + "}:segments" }
+	if err := rdb.Del(ctx, countKeyOf(name, "3"), segs("1"), segs("2"), segs("3")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if total, err := stock.Total(ctx); total != 6 || err != nil {
+		t.Fatalf("Total = %d, %v; want 6, nil", total, err)
+	}
+	for range 3 {
+		if _, err := stock.Take(ctx, 1, nil); err != nil {
+			t.Fatalf("Take: %v", err)
+		}
+	}
+	if err := stock.Set(ctx, 4); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	for _, seg := range []string{"1", "2", "3"} {
+		if v, _ := rdb.Get(ctx, segs(seg)).Result(); v != "4" {
+			t.Fatalf("segment %s records %q after the next operation, want 4", seg, v)
+		}
+	}
+	other, _ := c.Counter(name, 2)
+	if _, err := other.Total(ctx); !errors.Is(err, dlock.ErrSegmentMismatch) {
+		t.Fatalf("a 2-segment Total = %v, want ErrSegmentMismatch", err)
+	}
+}

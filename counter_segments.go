@@ -67,10 +67,12 @@ func (s *Counter) recorded(cmd *redis.Cmd) error {
 }
 
 // checkShape checks that the segment counts in Redis fit the counter's
-// segment count n, before it is recorded. Set writes every segment's count
-// and nothing deletes one, so a counter of n segments has counts 0 to n-1
-// or none: the one past the last must be absent, and the last present if
-// the first is. A count recorded beside segment 0 must be n.
+// segment count n, before it is recorded. A count recorded beside segment
+// 0 must be n, and then nothing else is checked. With none (a counter
+// written by an older version, whose Set wrote every segment's count and
+// nothing deleted one), a counter of n segments has counts 0 to n-1 or
+// none: the one past the last must be absent, and the last present if the
+// first is.
 func (s *Counter) checkShape(ctx context.Context) error {
 	n := s.segs.Len()
 	var first, last, past *redis.IntCmd
@@ -85,8 +87,15 @@ func (s *Counter) checkShape(ctx context.Context) error {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return unavailable(err)
 	}
-	if r, err := rec.Int64(); err == nil && r != int64(n) {
-		return &segmentMismatchError{name: s.name, given: n, recorded: r}
+	if r, err := rec.Int64(); err == nil {
+		// Segment 0's record decides: it is written first, so the other
+		// segments' records (some may be missing: a record whose reply was
+		// lost) can only agree with it, and counts a partial Set left
+		// (a segment whose lock was lost) are no sign of another count.
+		if r != int64(n) {
+			return &segmentMismatchError{name: s.name, given: n, recorded: r}
+		}
+		return nil
 	}
 	if past.Val() > 0 || first.Val() > last.Val() {
 		return &segmentMismatchError{name: s.name, given: n}
@@ -115,6 +124,9 @@ func (s *Counter) checkRead(counts, recs []*redis.StringCmd) error {
 		case r != int64(n):
 			return &segmentMismatchError{name: s.name, given: n, recorded: r}
 		}
+	}
+	if recs[0].Err() == nil {
+		return nil // segment 0's record decides (see checkShape)
 	}
 	exists := func(cmd *redis.StringCmd) bool { return cmd.Err() == nil }
 	if exists(counts[n]) || (missing && exists(counts[0]) && !exists(counts[n-1])) {
