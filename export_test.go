@@ -143,3 +143,18 @@ func SemaphoreAttempt(ctx context.Context, c *Client, key, token, mode, channel 
 // SetEvictRecheck sets how long c's verdict on the eviction policy stands;
 // call it before c's first acquire.
 func SetEvictRecheck(c *Client, d time.Duration) { c.evict.recheck = d }
+
+// HoldExpiry makes the watchdog's deadline expiry wait for release to be
+// closed (a process paused past its locks' deadlines), and reports on
+// reached when an expiry is held; the returned func undoes it.
+func HoldExpiry(release <-chan struct{}, reached chan<- struct{}) (undo func()) {
+	h := func() {
+		select {
+		case reached <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	beforeExpire.Store(&h)
+	return func() { beforeExpire.Store(nil) }
+}

@@ -437,6 +437,10 @@ func (l *lease) release(ctx context.Context) error {
 		return ErrNilContext
 	}
 	start := time.Now()
+	// Past its deadline already, the lease was lost before the caller let
+	// go, even if the deadline timer has not run yet (a paused or starved
+	// process): the release then reports that loss, not a release.
+	late, _ := l.errNow()
 	l.c.wd.remove(l) // no renewals once the caller wants out
 	l.endForRelease()
 	l.opMu.Lock()
@@ -444,6 +448,9 @@ func (l *lease) release(ctx context.Context) error {
 	l.opMu.Unlock()
 	// The hooks run with no lock held (they may call back into the
 	// Client): a loss this call found is reported by Lost first.
+	if late != nil {
+		late()
+	}
 	if lost != nil {
 		lost()
 	}

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,5 +188,57 @@ func TestResignEndsLeadershipBeforeSuccessorIsElected(t *testing.T) {
 	}
 	if err := la.Resign(ctx); err != nil {
 		t.Fatalf("Resign retried = %v, want nil", err)
+	}
+}
+
+// A lock whose deadline passed before Unlock was called, while the
+// deadline timer had not run yet (the process was paused past it), was
+// lost: Unlock reports the loss, even if the timer runs while the release
+// is in flight. Before, the release began as if the lock were still held,
+// the late timer took the unconfirmed release for done, and Unlock
+// returned nil for a lock another owner may have held meanwhile.
+func TestUnlockPastDeadlineReportsLoss(t *testing.T) {
+	ctx := t.Context()
+	release, reached := make(chan struct{}), make(chan struct{}, 1)
+	undo := dlock.HoldExpiry(release, reached)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(undo)
+	c, inj := faultyClient(t, dlock.Options{})
+	defer free() // before the Client's Close, which waits for the held expiry
+	rdb := srv.NewClient() // sends the marker through the same fault layer
+	rdb.AddHook(inj)
+	t.Cleanup(func() { _ = rdb.Close() })
+	k := key(t)
+	lk, err := c.TryLock(ctx, k, dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, reached, "the deadline timer to fire (and be held)")
+	marker := faultcmd.Match{Cmd: "ping", Arg: k}
+	sent := inj.Add(faultcmd.Rule{Name: "release held", Action: faultcmd.Hold, HoldTimeout: time.Minute,
+		Match: faultcmd.Match{Script: "release", Key: k}, Until: marker})
+	done := make(chan error, 1)
+	go func() { done <- lk.Unlock(ctx) }()
+	select {
+	case err = <-done: // the loss found before anything was sent
+	case <-sent.FiredC():
+		// The release is in flight: let the late timer run now.
+		free()
+		for end := time.Now().Add(20 * time.Second); c.Stats().Released == 0 && c.Stats().Lost == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatal("the held deadline never ran")
+			}
+		}
+		if err := rdb.Do(ctx, "ping", k).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err = <-done
+	}
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrExpired) {
+		t.Fatalf("Unlock past the deadline = %v, want the loss (ErrLost, ErrExpired)", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrExpired) {
+		t.Fatalf("Err() = %v, want ErrExpired", lk.Err())
 	}
 }
