@@ -205,7 +205,7 @@ func TestUnlockPastDeadlineReportsLoss(t *testing.T) {
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(undo)
 	c, inj := faultyClient(t, dlock.Options{})
-	defer free() // before the Client's Close, which waits for the held expiry
+	defer free()           // before the Client's Close, which waits for the held expiry
 	rdb := srv.NewClient() // sends the marker through the same fault layer
 	rdb.AddHook(inj)
 	t.Cleanup(func() { _ = rdb.Close() })
