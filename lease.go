@@ -74,8 +74,11 @@ type lease struct {
 	// wd is the lease's place in the watchdog's heaps (guarded by wd.mu).
 	wd wdEntry
 	// releaseTried: a release whose reply was lost may have deleted the key,
-	// so a retried Unlock that finds it gone has succeeded.
+	// so a retried Unlock that finds it gone has succeeded (unless the
+	// release's reply tells, see resendTold); releaseSent is when the
+	// first such release was sent.
 	releaseTried bool
+	releaseSent  time.Time
 	// relValue and relCall: the last release call built (Protocol.Release)
 	// and the value it releases. A retry of that release sends this very
 	// call again (see releaseCall).
@@ -465,7 +468,7 @@ func (l *lease) release(ctx context.Context) error {
 // reports the call.
 func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, err error) {
 	l.mu.Lock()
-	state, lerr, tried, value, ending := l.state, l.err, l.releaseTried, l.value, l.ending
+	state, lerr, tried, triedAt, value, ending := l.state, l.err, l.releaseTried, l.releaseSent, l.value, l.ending
 	l.mu.Unlock()
 	switch {
 	case state == stateReleased && !ending:
@@ -484,6 +487,7 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 	}
 
 	probe.Point(probe.BeforeRelease, l.keys.Lock)
+	sent := time.Now()
 	code, err := l.releaseOnce(ctx, value)
 	if err == nil && code == codeOther && l.swapAlt() {
 		code, err = l.releaseOnce(ctx, l.token())
@@ -492,11 +496,13 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 	case err != nil:
 		if ambiguous(err) {
 			l.mu.Lock()
-			l.releaseTried = true
+			if !l.releaseTried {
+				l.releaseTried, l.releaseSent = true, sent
+			}
 			l.mu.Unlock()
 		}
 		err = unavailable(err)
-	case code == codeOK, tried:
+	case code == codeOK, tried && !l.resendTold(code, triedAt):
 		// tried: an earlier release may have run without its reply; if it
 		// did, the key is gone, or handed to a waiter (or taken since):
 		// whatever this retry finds, the release happened, not a loss.
@@ -517,6 +523,32 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		l.c.opts.Logger.Debug("dlock: released", "key", l.keys.Lock, "fence", l.fence, "err", err)
 	}
 	return lost, true, err
+}
+
+// resendTellingRelease is implemented by the protocols whose release
+// script tells a second run of a release that ran already (its reply was
+// lost, and the caller retried) from a release that found the hold gone:
+// the first run leaves a tombstone of the token (q_released in
+// internal/lualib/queue.lua), and a run that finds the hold gone but the
+// tombstone there answers codeOK. Their codeGone is then a loss even on a
+// retry: the hold was gone before any release of it ran (taken by an
+// operator's ForceRelease, which leaves no tombstone, or expired).
+type resendTellingRelease interface {
+	releaseTellsResend()
+}
+
+// releaseTombstoneLife is how long a release's tombstone answers a second
+// run: Q_DEAD_MS (internal/lualib/queue.lua), less a margin for the
+// clocks. A retry later than that cannot tell, and is taken as released.
+const releaseTombstoneLife = 9 * time.Second
+
+// resendTold reports whether code, the reply of a retried release whose
+// first send (at first) may have run without its reply, is the script's
+// own verdict: a loss, not the trace of that first run (see
+// resendTellingRelease).
+func (l *lease) resendTold(code int64, first time.Time) bool {
+	_, tells := l.proto.(resendTellingRelease)
+	return tells && code == codeGone && time.Since(first) < releaseTombstoneLife
 }
 
 // releaseOnce is releaseOnce for the lease: a script protocol's release

@@ -126,6 +126,11 @@ func (s semaphore) Release(k protocol.Keys, token string) protocol.Call {
 	return s.release(k, token, "0")
 }
 
+// releaseTellsResend: semaphore_release.lua answers 1 to a second run of a
+// release that gave the permits back (its tombstone), 0 only when the
+// permits were gone before (see resendTellingRelease).
+func (semaphore) releaseTellsResend() {}
+
 // Leave takes a waiter out of the queue, giving back permits handed to it
 // too late.
 func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {
