@@ -356,7 +356,10 @@ func TestSlowRenewHookLosesNothing(t *testing.T) {
 		calls.Add(1)
 		time.Sleep(5 * time.Millisecond)
 	}}})
-	locks := holdMany(t, c, key(t), n, dlock.WithTTL(600*time.Millisecond))
+	// TTL 1.2 s: renewals every 400 ms leave room for a race-detector
+	// build on a loaded 2-core machine, while a hook on the renewal path
+	// (2,000 reports of 5 ms each per interval) would still lose them all.
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(1200*time.Millisecond))
 	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if lost := c.Stats().Lost; lost != 0 {
 			t.Fatalf("%d of %d locks lost with a slow Renew hook (%d hook calls)", lost, n, calls.Load())
@@ -393,7 +396,7 @@ func TestBlockedRenewHookDropsReports(t *testing.T) {
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock()
-	holdMany(t, c, key(t), n, dlock.WithTTL(600*time.Millisecond))
+	holdMany(t, c, key(t), n, dlock.WithTTL(1200*time.Millisecond)) // see TestSlowRenewHookLosesNothing
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Stats().RenewReportsDropped == 0 {
 		if time.Now().After(deadline) {
