@@ -56,3 +56,8 @@ func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
 	return protocol.Call{Script: holdsReleaseScript, Keys: []string{k.Lock, k.Queue, h.set(k)},
 		Args: []any{token, k.Wake, h.pickup.Milliseconds(), mode, h.group}}
 }
+
+// releaseTellsResend: its release script answers 1 to a second run of a
+// release that ran (q_released), so a retry's other replies are losses
+// (see resendTellingRelease).
+func (holdSet) releaseTellsResend() {}

@@ -530,9 +530,11 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 // lost, and the caller retried) from a release that found the hold gone:
 // the first run leaves a tombstone of the token (q_released in
 // internal/lualib/queue.lua), and a run that finds the hold gone but the
-// tombstone there answers codeOK. Their codeGone is then a loss even on a
-// retry: the hold was gone before any release of it ran (taken by an
-// operator's ForceRelease, which leaves no tombstone, or expired).
+// tombstone there answers codeOK. Their codeGone or codeOther is then a
+// loss even on a retry: the hold was gone before any release of it ran
+// (taken by an operator's ForceRelease, which leaves no tombstone, or
+// expired and taken since). multi_release.lua does not tell: a waiter's
+// leave there leaves the same tombstone whatever the keys held.
 type resendTellingRelease interface {
 	releaseTellsResend()
 }
@@ -548,7 +550,7 @@ const releaseTombstoneLife = 9 * time.Second
 // resendTellingRelease).
 func (l *lease) resendTold(code int64, first time.Time) bool {
 	_, tells := l.proto.(resendTellingRelease)
-	return tells && code == codeGone && time.Since(first) < releaseTombstoneLife
+	return tells && (code == codeGone || code == codeOther) && time.Since(first) < releaseTombstoneLife
 }
 
 // releaseOnce is releaseOnce for the lease: a script protocol's release

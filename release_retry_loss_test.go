@@ -54,3 +54,66 @@ func TestRetriedSemaphoreUnlockAfterLostReply(t *testing.T) {
 		})
 	}
 }
+
+// The same for the exclusive, read and reentrant locks: a retried
+// Unlock after a lost release reply reports the loss when an operator's
+// ForceRelease took the hold before any release ran (and another owner
+// took the key since), and answers released when the first release ran.
+func TestRetriedUnlockAfterLostReplyTells(t *testing.T) {
+	kinds := []struct {
+		name   string
+		script string
+		lock   func(c *dlock.Client, k string) (*dlock.Lock, error)
+	}{
+		{"lock", "release", func(c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.TryLock(t.Context(), k, dlock.WithTTL(time.Minute))
+		}},
+		{"read lock", "holds_release", func(c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.RWLock(k).TryRLock(t.Context(), dlock.WithTTL(time.Minute))
+		}},
+		{"reentrant", "holds_release", func(c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Reentrant(k).Lock(t.Context(), "owner", dlock.WithTTL(time.Minute))
+		}},
+	}
+	for _, kind := range kinds {
+		for _, forced := range []bool{true, false} {
+			name := kind.name + "/released"
+			if forced {
+				name = kind.name + "/force-released first"
+			}
+			t.Run(name, func(t *testing.T) {
+				var lost atomic.Int32
+				a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+				admin, _ := newClient(t, dlock.Options{})
+				k := key(t)
+				lk, err := kind.lock(a, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if forced {
+					if ok, err := admin.ForceRelease(t.Context(), k); !ok || err != nil {
+						t.Fatalf("ForceRelease = %v, %v", ok, err)
+					}
+					if _, err := admin.TryLock(t.Context(), k); err != nil {
+						t.Fatalf("another owner's TryLock after ForceRelease: %v", err)
+					}
+				}
+				inj.Add(faultcmd.Rule{Name: "lost release reply", Action: faultcmd.DropReply,
+					Match: faultcmd.Match{Script: kind.script}})
+				if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrUnavailable) {
+					t.Fatalf("first Unlock = %v, want ErrUnavailable", err)
+				}
+				err = lk.Unlock(t.Context())
+				if forced {
+					if !errors.Is(err, dlock.ErrLost) || lost.Load() != 1 {
+						t.Fatalf("retried Unlock = %v, Lost hook calls %d: want the loss (ForceRelease took the hold before the release ran)", err, lost.Load())
+					}
+					return
+				}
+				if err != nil || !errors.Is(lk.Err(), dlock.ErrReleased) || lost.Load() != 0 {
+					t.Fatalf("retried Unlock = %v, Err = %v, Lost hook calls %d: want nil, ErrReleased and none", err, lk.Err(), lost.Load())
+				}
+			})
+		}
+	}
+}

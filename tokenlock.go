@@ -148,3 +148,8 @@ func (t tokenLock) release(ctx context.Context, rdb redis.UniversalClient, k pro
 func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
 	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "1"}}
 }
+
+// releaseTellsResend: its release script answers 1 to a second run of a
+// release that ran (q_released), so a retry's other replies are losses
+// (see resendTellingRelease).
+func (tokenLock) releaseTellsResend() {}
