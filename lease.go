@@ -89,6 +89,13 @@ type lease struct {
 	// retried Unlock, or Close, sends it again, and a reply that finds the
 	// lock was lost before it turns the end into that loss.
 	ending bool
+	// unsent: the lease ended as released (endForRelease) and no release
+	// of it may have run yet: the caller let go, and its release waits
+	// for opMu (a renewal in flight holds it). The deadline passing
+	// meanwhile clears ending, but the release must still be sent: the
+	// renewal may have moved the lease out on the server (see
+	// releaseLocked).
+	unsent bool
 	// lossUnlocked (guarded by opMu): an Unlock has returned the loss, and
 	// the Release hook reported it; repeated Unlocks of a lost lock return
 	// the loss again without reporting another release.
@@ -151,7 +158,9 @@ func (l *lease) onDeadline() (lost func()) {
 		if l.ending {
 			// A release began and no reply confirmed it: it ran, or the key
 			// expired by its TTL by now. Either way the hold ended because
-			// the caller released it, not by a loss.
+			// the caller released it, not by a loss. (A release still
+			// waiting for opMu behind a renewal is sent all the same:
+			// unsent.)
 			l.ending = false
 			l.c.stats.released.Add(1)
 		}
@@ -468,11 +477,11 @@ func (l *lease) release(ctx context.Context) error {
 // reports the call.
 func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, err error) {
 	l.mu.Lock()
-	state, lerr, tried, triedAt, value, ending := l.state, l.err, l.releaseTried, l.releaseSent, l.value, l.ending
+	state, lerr, tried, triedAt, value, ending, unsent := l.state, l.err, l.releaseTried, l.releaseSent, l.value, l.ending, l.unsent
 	l.mu.Unlock()
 	switch {
-	case state == stateReleased && !ending:
-		return nil, false, nil // confirmed, or its deadline passed
+	case state == stateReleased && !ending && !unsent:
+		return nil, false, nil // confirmed, or its deadline passed after a release was sent
 	case state == stateLost:
 		// A lease lost to an unreachable Redis may still be ours there (a
 		// renewal could have landed without its reply), and a multi-key
@@ -491,6 +500,11 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 	code, err := l.releaseOnce(ctx, value)
 	if err == nil && code == codeOther && l.swapAlt() {
 		code, err = l.releaseOnce(ctx, l.token())
+	}
+	if err == nil || ambiguous(err) {
+		l.mu.Lock()
+		l.unsent = false // it ran, or may have
+		l.mu.Unlock()
 	}
 	switch {
 	case err != nil:
@@ -616,7 +630,7 @@ func (l *lease) endForRelease() {
 	if l.state != stateHeld {
 		return
 	}
-	l.state, l.err, l.ending = stateReleased, ErrReleased, true
+	l.state, l.err, l.ending, l.unsent = stateReleased, ErrReleased, true, true
 	l.c.stats.held.Add(-1)
 	if l.done != nil {
 		close(l.done)
