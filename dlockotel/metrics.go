@@ -29,7 +29,7 @@ const (
 type instruments struct {
 	acquire, wait, hold metric.Float64Histogram
 	lostC, renewals     metric.Int64Counter
-	handoffs, afterWait metric.Int64Counter
+	afterWait           metric.Int64Counter
 	releases            metric.Int64Counter
 
 	// Measurement options of each attribute value, indexed like
@@ -63,8 +63,6 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 	in.renewals = counter("dlock.renewals", "{renewal}", "Lock renewal attempts, by result.")
 	in.afterWait = counter("dlock.acquired_after_wait", "{lock}",
 		"Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).")
-	in.handoffs = counter("dlock.handoffs", "{lock}",
-		"Deprecated: dlock.acquired_after_wait under its first name. FIFO hand-offs are dlock.handoffs_received.")
 	in.releases = counter("dlock.releases", "{lock}", "Locks released by Unlock (not lost).")
 
 	var observed []metric.Observable
@@ -128,7 +126,6 @@ func (in *instruments) acquired(ctx context.Context, i dlock.AcquireInfo, o dloc
 		in.wait.Record(ctx, secs)
 		if i.Err == nil {
 			in.afterWait.Add(ctx, 1)
-			in.handoffs.Add(ctx, 1)
 		}
 	}
 }

@@ -76,8 +76,8 @@ func TestMetrics(t *testing.T) {
 	if got := sum(m, "dlock.acquired_after_wait"); got != 1 {
 		t.Errorf("acquired after wait %d, want 1", got)
 	}
-	if got := sum(m, "dlock.handoffs"); got != 1 {
-		t.Errorf("handoffs (deprecated) %d, want 1", got)
+	if _, ok := m["dlock.handoffs"]; ok {
+		t.Error("dlock.handoffs is exported; it was dropped for dlock.acquired_after_wait")
 	}
 	// The waiter was queued (FIFO, the default): the release handed it
 	// the key.
@@ -109,7 +109,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("acquire histogram bounds: %v", h.DataPoints)
 	}
 	for _, name := range []string{"dlock.lost", "dlock.releases", "dlock.watchdog.behind", "dlock.renew_reports.dropped", "dlock.pubsub.redials",
-		"dlock.acquired_after_wait", "dlock.handoffs", "dlock.handoffs_received"} {
+		"dlock.acquired_after_wait", "dlock.handoffs_received"} {
 		if s, ok := m[name].(metricdata.Sum[int64]); !ok || !s.IsMonotonic {
 			t.Errorf("%s is not a monotonic sum: %#v", name, m[name])
 		}

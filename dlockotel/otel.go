@@ -62,7 +62,6 @@
 //	dlock.lost                   counter, {lock}     dlock.lost.reason
 //	dlock.renewals               counter, {renewal}  dlock.renewal.result (ok|error|lost)
 //	dlock.acquired_after_wait    counter, {lock}     Lock calls that waited, then acquired
-//	dlock.handoffs               counter, {lock}     deprecated: the same count
 //	dlock.releases               counter, {lock}     locks released by Unlock (not lost)
 //	dlock.held                   up-down counter (observed), {lock}: locks held by tracked Clients
 //	dlock.waiting                up-down counter (observed), {call}: Lock calls waiting in tracked Clients
@@ -79,9 +78,7 @@
 // dlock.acquired_after_wait counts the Lock calls that found the key held,
 // waited, and acquired it, however the key came free: a FIFO hand-off, a
 // release a barging waiter won, or the holder's TTL running out.
-// dlock.handoffs is the same count under its first name, kept so
-// dashboards built on it go on working; it is deprecated (the name
-// promised FIFO hand-offs only). dlock.handoffs_received counts the FIFO
+// dlock.handoffs_received counts the FIFO
 // hand-offs themselves (Stats.Handoffs): the times a queued waiter was
 // woken to take the lock a release handed it, counted when it wakes, so a
 // waiter that comes too late to confirm its hand-off and receives another

@@ -32,7 +32,6 @@
 //	dlock_lost_total                   counter    reason  locks lost while held
 //	dlock_renewals_total               counter    result  renewal attempts (watchdog and Extend)
 //	dlock_acquired_after_wait_total    counter            Lock calls that waited, then acquired
-//	dlock_handoffs_total               counter            deprecated: the same count
 //	dlock_releases_total               counter            locks released by Unlock
 //	dlock_held                         gauge              locks held now
 //	dlock_waiting                      gauge              Lock calls waiting now
@@ -62,10 +61,7 @@
 // dlock_acquired_after_wait_total counts the Lock calls that found the key
 // held, waited, and acquired it, however the key came free: a FIFO
 // hand-off, a release a barging waiter won, or the holder's TTL running
-// out. dlock_handoffs_total is the same count under its first name, kept
-// so dashboards and alerts built on it go on working; it is deprecated
-// (the name promised FIFO hand-offs only). Use
-// dlock_acquired_after_wait_total in new queries.
+// out.
 //
 // dlock_handoffs_received_total (Stats.Handoffs) counts the FIFO hand-offs
 // themselves: the times a queued waiter of a tracked Client was woken to
@@ -178,7 +174,6 @@ type Collector struct {
 	hold      *prometheus.HistogramVec
 	lost      *prometheus.CounterVec
 	renewals  *prometheus.CounterVec
-	handoffs  *prometheus.CounterVec
 	afterWait *prometheus.CounterVec
 	releases  *prometheus.CounterVec
 
@@ -193,7 +188,6 @@ type Collector struct {
 	renewBy   [len(renewalResults)]prometheus.Counter
 	waitObs   prometheus.Observer
 	holdObs   prometheus.Observer
-	handoffC  prometheus.Counter
 	waitedC   prometheus.Counter
 	releaseC  prometheus.Counter
 
@@ -259,11 +253,6 @@ func NewCollector(opts Opts) *Collector {
 			Help:        "Lock renewal attempts, by result (ok, error, lost).",
 			ConstLabels: opts.ConstLabels,
 		}, labels("result")),
-		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        "dlock_handoffs_total",
-			Help:        "Deprecated: dlock_acquired_after_wait_total under its first name. FIFO hand-offs are dlock_handoffs_received_total.",
-			ConstLabels: opts.ConstLabels,
-		}, labels()),
 		afterWait: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "dlock_acquired_after_wait_total",
 			Help:        "Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).",
@@ -302,7 +291,6 @@ func NewCollector(opts Opts) *Collector {
 		}
 		c.waitObs = c.wait.WithLabelValues()
 		c.holdObs = c.hold.WithLabelValues()
-		c.handoffC = c.handoffs.WithLabelValues()
 		c.waitedC = c.afterWait.WithLabelValues()
 		c.releaseC = c.releases.WithLabelValues()
 	}
@@ -349,7 +337,6 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.hold.Describe(ch)
 	c.lost.Describe(ch)
 	c.renewals.Describe(ch)
-	c.handoffs.Describe(ch)
 	c.afterWait.Describe(ch)
 	c.releases.Describe(ch)
 	ch <- c.heldDesc
@@ -367,7 +354,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.hold.Collect(ch)
 	c.lost.Collect(ch)
 	c.renewals.Collect(ch)
-	c.handoffs.Collect(ch)
 	c.afterWait.Collect(ch)
 	c.releases.Collect(ch)
 
@@ -404,7 +390,6 @@ func (c *Collector) onAcquire(_ context.Context, i dlock.AcquireInfo) {
 			c.waitObs.Observe(secs)
 			if i.Err == nil {
 				c.waitedC.Inc()
-				c.handoffC.Inc()
 			}
 		}
 		return
@@ -415,7 +400,6 @@ func (c *Collector) onAcquire(_ context.Context, i dlock.AcquireInfo) {
 		observe(c.wait, secs, k)
 		if i.Err == nil {
 			inc(c.afterWait, k)
-			inc(c.handoffs, k)
 		}
 	}
 }

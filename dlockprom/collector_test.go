@@ -127,9 +127,6 @@ func TestZeroValues(t *testing.T) {
 # HELP dlock_acquired_after_wait_total Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).
 # TYPE dlock_acquired_after_wait_total counter
 dlock_acquired_after_wait_total 0
-# HELP dlock_handoffs_total Deprecated: dlock_acquired_after_wait_total under its first name. FIFO hand-offs are dlock_handoffs_received_total.
-# TYPE dlock_handoffs_total counter
-dlock_handoffs_total 0
 # HELP dlock_handoffs_received_total FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).
 # TYPE dlock_handoffs_received_total counter
 dlock_handoffs_received_total 0
@@ -163,7 +160,7 @@ dlock_waiting 0
 dlock_watchdog_behind_total 0
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
-		"dlock_handoffs_total", "dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting",
+		"dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting",
 		"dlock_releases_total", "dlock_watchdog_behind_total", "dlock_renew_reports_dropped_total", "dlock_pubsub_redials_total",
 		"dlock_acquired_after_wait_total", "dlock_handoffs_received_total"); err != nil {
 		t.Error(err)
@@ -268,8 +265,8 @@ func TestAcquireResults(t *testing.T) {
 	if got := s.value("dlock_acquired_after_wait_total"); got != 1 {
 		t.Errorf("acquired after wait = %v, want 1", got)
 	}
-	if got := s.value("dlock_handoffs_total"); got != 1 {
-		t.Errorf("handoffs (deprecated) = %v, want 1", got)
+	if _, ok := s["dlock_handoffs_total"]; ok {
+		t.Error("dlock_handoffs_total is exported; it was dropped for dlock_acquired_after_wait_total")
 	}
 	// The waiter was queued (FIFO, the default): the release handed it
 	// the key.

@@ -72,7 +72,6 @@ func writeMetrics(w io.Writer, s dlock.Stats, afterWait uint64, lk *dlock.Lock) 
 		`{result="acquired"}`+n(s.Acquired), `{result="not_acquired"}`+n(s.NotAcquired), `{result="error"}`+n(s.Errors))
 	metric("dlock_waits_total", "counter", "Lock calls that had to wait.", n(s.Waits))
 	metric("dlock_acquired_after_wait_total", "counter", "Lock calls that found the key held, waited, and acquired it (by a hand-off, a release or an expiry).", n(afterWait))
-	metric("dlock_handoffs_total", "counter", "Deprecated: dlock_acquired_after_wait_total under its first name. FIFO hand-offs are dlock_handoffs_received_total.", n(afterWait))
 	metric("dlock_handoffs_received_total", "counter", "FIFO hand-offs received by queued Lock calls (Stats.Handoffs).", n(s.Handoffs))
 	metric("dlock_renewals_total", "counter", "Renewals by result.",
 		`{result="ok"}`+n(s.Renewals), `{result="error"}`+n(s.RenewalFailures))
