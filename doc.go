@@ -17,7 +17,9 @@
 // Every lock is a *Lock: a watchdog renews it while held, Done and Err
 // signal its loss with the cause, Deadline says how long it is surely
 // valid, and Fence is a fencing token that increases with every grant of
-// the key, to give to the resource the lock protects.
+// the key, to give to the resource the lock protects. Inside Do,
+// [LockFrom] returns the lock from the function's context; Election.Run
+// passes its leader callback the [Leadership], whose Term is the fence.
 //
 // # Kinds of lock
 //

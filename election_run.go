@@ -9,12 +9,15 @@ import (
 // RunConfig is what Election.Run calls, in the style of Kubernetes
 // client-go's leader election callbacks. Only OnStartedLeading is required.
 type RunConfig struct {
-	// OnStartedLeading runs when this candidate is elected, with a context
-	// cancelled when the leadership is lost (context.Cause: the loss error)
-	// or Run's ctx ends. It must return soon after its context is
+	// OnStartedLeading runs when this candidate is elected, with the
+	// leadership (its Term is the fence for the resources the leader
+	// writes, its Lock().Token the owner: see package fenced) and a
+	// context cancelled when the leadership is lost (context.Cause: the
+	// loss error) or Run's ctx ends; LockFrom(ctx) returns the
+	// leadership's lock. It must return soon after its context is
 	// cancelled: Run waits for it before it resigns, so two leaders of one
 	// process never overlap. Returning ends the leadership (a resignation).
-	OnStartedLeading func(ctx context.Context)
+	OnStartedLeading func(ctx context.Context, l *Leadership)
 	// OnStoppedLeading, if set, runs after each leadership ended (after
 	// OnStartedLeading returned and the lock was given back).
 	OnStoppedLeading func()
@@ -74,9 +77,9 @@ func (e *Election) Run(ctx context.Context, value string, cfg RunConfig) error {
 
 // lead runs fn while l leads, then resigns. It returns nil, or the loss
 // error if the leadership was lost.
-func (e *Election) lead(ctx context.Context, l *Leadership, fn func(context.Context)) error {
+func (e *Election) lead(ctx context.Context, l *Leadership, fn func(context.Context, *Leadership)) error {
 	lctx, stop := watchLoss(ctx, l.lk)
-	fn(lctx)
+	fn(context.WithValue(lctx, lockCtxKey{}, l.lk), l)
 	stop()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.opts.ReleaseTimeout)
 	defer cancel()

@@ -354,7 +354,7 @@ func TestElectionRunCallbacks(t *testing.T) {
 	started := make(chan struct{})
 	var cause error
 	err := e.Run(ctx, "me", dlock.RunConfig{
-		OnStartedLeading: func(lctx context.Context) {
+		OnStartedLeading: func(lctx context.Context, _ *dlock.Leadership) {
 			add("started")
 			close(started)
 			// Someone deletes the key: the watchdog's renewal finds it

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 )
 
 func ExampleClient_Election() {
@@ -126,19 +127,22 @@ func ExampleLeadership_Proclaim() {
 func ExampleElection_Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, _, done := exampleClient()
+	c, rdb, done := exampleClient()
 	defer done()
 	e, _ := c.Election("example:run", dlock.ElectionOptions{})
 	err := e.Run(ctx, "worker-1", dlock.RunConfig{
-		OnStartedLeading: func(ctx context.Context) {
-			// ctx is cancelled if the leadership is lost: stop then.
-			fmt.Println("leading")
+		OnStartedLeading: func(ctx context.Context, l *dlock.Leadership) {
+			// ctx is cancelled if the leadership is lost: stop then. Write
+			// with the term as the fence: a deposed leader's late write is
+			// refused (fenced.ErrStale) once a later leader has written.
+			err := fenced.Set(ctx, rdb, "example:schedule", l.Term(), l.Lock().Token(), "plan of worker-1")
+			fmt.Println("leading; fenced write:", err)
 		}, // returning resigns
 		OnStoppedLeading: func() { fmt.Println("stopped leading") },
 	})
 	fmt.Println("Run:", err)
 	// Output:
-	// leading
+	// leading; fenced write: <nil>
 	// stopped leading
 	// Run: <nil>
 }

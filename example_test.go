@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -110,6 +111,26 @@ func ExampleClient_Do() {
 	fmt.Println(err)
 	// Output:
 	// <nil>
+}
+
+// ExampleLockFrom makes a fenced write from inside Do: the function's
+// context carries the lock, whose fence and token the resource checks, so
+// a holder paused past its lease is refused (fenced.ErrStale) instead of
+// overwriting a later holder's write.
+func ExampleLockFrom() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	locks, _ := dlock.New(rdb, dlock.Options{})
+	defer locks.Close()
+
+	err := locks.Do(ctx, "example:invoice-lock", func(ctx context.Context) error {
+		lock, _ := dlock.LockFrom(ctx)
+		return fenced.Set(ctx, rdb, "example:invoice", lock.Fence(), lock.Token(), "sent")
+	})
+	fmt.Println(err, rdb.Get(ctx, "example:invoice").Val())
+	// Output:
+	// <nil> sent
 }
 
 func ExampleLock_Done() {

@@ -507,9 +507,10 @@ func (k *Lock) Unlock(ctx context.Context) error {
 }
 
 // Do runs fn while holding key. fn's context is cancelled when the lock is
-// lost, with context.Cause set to the loss error, so fn can stop in time.
-// The lock is released when fn returns. Do returns the acquire error, or
-// fn's error joined with any loss or release error.
+// lost, with context.Cause set to the loss error, so fn can stop in time,
+// and it carries the lock: LockFrom(ctx) returns it, for its Fence and
+// Token (a fenced write). The lock is released when fn returns. Do returns
+// the acquire error, or fn's error joined with any loss or release error.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...LockOption) error {
 	lk, err := c.Lock(ctx, key, opts...)
 	if err != nil {
@@ -521,11 +522,29 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 // run runs fn under lk (see Do) and releases lk.
 func (c *Client) run(ctx context.Context, lk *Lock, fn func(ctx context.Context) error) error {
 	fctx, stop := watchLoss(ctx, lk)
+	fctx = context.WithValue(fctx, lockCtxKey{}, lk)
 	ferr := fn(fctx)
 	stop()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
 	defer rcancel()
 	return errors.Join(ferr, lk.Unlock(rctx))
+}
+
+// lockCtxKey is the context key of the lock Do gives its function.
+type lockCtxKey struct{}
+
+// LockFrom returns the lock that ctx carries: the lock held for the
+// function of Client.Do or Client.DoMulti, or the leadership's lock in
+// Election.Run's OnStartedLeading (see Leadership.Lock), when ctx is that
+// function's context or derived from it. Use its Fence and Token for
+// fenced writes (package fenced). ok is false if ctx carries no lock; the
+// innermost Do's lock wins when they nest.
+func LockFrom(ctx context.Context) (lk *Lock, ok bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	lk, ok = ctx.Value(lockCtxKey{}).(*Lock)
+	return lk, ok && lk != nil
 }
 
 // watchLoss returns a context derived from ctx that is cancelled, with
