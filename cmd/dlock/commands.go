@@ -19,8 +19,7 @@ type command struct {
 	usage string
 	run   func(a *app, args []string) int
 	// hidden commands are not listed in `dlock help`: the subcommands this
-	// program runs itself as (the guard of `run`, the demo's workers), and
-	// version.
+	// program runs itself as (the guard of `run`, the demo's workers).
 	hidden bool
 }
 
@@ -50,7 +49,7 @@ func init() {
 			usage: usageBench, run: (*app).cmdBench},
 		{name: "help", summary: "help on a command", synopsis: "dlock help run",
 			run: (*app).cmdHelp},
-		{name: "version", hidden: true, run: (*app).cmdVersion},
+		{name: "version", summary: "print dlock's version", usage: usageVersion, run: (*app).cmdVersion},
 		{name: guardCommand, hidden: true, run: (*app).cmdGuard},
 		{name: workerCommand, hidden: true, run: (*app).cmdWorker},
 	}

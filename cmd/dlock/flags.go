@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"regexp"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -155,14 +154,6 @@ func stringFlags(fs *flag.FlagSet, p *string, names ...string) {
 	for _, n := range names {
 		fs.StringVar(p, n, *p, "")
 	}
-}
-
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok || bi.Main.Version == "" {
-		return "(devel)"
-	}
-	return bi.Main.Version
 }
 
 // flagGiven reports whether the flag name was set on the command line.

@@ -10,6 +10,7 @@
 //	dlock release KEY (--token T | --force)
 //	dlock demo [flashsale | ids | ratelimit]
 //	dlock bench
+//	dlock version
 //
 // Run `dlock help` or see README.md for flags, URL forms and exit codes.
 package main
@@ -20,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 )
 
 // Exit codes. `dlock run` passes the command's own status through; these
@@ -101,6 +101,7 @@ type app struct {
 	tls            tlsOpts
 	showToken      bool // --show-token: status and list print whole tokens
 	allowEviction  bool // --allow-eviction: lock on a Redis that may evict keys
+	version        bool // --version before the command: `dlock version`
 	redact         *redactor
 	sys            sysEnv
 }
@@ -157,6 +158,7 @@ func (a *app) usageErr(cmd, format string, args ...any) int {
 func (a *app) main(args []string) int {
 	fs := newFlagSet("dlock")
 	a.globalFlags(fs)
+	boolFlags(fs, &a.version, "version")
 	if err := fs.Parse(args); err != nil {
 		if isHelp(err) {
 			fmt.Fprint(a.stdout, usageMain())
@@ -165,6 +167,9 @@ func (a *app) main(args []string) int {
 		return a.usageErr("", "%v", err)
 	}
 	args = fs.Args()
+	if a.version {
+		return a.cmdVersion(args)
+	}
 	if len(args) == 0 {
 		fmt.Fprint(a.stderr, usageMain())
 		return exitUsage
@@ -195,13 +200,4 @@ func (a *app) helpFor(name string) int {
 		fmt.Fprint(a.stdout, c.usage)
 	}
 	return exitOK
-}
-
-func (a *app) cmdVersion([]string) int {
-	fmt.Fprintln(a.stdout, "dlock", version())
-	return exitOK
-}
-
-func version() string {
-	return strings.TrimSpace(buildVersion())
 }
