@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -19,7 +20,7 @@ import (
 type Client struct {
 	rdb  redis.UniversalClient
 	opts Options
-	ring bool // rdb is a *redis.Ring: no shared pub/sub (see notifier)
+	ring bool // rdb is a *redis.Ring: no shared pub/sub (see internal/notify)
 	// splitSlots makes multi-key locks group keys by slot even on one
 	// server, as on a Cluster (tests of the cross-slot path).
 	splitSlots bool
@@ -29,7 +30,7 @@ type Client struct {
 	// interface is an allocation, which every acquire would pay otherwise.
 	tokenLocks [modeBarge + 1]protocol.Protocol
 	wd         *watchdog
-	notify     *notifier
+	notify     *notify.Notifier
 	feeds      feeds // election observers' shared reads
 	stats      counters
 	evict      evictCheck    // the masters' eviction policy (see evictionGate)
@@ -75,7 +76,20 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.hookp.Store(&h)
 	c.pipe = pipelineFor(rdb)
 	c.wd = newWatchdog(c)
-	c.notify = newNotifier(c)
+	c.notify = notify.New(notify.Config{
+		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
+		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: isToken,
+		Refused: func(err error) error {
+			if pe := permissionOf(err); pe != nil {
+				return pe
+			}
+			return nil // not a typed nil
+		},
+		Redialed: func() {
+			c.stats.pubsubRedials.Add(1)
+			c.evict.stale()
+		},
+	})
 	for m := range c.tokenLocks {
 		c.tokenLocks[m] = c.newTokenLock(acquireMode(m))
 	}
@@ -144,7 +158,7 @@ func (c *Client) Close() error {
 		close(c.wd.stop)
 		<-c.wd.done
 		c.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitAside below
-		c.notify.close()
+		c.notify.Close()
 		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
 		defer cancel()
 		// Every lease still held, also one whose Unlock failed (ended,

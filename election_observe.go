@@ -191,17 +191,17 @@ func (f *feed) run() {
 		}
 		cancel()
 	}()
-	w, err := c.notify.watch(ctx, f.e.channel)
+	w, err := c.notify.Watch(ctx, f.e.channel)
 	if err != nil {
 		return // the Client is closed
 	}
-	defer c.notify.unsubscribe(w)
+	defer c.notify.Unsubscribe(w)
 	t := time.NewTimer(0)
 	defer t.Stop()
 	failing := false // the last read failed: warned once for this outage
 	for {
 		select {
-		case <-w.wake:
+		case <-w.Wake:
 		case <-t.C:
 		case <-ctx.Done():
 			return

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -87,7 +88,7 @@ const RenewBatch = batchSize
 
 // OwnSubscribed reports whether c's hand-off channel has been subscribed
 // (from then on a Lock's first attempt joins the queue).
-func OwnSubscribed(c *Client) bool { return c.notify.ownSubscribed() }
+func OwnSubscribed(c *Client) bool { return c.notify.OwnSubscribed() }
 
 // PipelineWriters is how many calls c's Redis client has in flight before
 // further calls wait to be batched.
@@ -115,13 +116,11 @@ func WatchdogWakes(c *Client) int64 { return c.wd.wakes.Load() }
 // every every (0: none) while c has waiters, due back within within. Call
 // it before c waits.
 func SetPubSubProbe(c *Client, every, within time.Duration) {
-	c.notify.mu.Lock()
-	defer c.notify.mu.Unlock()
-	c.notify.probeEvery, c.notify.probeWithin = every, within
+	c.notify.SetProbe(every, within)
 }
 
 // ProbePrefix starts every payload of a pub/sub liveness probe.
-const ProbePrefix = probePrefix
+const ProbePrefix = notify.ProbePrefix
 
 // SemaphoreAttempt makes one attempt for token to take n permits of the
 // semaphore key of limit, as the engine sends it: mode is "try", "q1" (a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -129,7 +130,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 	var err error
 	if wait {
 		var try protocol.Protocol
-		if a.queued && !c.notify.ownSubscribed() {
+		if a.queued && !c.notify.OwnSubscribed() {
 			try, _ = c.modal(base, modeTry)
 		}
 		waited, err = c.wait(ctx, a, first, try)
@@ -165,7 +166,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 type waitCall struct {
 	// waiter is how the call is woken: by a hand-off or release message
 	// (the notifier), by its retry time (the watchdog), or by Close.
-	waiter
+	notify.Waiter
 	c     *Client
 	keys  protocol.Keys
 	ttl   time.Duration
@@ -293,7 +294,7 @@ func (a *waitCall) abandon(p protocol.Protocol, v string) {
 	a.withdrawIn(p, v)
 	old := a.token
 	a.token = newToken()
-	a.c.notify.retoken(old, a.token)
+	a.c.notify.Retoken(old, a.token)
 }
 
 // withdraw withdraws a queued waiter that gives up (and passes on a

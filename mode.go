@@ -91,7 +91,7 @@ func withMode(p queued, m queueMode) protocol.Protocol {
 
 // queueMode returns the queue settings of this Client for mode.
 func (c *Client) queueMode(mode acquireMode) queueMode {
-	return queueMode{mode: mode, channel: c.notify.own, lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
+	return queueMode{mode: mode, channel: c.notify.Own(), lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
 }
 
 // modal returns proto set up for acquire mode m, and whether its waiters

@@ -240,7 +240,7 @@ func (wd *watchdog) sleep(a *waitCall, d time.Duration) {
 	wd.mu.Lock()
 	if wd.waitEnd {
 		wd.mu.Unlock()
-		a.signal()
+		a.Signal()
 		return
 	}
 	at := wd.now() + int64(d)
@@ -272,7 +272,7 @@ func (wd *watchdog) wakeAllWaits() {
 	defer wd.mu.Unlock()
 	wd.waitEnd = true
 	for wd.waitQ.len() > 0 {
-		wd.waitQ.pop().signal()
+		wd.waitQ.pop().Signal()
 	}
 }
 
@@ -496,7 +496,7 @@ func (wd *watchdog) take() (expired, due []*lease, next int64) {
 	// batch of them per call (Lock and Unlock get wd.mu in between, and
 	// the loop comes back at once for the rest).
 	for n := 0; n < popsPerHold && wd.waitQ.len() > 0 && wd.waitQ.topAt() <= now; n++ {
-		wd.waitQ.pop().signal()
+		wd.waitQ.pop().Signal()
 	}
 	for wd.deadQ.len() > 0 && wd.deadQ.topAt() <= now {
 		if e := &wd.deadQ.top().wd; e.dAt > now {
