@@ -90,7 +90,9 @@ type Options struct {
 	// returns ErrReplicaAck instead of a lock a failover could lose; a
 	// renewal counts as failed (the deadline does not move, and the lock is
 	// lost at it unless a later renewal is acknowledged). Renewals then take
-	// one round trip per lock instead of pipelined batches. It narrows the
+	// one round trip per lock instead of pipelined batches. On a Cluster,
+	// a MOVED or ASK reply (a failover, a slot migration) is followed to
+	// the slot's new node within the call's context. It narrows the
 	// failover window; it does not close it (WAIT is not consensus).
 	// Not for Ring. Default: 0, no waiting.
 	MinReplicas int
