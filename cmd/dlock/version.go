@@ -6,7 +6,8 @@ import (
 )
 
 // dlockVersion is the version of this release of dlock, the library and
-// the command (the repository's tag is v0.1.0).
+// the command (the repository's tag is v0.1.0); CHANGELOG.md's newest
+// release heading names it (TestVersionInChangelog).
 const dlockVersion = "0.1.0"
 
 const usageVersion = `Usage:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"regexp"
 	"runtime"
 	"testing"
@@ -29,5 +30,22 @@ func TestVersion(t *testing.T) {
 		r := inProcess(args...)
 		expectCode(t, r, 2)
 		expectStderr(t, r, "Run 'dlock help version' for usage.")
+	}
+}
+
+// TestVersionInChangelog: the newest release CHANGELOG.md describes is
+// the one `dlock version` prints.
+func TestVersionInChangelog(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^## ([0-9]+\.[0-9]+\.[0-9]+)\b`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("CHANGELOG.md has no release heading (## MAJOR.MINOR.PATCH ...)")
+	}
+	if got := string(m[1]); got != dlockVersion {
+		t.Errorf("CHANGELOG.md's newest release is %s, dlock version says %s", got, dlockVersion)
 	}
 }
