@@ -106,7 +106,7 @@ func PendingCalls(c *Client) int {
 func SleepingWaiters(c *Client) int {
 	c.wd.mu.Lock()
 	defer c.wd.mu.Unlock()
-	return c.wd.waitQ.len()
+	return c.wd.waitQ.Len()
 }
 
 // WatchdogWakes is how many times c's watchdog loop has woken.

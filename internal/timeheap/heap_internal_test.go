@@ -1,4 +1,4 @@
-package dlock
+package timeheap
 
 import (
 	"math/rand/v2"
@@ -12,10 +12,10 @@ type heapTestItem struct {
 
 // checkHeap fails t unless h is a heap of exactly the items of want, each
 // item's slot leading to its entry and back.
-func checkHeap(t *testing.T, h *timeHeap[*heapTestItem], want map[*heapTestItem]bool) {
+func checkHeap(t *testing.T, h *Heap[*heapTestItem], want map[*heapTestItem]bool) {
 	t.Helper()
-	if h.len() != len(want) {
-		t.Fatalf("heap holds %d items, want %d", h.len(), len(want))
+	if h.Len() != len(want) {
+		t.Fatalf("heap holds %d items, want %d", h.Len(), len(want))
 	}
 	for i, it := range h.ls {
 		if p := (i - 1) / heapArity; i > 0 && h.ls[p].at > it.at {
@@ -26,6 +26,16 @@ func checkHeap(t *testing.T, h *timeHeap[*heapTestItem], want map[*heapTestItem]
 			t.Fatalf("entry %d: slot %d, item %+v, pos %d", i, it.id, x, h.pos[it.id])
 		}
 	}
+	n := 0
+	for x := range h.All() {
+		if !want[x] {
+			t.Fatalf("All yields %+v, not in the heap", x)
+		}
+		n++
+	}
+	if n != len(want) {
+		t.Fatalf("All yields %d items, want %d", n, len(want))
+	}
 }
 
 // The renewal, deadline and retry heaps keep their order and every item's
@@ -33,7 +43,8 @@ func checkHeap(t *testing.T, h *timeHeap[*heapTestItem], want map[*heapTestItem]
 // compaction after a mass removal.
 func TestTimeHeap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	h := &timeHeap[*heapTestItem]{ref: func(x *heapTestItem) *int32 { return &x.slot }}
+	hv := New(func(x *heapTestItem) *int32 { return &x.slot })
+	h := &hv
 	in := map[*heapTestItem]bool{}
 	var items []*heapTestItem
 	pick := func() *heapTestItem {
@@ -54,21 +65,21 @@ func TestTimeHeap(t *testing.T) {
 			x := &heapTestItem{at: r.Int64N(1000), slot: -1}
 			items = append(items, x)
 			in[x] = true
-			top := h.push(x.at, x)
-			if top != (h.topAt() == x.at && h.top() == x) {
+			top := h.Push(x.at, x)
+			if top != (h.TopAt() == x.at && h.Top() == x) {
 				t.Fatalf("push reported top %v", top)
 			}
 		}
 		checkHeap(t, h, in)
 		r.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
 		for n := range 2900 {
-			if h.len() == 0 {
+			if h.Len() == 0 {
 				break
 			}
 			switch n % 4 {
 			case 0:
-				min := h.topAt()
-				x := h.pop()
+				min := h.TopAt()
+				x := h.Pop()
 				if x.at != min || x.slot != -1 || !in[x] {
 					t.Fatalf("pop: %+v, want the earliest (%d), out of the heap", x, min)
 				}
@@ -80,20 +91,20 @@ func TestTimeHeap(t *testing.T) {
 				delete(in, x)
 			case 1:
 				x := pick()
-				if h.remove(x.slot) != x || x.slot != -1 {
+				if h.Remove(x.slot) != x || x.slot != -1 {
 					t.Fatalf("remove took another item")
 				}
 				delete(in, x)
 			case 2:
 				x := pick()
 				x.at = r.Int64N(1000)
-				if top := h.fix(x.slot, x.at); top != (h.top() == x) {
+				if top := h.Fix(x.slot, x.at); top != (h.Top() == x) {
 					t.Fatalf("fix reported top %v", top)
 				}
 			case 3:
-				x := h.top()
+				x := h.Top()
 				x.at += r.Int64N(500)
-				h.fixTop(x.at)
+				h.FixTop(x.at)
 			}
 			if n%97 == 0 {
 				checkHeap(t, h, in)
@@ -101,11 +112,11 @@ func TestTimeHeap(t *testing.T) {
 		}
 		checkHeap(t, h, in)
 	}
-	for h.len() > 10 {
-		delete(in, h.pop())
+	for h.Len() > 10 {
+		delete(in, h.Pop())
 	}
 	checkHeap(t, h, in)
 	if cap(h.ls) > 1024 || len(h.xs) > 1024 {
-		t.Errorf("heap of %d keeps room for %d entries and %d slots after removals", h.len(), cap(h.ls), len(h.xs))
+		t.Errorf("heap of %d keeps room for %d entries and %d slots after removals", h.Len(), cap(h.ls), len(h.xs))
 	}
 }
