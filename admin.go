@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -419,7 +420,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 // hands (its command delayed past its caller's timeout) leaves the new
 // holder alone.
 func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
-	code, err := runScript(ctx, c.rdb, protocol.Call{Script: releaseScript, Keys: []string{ks.Lock, ks.Queue},
+	code, err := runScript(ctx, c.rdb, protocol.Call{Script: scripts.Release, Keys: []string{ks.Lock, ks.Queue},
 		Args: []any{v, ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
 	switch {
 	case err != nil:

@@ -2,12 +2,11 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,16 +26,7 @@ import (
 // they push the fence counter out), and the reply names only the locks not
 // extended. Arguments are most of what such a call costs Redis (each
 // becomes a Lua string), and reply elements what it costs the client.
-var (
-	//go:embed scripts/extend_many.lua
-	extendManySrc string
-	//go:embed scripts/release_many.lua
-	releaseManySrc string
-
-	extendManyBody    = lualib.Build(extendManySrc)
-	extendManyScript  = redis.NewScript(extendManyBody)
-	releaseManyScript = libScript(releaseManySrc)
-)
+var extendManyBody = scripts.Body(scripts.ExtendMany)
 
 // bulkMax caps the locks of one bulk call. Redis runs a script without
 // interruption: at a few microseconds per lock, a call of bulkMax keeps
@@ -58,8 +48,8 @@ var errBulkReply = errors.New("dlock: unexpected reply from a bulk script")
 // it in runCalls, or nil. Such a call's first three arguments are the bulk
 // script's triple for its lock, and its two keys the pair.
 func bulkOf(c protocol.Call) *redis.Script {
-	if c.Script == releaseScript && len(c.Keys) == 2 && len(c.Args) == 4 && c.Args[3] == "0" {
-		return releaseManyScript
+	if c.Script == scripts.Release && len(c.Keys) == 2 && len(c.Args) == 4 && c.Args[3] == "0" {
+		return scripts.ReleaseMany
 	}
 	return nil
 }
@@ -85,7 +75,7 @@ func arg(boxed any, s string) any {
 // asBulkRenewal returns c as a bulk renewal if extend_many can serve it: a
 // single-key extend.lua call.
 func asBulkRenewal(c protocol.Call) (bulkRenewal, bool) {
-	if c.Script != extendScript || len(c.Keys) != 2 || len(c.Args) != 3 {
+	if c.Script != scripts.Extend || len(c.Keys) != 2 || len(c.Args) != 3 {
 		return bulkRenewal{}, false
 	}
 	token, ok1 := c.Args[0].(string)
@@ -142,21 +132,21 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 		group(groupKey{s: s, at: c.groupOf(call.Keys[0])}, i)
 	}
 	for i, r := range renewals {
-		group(groupKey{s: extendManyScript, at: c.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
+		group(groupKey{s: scripts.ExtendMany, at: c.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
 	}
 	for n, k := range order {
 		ids := plain[n]
 		if k.at != "" {
 			ids = groups[k]
 		}
-		if k.s == releaseManyScript && len(ids) == 1 {
+		if k.s == scripts.ReleaseMany && len(ids) == 1 {
 			sent, owners, kind = append(sent, calls[ids[0]]), append(owners, ids), append(kind, 0)
 			continue
 		}
 		for len(ids) > 0 {
 			part := ids[:min(len(ids), bulkMax)]
 			ids = ids[len(part):]
-			if k.s == extendManyScript {
+			if k.s == scripts.ExtendMany {
 				if raw == nil {
 					raw = make([]rawCall, len(sent), len(sent)+(len(renewals)+bulkMax-1)/bulkMax)
 				}
@@ -211,7 +201,7 @@ func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) rawCall 
 		nk *= 2
 	}
 	args := make([]any, 0, 3+nk+2+len(part))
-	args = append(args, "evalsha", extendManyScript.Hash(), nk)
+	args = append(args, "evalsha", scripts.ExtendMany.Hash(), nk)
 	for _, i := range part {
 		args = append(args, arg(renewals[i].lockArg, renewals[i].lock))
 	}

@@ -2,11 +2,11 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/keyrules"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/stripes"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -63,15 +63,6 @@ func validStripes(name string, n int) error {
 }
 
 func init() { keyrules.ValidStripes = validStripes }
-
-var (
-	//go:embed scripts/counter_add.lua
-	counterAddSrc    string
-	counterAddScript = libScript(counterAddSrc)
-	//go:embed scripts/counter_set.lua
-	counterSetSrc    string
-	counterSetScript = libScript(counterSetSrc)
-)
 
 // Replies of counter_add.lua and counter_set.lua besides codeOK and
 // codeWrongType.
@@ -145,7 +136,7 @@ func (s *Counter) setSegments(ctx context.Context, lk *Lock, total int64) ([][]i
 		if i < total%n {
 			v++
 		}
-		calls[i] = protocol.Call{Script: counterSetScript,
+		calls[i] = protocol.Call{Script: scripts.CounterSet,
 			Keys: []string{s.segs.Stripe(int(i)), s.countKey(int(i)), s.segsKey(int(i))},
 			Args: []any{lk.Token(), v, segs}}
 	}

@@ -2,10 +2,10 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"strconv"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -13,12 +13,6 @@ import (
 // A Counter's segment count is recorded beside each of its segments (in
 // the segment's slot, so every script that writes a segment checks it in
 // the same run). It is written once, by record, and never changed.
-
-var (
-	//go:embed scripts/counter_segments.lua
-	counterSegmentsSrc    string
-	counterSegmentsScript = libScript(counterSegmentsSrc)
-)
 
 // record records the counter's segment count beside every segment that has
 // none, after checkShape. Segment 0's comes first, alone: of two callers
@@ -48,7 +42,7 @@ func (s *Counter) record(ctx context.Context) error {
 
 // recordCall is counter_segments.lua for segment i.
 func (s *Counter) recordCall(i int) protocol.Call {
-	return protocol.Call{Script: counterSegmentsScript, Keys: []string{s.segsKey(i)},
+	return protocol.Call{Script: scripts.CounterSegments, Keys: []string{s.segsKey(i)},
 		Args: []any{strconv.Itoa(s.segs.Len())}}
 }
 

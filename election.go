@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -27,15 +27,6 @@ import (
 //	                  and per Proclaim), newest first; lives
 //	                  2*TTL + 10s after the last leader's last refresh
 //	P:{N}:elected     pub/sub channel: "<term>:<rev>" at each change
-
-var (
-	//go:embed scripts/elect_publish.lua
-	electPublishSrc    string
-	electPublishScript = libScript(electPublishSrc)
-	//go:embed scripts/elect_read.lua
-	electReadSrc    string
-	electReadScript = libScript(electReadSrc)
-)
 
 // MaxLeaderValue is the longest value a leader may publish, in bytes.
 const MaxLeaderValue = 64 << 10
@@ -322,7 +313,7 @@ func (l *Leadership) unlock() {
 // A "not the holder" reply ends the lease as lost. Callers hold l.mu.
 func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 	e := l.e
-	call := protocol.Call{Script: electPublishScript, Keys: []string{e.keys.Lock, e.history}, Args: []any{
+	call := protocol.Call{Script: scripts.ElectPublish, Keys: []string{e.keys.Lock, e.history}, Args: []any{
 		l.lk.Token(), strconv.FormatUint(l.lk.Fence(), 10), strconv.FormatUint(l.rev, 10), l.value,
 		e.keep().Milliseconds(), e.channel, historyLen}}
 	sent := time.Now()
@@ -415,7 +406,7 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 // read returns the newest n records of the history, newest first, and
 // whether the first is the leader's now.
 func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, bool, error) {
-	call := protocol.Call{Script: electReadScript, Keys: []string{e.keys.Lock, e.history}, Args: []any{n}}
+	call := protocol.Call{Script: scripts.ElectRead, Keys: []string{e.keys.Lock, e.history}, Args: []any{n}}
 	at := time.Now()
 	res, err := runScript(ctx, e.c.rdb, call).Slice()
 	if err != nil {

@@ -1,9 +1,9 @@
 package dlock
 
 import (
-	_ "embed"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -18,16 +18,6 @@ import (
 // releasing the last handle frees the key or hands it to the first queued
 // waiter (holds_release.lua), exactly like a token lock's release.
 
-var (
-	//go:embed scripts/holds_extend.lua
-	holdsExtendSrc string
-	//go:embed scripts/holds_release.lua
-	holdsReleaseSrc string
-
-	holdsExtendScript  = libScript(holdsExtendSrc)
-	holdsReleaseScript = libScript(holdsReleaseSrc)
-)
-
 // holdSet is the part of the reentrant and shared protocols they share:
 // renewing and releasing one handle. Acquiring differs (the protocols
 // embedding it define Acquire).
@@ -40,7 +30,7 @@ type holdSet struct {
 func (h holdSet) set(k protocol.Keys) string { return auxOf(k, h.suffix) }
 
 func (h holdSet) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
-	return protocol.Call{Script: holdsExtendScript, Keys: []string{k.Lock, h.set(k), k.Fence},
+	return protocol.Call{Script: scripts.HoldsExtend, Keys: []string{k.Lock, h.set(k), k.Fence},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), h.group}}, token
 }
 
@@ -53,7 +43,7 @@ func (h holdSet) Release(k protocol.Keys, token string) protocol.Call {
 func (h holdSet) Leave(k protocol.Keys, token string) protocol.Call { return h.release(k, token, "1") }
 
 func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
-	return protocol.Call{Script: holdsReleaseScript, Keys: []string{k.Lock, k.Queue, h.set(k)},
+	return protocol.Call{Script: scripts.HoldsRelease, Keys: []string{k.Lock, k.Queue, h.set(k)},
 		Args: []any{token, k.Wake, h.pickup.Milliseconds(), mode, h.group}}
 }
 

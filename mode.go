@@ -10,7 +10,7 @@ import (
 // acquireMode is how one acquire attempt of a protocol whose waiters queue
 // in Redis (internal/lualib/queue.lua) treats the key's wait queue. The engine
 // picks it per attempt (see Client.obtain); the acquire scripts read it as
-// their mode argument (see scripts/acquire.lua).
+// their mode argument (see internal/scripts/acquire.lua).
 type acquireMode uint8
 
 const (

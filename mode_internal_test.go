@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -13,9 +14,10 @@ import (
 // documents, and no two modes name the same.
 func TestAcquireModeArgs(t *testing.T) {
 	seen := map[string]acquireMode{}
+	acquire, _ := scripts.Of(scripts.Acquire)
 	for _, m := range []acquireMode{modeTry, modeJoin, modeQueued, modeBarge} {
 		arg := m.String()
-		if !strings.Contains(acquireSrc, "'"+arg+"'") {
+		if !strings.Contains(acquire.Src, "'"+arg+"'") {
 			t.Errorf("mode %d: acquire.lua does not know %q", m, arg)
 		}
 		if prev, ok := seen[arg]; ok {
@@ -91,7 +93,7 @@ func TestTokenLockBoxedArgs(t *testing.T) {
 				}
 				for _, ttl := range []time.Duration{10 * time.Second, 5 * time.Second} {
 					got := fmt.Sprint(p.acquireRaw(ks, "tok", ttl).args)
-					if want := commandOf(acquireScript.Hash(), p.acquireCall(ks, "tok", ttl)); got != want {
+					if want := commandOf(scripts.Acquire.Hash(), p.acquireCall(ks, "tok", ttl)); got != want {
 						t.Errorf("built for %v, sent as %+v, TTL %v: acquire sends %q, want %q", built, q, ttl, got, want)
 					}
 				}

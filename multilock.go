@@ -3,12 +3,12 @@ package dlock
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -125,16 +125,6 @@ func (c *Client) groupOf(key string) string {
 	return ""
 }
 
-var (
-	//go:embed scripts/multi_acquire.lua
-	multiAcquireSrc string
-	//go:embed scripts/multi_release.lua
-	multiReleaseSrc string
-
-	multiAcquireScript = libScript(multiAcquireSrc)
-	multiReleaseScript = libScript(multiReleaseSrc)
-)
-
 // multiLock is the protocol of a multi-key lock whose keys share a slot:
 // each key a token lock holding the same token, taken, renewed (extend.lua
 // over all pairs) and released by one script each.
@@ -155,7 +145,7 @@ func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, t
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
-	res, err := runScript(ctx, rdb, protocol.Call{Script: multiAcquireScript, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
+	res, err := runScript(ctx, rdb, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
 		m.mode.String(), m.channel, m.lease.Milliseconds()}}).Int64Slice()
 	g := grant{Grant: protocol.Grant{Value: token}}
 	switch {
@@ -200,7 +190,7 @@ func (m multiLock) Renew(_ protocol.Keys, token string, ttl time.Duration) (prot
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence)
 	}
-	return protocol.Call{Script: extendScript, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+	return protocol.Call{Script: scripts.Extend, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
 }
 
 // Release releases every key holding token and leaves every key's queue,
@@ -220,7 +210,7 @@ func (m multiLock) release(token, mode string) protocol.Call {
 		names = append(names, k.Lock, k.Queue)
 		args = append(args, k.Wake)
 	}
-	return protocol.Call{Script: multiReleaseScript, Keys: names, Args: append(args, mode)}
+	return protocol.Call{Script: scripts.MultiRelease, Keys: names, Args: append(args, mode)}
 }
 
 // multiSlots is the protocol of a multi-key lock over several slots: one

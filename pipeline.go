@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -120,13 +121,13 @@ func pointerKey(rdb any) bool {
 }
 
 // runScript executes c on rdb: EVALSHA, then EVAL on NOSCRIPT. A call of
-// one of this package's scripts on the Redis client of an open Client goes
-// through that Redis client's pipeline, batched with the concurrent calls
-// of other goroutines when its writers are busy; ctx still bounds the wait
-// for the reply. Other scripts (package redlock's, package legacy's, a
+// one of this package's scripts (those of internal/scripts) on the Redis
+// client of an open Client goes through that Redis client's pipeline,
+// batched with the concurrent calls of other goroutines when its writers
+// are busy; ctx still bounds the wait for the reply. Other scripts (package redlock's, package legacy's, a
 // user's Protocol's) run by themselves (Call.Run), as their code expects.
 func runScript(ctx context.Context, rdb redis.Scripter, c protocol.Call) *redis.Cmd {
-	if ownScripts[c.Script] {
+	if scripts.Owns(c.Script) {
 		if p := pipelineOf(rdb); p != nil {
 			return p.run(ctx, c, rawCall{})
 		}

@@ -2,10 +2,10 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -111,12 +111,6 @@ func ownerFromContext(ctx context.Context) (string, bool) {
 	return o, ok && o != ""
 }
 
-var (
-	//go:embed scripts/reentrant_acquire.lua
-	reentrantAcquireSrc    string
-	reentrantAcquireScript = libScript(reentrantAcquireSrc)
-)
-
 // ReentrantPrefix starts what the lock key of a reentrant hold stores: the
 // prefix, then the owner id. No other kind of lock stores a value with it
 // (tokens have no ':', legacy values are digits, a read phase holds
@@ -141,7 +135,7 @@ type reentrantLock struct {
 }
 
 func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	c := protocol.Call{Script: reentrantAcquireScript, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
+	c := protocol.Call{Script: scripts.ReentrantAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.channel, r.lease.Milliseconds(), r.group}}
 	return grantOf(token, runScript(ctx, rdb, c))
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -91,7 +92,7 @@ func (a ackedTokenLock) runOn(ctx context.Context, node redis.UniversalClient, c
 		})
 	}
 	pipe(false)
-	if isNoScript(cmd.Err()) {
+	if lualib.IsNoScript(cmd.Err()) {
 		pipe(true)
 	}
 	if cmd.Err() != nil {

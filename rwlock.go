@@ -2,9 +2,9 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -101,12 +101,6 @@ func writerKind() LockOption { return func(c *lockConfig) { c.kinds |= kindWrite
 // It is also reserved: it cannot be a Reentrant owner.
 const SharedValue = "dlock:shared"
 
-var (
-	//go:embed scripts/shared_acquire.lua
-	sharedAcquireSrc    string
-	sharedAcquireScript = libScript(sharedAcquireSrc)
-)
-
 // sharedLock is the protocol of RWLock's readers: a shared hold whose group is
 // SharedValue (see holds.go). Writers are plain token locks: acquire.lua
 // finds the key held while readers are in; a writer's release hands the
@@ -117,7 +111,7 @@ type sharedLock struct {
 }
 
 func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	c := protocol.Call{Script: sharedAcquireScript, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
+	c := protocol.Call{Script: scripts.SharedAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(), s.channel + "{r",
 			s.lease.Milliseconds(), s.pickup.Milliseconds(), s.group}}
 	return grantOf(token, runScript(ctx, rdb, c))

@@ -2,48 +2,27 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
-	"strings"
 
 	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
-// Every script is an embedded .lua file whose header states its KEYS, ARGV
-// and replies. Scripts run by EVALSHA; a NOSCRIPT reply (after a restart, a
-// failover or SCRIPT FLUSH) falls back to EVAL, which also reloads it.
-//
-// The Lua functions the scripts share (fencing, the owner check, the FIFO
-// wait queue, leased handle sets, semaphores) live in internal/lualib,
-// which puts in front of each script only the definitions it uses.
+// Every script this package runs is in internal/scripts. Scripts run by
+// EVALSHA; a NOSCRIPT reply (after a restart, a failover or SCRIPT FLUSH)
+// falls back to EVAL, which also reloads it.
 var (
-	//go:embed scripts/acquire.lua
-	acquireSrc string
-	//go:embed scripts/extend.lua
-	extendSrc string
-	//go:embed scripts/release.lua
-	releaseSrc string
-
-	acquireBody   = lualib.Build(acquireSrc)
-	releaseBody   = lualib.Build(releaseSrc)
-	acquireScript = redis.NewScript(acquireBody)
-	extendScript  = libScript(extendSrc)
-	releaseScript = redis.NewScript(releaseBody)
+	// The bodies of acquire.lua and release.lua, for the EVAL that
+	// replaces their raw EVALSHA on NOSCRIPT (see rawCall).
+	acquireBody = scripts.Body(scripts.Acquire)
+	releaseBody = scripts.Body(scripts.Release)
 
 	// The SHA1s of acquire.lua and release.lua as EVALSHA arguments,
 	// boxed once (see tokenLock.acquireRaw).
-	acquireSHA any = acquireScript.Hash()
-	releaseSHA any = releaseScript.Hash()
+	acquireSHA any = scripts.Acquire.Hash()
+	releaseSHA any = scripts.Release.Hash()
 )
-
-// libScript returns the script src with the library definitions it uses in
-// front (see internal/lualib).
-func libScript(src string) *redis.Script { return lualib.Script(src) }
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
 
 // runBatch runs calls in pipelines of at most batchSize (go-redis splits a
 // pipeline per Cluster node or Ring shard), re-running by EVAL any call
@@ -77,7 +56,7 @@ func runRaw(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Cal
 	})
 	var again []int
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if lualib.IsNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
@@ -103,7 +82,7 @@ func runRaw(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Cal
 func (r rawCall) run(ctx context.Context, rdb redis.UniversalClient) *redis.Cmd {
 	cmd := r.cmd(ctx)
 	_ = rdb.Process(ctx, cmd)
-	if isNoScript(cmd.Err()) {
+	if lualib.IsNoScript(cmd.Err()) {
 		r.args[0], r.args[1] = "eval", r.src
 		cmd = r.cmd(ctx)
 		_ = rdb.Process(ctx, cmd)

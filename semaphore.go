@@ -2,10 +2,10 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -81,19 +81,6 @@ func semaphoreKind(limit, n int) LockOption {
 // which are exact integers up to 2^53.
 const MaxSemaphoreLimit = 1 << 50
 
-var (
-	//go:embed scripts/semaphore_acquire.lua
-	semaphoreAcquireSrc string
-	//go:embed scripts/semaphore_extend.lua
-	semaphoreExtendSrc string
-	//go:embed scripts/semaphore_release.lua
-	semaphoreReleaseSrc string
-
-	semaphoreAcquireScript = libScript(semaphoreAcquireSrc)
-	semaphoreExtendScript  = libScript(semaphoreExtendSrc)
-	semaphoreReleaseScript = libScript(semaphoreReleaseSrc)
-)
-
 // semaphore is the protocol of Semaphore: each holder is a member of the
 // key's sorted set, scored with the end of its lease; its permit count is
 // in a hash beside it (internal/lualib/semaphore.lua).
@@ -106,7 +93,7 @@ type semaphore struct {
 const codeAboveLimit = -3
 
 func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	cmd := runScript(ctx, rdb, protocol.Call{Script: semaphoreAcquireScript,
+	cmd := runScript(ctx, rdb, protocol.Call{Script: scripts.SemaphoreAcquire,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
 			fmt.Sprintf("%s{%d", s.channel, s.permits), s.lease.Milliseconds(), s.permits, s.limit,
@@ -118,7 +105,7 @@ func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k pro
 }
 
 func (s semaphore) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
-	return protocol.Call{Script: semaphoreExtendScript, Keys: []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
+	return protocol.Call{Script: scripts.SemaphoreExtend, Keys: []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
 }
 
@@ -138,7 +125,7 @@ func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {
 }
 
 func (s semaphore) release(k protocol.Keys, token, mode string) protocol.Call {
-	return protocol.Call{Script: semaphoreReleaseScript,
+	return protocol.Call{Script: scripts.SemaphoreRelease,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
 		Args: []any{token, k.Wake, s.pickup.Milliseconds(), mode, s.limit}}
 }

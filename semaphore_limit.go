@@ -2,11 +2,11 @@ package dlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -78,7 +78,7 @@ func (s *Semaphore) setLimitOnce(ctx context.Context, k protocol.Keys, limit int
 	case err != nil:
 		return 0, unavailable(err)
 	}
-	n, err := runScript(ctx, c.rdb, protocol.Call{Script: semaphoreLimitScript,
+	n, err := runScript(ctx, c.rdb, protocol.Call{Script: scripts.SemaphoreLimit,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue, ver},
 		Args: []any{limit, c.opts.PickupTimeout.Milliseconds(), v}}).Int64()
 	if err != nil {
@@ -92,10 +92,3 @@ func wrongType(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
-
-var (
-	//go:embed scripts/semaphore_limit.lua
-	semaphoreLimitSrc string
-
-	semaphoreLimitScript = libScript(semaphoreLimitSrc)
-)

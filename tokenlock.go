@@ -5,13 +5,14 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
 // tokenLock is the default Protocol: the key holds a random token with a
 // PX TTL, fenced by a counter in the same slot, with a FIFO wait queue and
-// direct hand-off (see scripts/acquire.lua and scripts/release.lua).
+// direct hand-off (see internal/scripts/acquire.lua and release.lua).
 type tokenLock struct {
 	queueMode
 	// args are the Client's arguments of this protocol, boxed once (see
@@ -49,10 +50,10 @@ func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration)
 	if !t.mode.queued() {
 		// A try or a barge never queues: the script reads no payload and
 		// no lease (each argument costs Redis a string per call).
-		return protocol.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence, k.Queue},
+		return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
 			Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String()}}
 	}
-	return protocol.Call{Script: acquireScript, Keys: []string{k.Lock, k.Fence, k.Queue},
+	return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String(), t.channel, t.lease.Milliseconds()}}
 }
 
@@ -124,12 +125,12 @@ func grantOf(token string, cmd *redis.Cmd) (protocol.Grant, error) {
 var errUnexpectedReply = errors.New("dlock: unexpected reply from the acquire script")
 
 func (tokenLock) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
-	return protocol.Call{Script: extendScript, Keys: []string{k.Lock, k.Fence},
+	return protocol.Call{Script: scripts.Extend, Keys: []string{k.Lock, k.Fence},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
 }
 
 func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
-	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "0"}}
+	return protocol.Call{Script: scripts.Release, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "0"}}
 }
 
 // release runs Release's call, as the arguments of its EVALSHA command
@@ -146,7 +147,7 @@ func (t tokenLock) release(ctx context.Context, rdb redis.UniversalClient, k pro
 // reached it too late; on a holder it releases. The engine calls it when a
 // waiter gives up, and after an acquire whose reply was lost.
 func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
-	return protocol.Call{Script: releaseScript, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "1"}}
+	return protocol.Call{Script: scripts.Release, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "1"}}
 }
 
 // releaseTellsResend: its release script answers 1 to a second run of a

@@ -2,8 +2,8 @@ package protocol
 
 import (
 	"context"
-	"strings"
 
+	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,12 +20,8 @@ type Call struct {
 // restart, a failover or SCRIPT FLUSH), which also loads the script again.
 func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 	cmd := c.Script.EvalSha(ctx, rdb, c.Keys, c.Args...)
-	if isNoScript(cmd.Err()) {
+	if lualib.IsNoScript(cmd.Err()) {
 		cmd = c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
 	}
 	return cmd
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }

@@ -89,6 +89,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/lualib"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/redis/go-redis/v9"
 )
@@ -543,7 +544,7 @@ func (in *Injector) fireLocked(h *Handle) bool {
 
 // dropAfter decides, once c's reply arrived, whether to drop it.
 func (in *Injector) dropAfter(c Command, cmdErr error, random bool) (rule string, drop bool) {
-	if cmdErr != nil && strings.HasPrefix(cmdErr.Error(), "NOSCRIPT") {
+	if lualib.IsNoScript(cmdErr) {
 		return "", false // the script did not run; go-redis's caller sends EVAL next
 	}
 	in.mu.Lock()

@@ -1,5 +1,7 @@
 // Package lualib holds the Lua functions that the Redis scripts of dlock,
-// dlock/legacy and dlock/redlock share, and builds those scripts.
+// dlock/legacy and dlock/redlock share, builds those scripts, and tells a
+// NOSCRIPT reply (IsNoScript). It imports no package of the module, so
+// every package can use it, the lowest layer (internal/scripts) included.
 //
 // Each library file (publish.lua, fence.lua, owner.lua, queue.lua,
 // holds.lua, semaphore.lua, counter.lua) defines top-level local functions
@@ -54,6 +56,14 @@ var defs = sync.OnceValue(func() []def {
 // included) with the library definitions it uses in front (see Build).
 func Script(src string) *redis.Script {
 	return redis.NewScript(Build(src))
+}
+
+// IsNoScript reports whether err is Redis's NOSCRIPT reply to EVALSHA: the
+// server does not have the script (after a restart, a failover or SCRIPT
+// FLUSH), and the caller sends it by EVAL instead, which loads it again.
+// It is the one NOSCRIPT check of the module.
+func IsNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // Build returns src preceded by the library definitions that src uses,
