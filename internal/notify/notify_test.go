@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -285,5 +286,63 @@ func TestRegisterAfterClose(t *testing.T) {
 	}
 	if _, err := n.Watch(ctx, name(t, "wake")); !errors.Is(err, errClosed) {
 		t.Fatalf("Watch after Close: %v", err)
+	}
+}
+
+// dialHook stalls every dial while stall is set, until release is closed
+// or the dial's context ends.
+type dialHook struct {
+	stall   atomic.Bool
+	release chan struct{}
+}
+
+func (h *dialHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.stall.Load() {
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return next(ctx, network, addr)
+	}
+}
+func (h *dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Registering a waiter returns by its context while the pub/sub
+// connection cannot be dialled: the SUBSCRIBE is sent in the background,
+// never by the caller nor under the lock every waiter shares. Queued
+// waiters (the own channel) and listening ones alike.
+func TestRegisterNotHeldUpByDial(t *testing.T) {
+	rdb := srv.NewClient()
+	h := &dialHook{release: make(chan struct{})}
+	h.stall.Store(true)
+	rdb.AddHook(h)
+	n := newNotifier(t, rdb)
+	t.Cleanup(func() { close(h.release) }) // before n closes
+	for _, tc := range []struct {
+		name     string
+		register func(context.Context) error
+	}{
+		{"queued", func(ctx context.Context) error { return n.Queue(ctx, newWaiter(token())) }},
+		{"listening", func(ctx context.Context) error { return n.Subscribe(ctx, newWaiter(name(t, "wake"))) }},
+		{"second listener", func(ctx context.Context) error { return n.Subscribe(ctx, newWaiter(name(t, "wake"))) }},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- tc.register(ctx) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: registering waits for the pub/sub dial", tc.name)
+		}
+		cancel()
 	}
 }
