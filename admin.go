@@ -102,7 +102,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	var used, limit *redis.StringCmd
 	var members, readerTokens, holdTokens *redis.StringSliceCmd
 	exists := make([]*redis.IntCmd, len(aux))
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		pttl = p.PTTL(ctx, key)
@@ -382,7 +382,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	var typ *redis.StatusCmd
 	var members *redis.StringSliceCmd
 	var val *redis.StringCmd
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		members = p.ZRange(ctx, key, 0, -1)
 		val = p.Get(ctx, key)
@@ -482,7 +482,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	var val *redis.StringCmd
 	var holds *redis.IntCmd
 	var member *redis.FloatCmd
-	_, _ = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		member = p.ZScore(ctx, key, token)

@@ -167,6 +167,12 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 		raw = append(raw, make([]rawCall, len(sent)-len(raw))...)
 	}
 	for j, cmd := range runRaw(ctx, c.rdb, sent, raw) {
+		if isRefusal(cmd.Err()) {
+			// Not retried here, in the batch: a refused renewal is
+			// retried by the watchdog, within its lease's deadline, and a
+			// refused release of Close by itself (see sentRelease).
+			c.pipe.refusals.Add(1)
+		}
 		switch kind[j] {
 		case 0:
 			code, err := cmd.Int64()

@@ -124,7 +124,11 @@ func (c *Client) newTokenLock(mode acquireMode) protocol.Protocol {
 func (c *Client) Options() Options { return c.opts }
 
 // Stats returns a snapshot of the Client's counters.
-func (c *Client) Stats() Stats { return c.stats.snapshot() }
+func (c *Client) Stats() Stats {
+	s := c.stats.snapshot()
+	s.Refusals = c.pipe.refusals.Load()
+	return s
+}
 
 // Close stops the watchdog and the pub/sub connection, wakes every waiting
 // Lock call (they return ErrClosed), and releases every lock the Client

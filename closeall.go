@@ -119,6 +119,9 @@ func sentRelease(ctx context.Context, value string) (code int64, err error, ok b
 		return 0, nil, false
 	}
 	r.used = true
+	if isRefusal(r.err) {
+		return 0, nil, false // it did not run: sent again by itself, retried within ctx
+	}
 	return r.code, r.err, true
 }
 

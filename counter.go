@@ -190,7 +190,7 @@ func (s *Counter) Total(ctx context.Context) (int64, error) {
 	n := s.segs.Len()
 	counts := make([]*redis.StringCmd, n+1) // and the count one past the last segment
 	recs := make([]*redis.StringCmd, n)
-	_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := readPipelined(ctx, s.c.rdb, func(p redis.Pipeliner) error {
 		for i := range recs {
 			counts[i] = p.Get(ctx, s.countKey(i))
 			recs[i] = p.Get(ctx, s.segsKey(i))

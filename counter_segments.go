@@ -71,7 +71,7 @@ func (s *Counter) checkShape(ctx context.Context) error {
 	n := s.segs.Len()
 	var first, last, past *redis.IntCmd
 	var rec *redis.StringCmd
-	_, err := s.c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := readPipelined(ctx, s.c.rdb, func(p redis.Pipeliner) error {
 		first = p.Exists(ctx, s.countKey(0))
 		last = p.Exists(ctx, s.countKey(n-1))
 		past = p.Exists(ctx, s.countKey(n))

@@ -341,6 +341,9 @@ func (l *lease) swapAlt() bool {
 // hctx is the Lost hook's context. Callers hold opMu, and report what the
 // hooks are owed (see renewed) once they have let go of it.
 func (l *lease) renewNow(ctx, hctx context.Context, ttl time.Duration) (info RenewInfo, lost func(), err error) {
+	// A refused renewal is retried within the lease's deadline, never
+	// sent for a lease that has ended meanwhile.
+	ctx = withRefusalBound(ctx, l.Deadline())
 	for {
 		l.setRenewing()
 		sent := time.Now()

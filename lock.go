@@ -266,6 +266,9 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload
 	}
 	if ctx.Err() != nil {
+		if isRefusal(err) {
+			return false, 0, &refusedDoneError{ctxErr: ctx.Err(), refusal: err}
+		}
 		return false, 0, ctxDone(ctx)
 	}
 	return false, 0, unavailable(err)

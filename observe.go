@@ -281,11 +281,18 @@ type Stats struct {
 	// called for: it fell so far behind that the reports waiting for it
 	// passed 16,384 (see Hooks.Renew).
 	RenewReportsDropped uint64
-	PubSubRedials       uint64        // pub/sub connections replaced because they missed their liveness probe
-	Released            uint64        // successful Unlocks
-	Held                int64         // locks held now
-	Waiting             int64         // Lock calls waiting now
-	AcquireTime         time.Duration // total time spent in successful Lock/TryLock calls
+	PubSubRedials       uint64 // pub/sub connections replaced because they missed their liveness probe
+	// Refusals counts the script calls and commands a Redis node refused
+	// before running them, during a Cluster topology change (TRYAGAIN,
+	// ASK, MOVED, CLUSTERDOWN, LOADING, MASTERDOWN): each was sent again,
+	// with a jittered back-off, while the caller's context allowed (a
+	// renewal: while its lease's deadline allowed). The count is the Redis
+	// client's: Clients over the same go-redis client share it.
+	Refusals    uint64
+	Released    uint64        // successful Unlocks
+	Held        int64         // locks held now
+	Waiting     int64         // Lock calls waiting now
+	AcquireTime time.Duration // total time spent in successful Lock/TryLock calls
 }
 
 // counters backs Stats; every field is updated atomically.

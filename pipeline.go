@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
@@ -38,6 +39,8 @@ type pipeline struct {
 	active  int       // calls or batches in flight
 	pending []*pended // calls waiting for a writer, oldest first
 	users   int       // Clients using this pipeline (guarded by pipesMu)
+
+	refusals atomic.Uint64 // tries Redis refused (see refusal.go), for Stats
 }
 
 // pended is one call waiting in a pipeline.
@@ -126,22 +129,38 @@ func pointerKey(rdb any) bool {
 // batched with the concurrent calls of other goroutines when its writers
 // are busy; ctx still bounds the wait for the reply. Other scripts (package redlock's, package legacy's, a
 // user's Protocol's) run by themselves (Call.Run), as their code expects.
+//
+// A call Redis refused before running it (a Cluster slot migrating, a
+// failover) is sent again until it runs or ctx's bound (see refusal.go).
 func runScript(ctx context.Context, rdb redis.Scripter, c protocol.Call) *redis.Cmd {
 	if scripts.Owns(c.Script) {
 		if p := pipelineOf(rdb); p != nil {
-			return p.run(ctx, c, rawCall{})
+			cmd := p.run(ctx, c, rawCall{})
+			if cmd.Err() != nil {
+				cmd = retryRefused(ctx, rdb, cmd, func() *redis.Cmd { return p.run(ctx, c, rawCall{}) })
+			}
+			return cmd
 		}
 	}
-	return c.Run(ctx, rdb)
+	cmd := c.Run(ctx, rdb)
+	if cmd.Err() != nil {
+		cmd = retryRefused(ctx, rdb, cmd, func() *redis.Cmd { return c.Run(ctx, rdb) })
+	}
+	return cmd
 }
 
 // runRawScript is runScript for a call of one of this package's scripts
 // built as its EVALSHA arguments (see rawCall).
 func runRawScript(ctx context.Context, rdb redis.UniversalClient, r rawCall) *redis.Cmd {
+	send := func() *redis.Cmd { return r.run(ctx, rdb) }
 	if p := pipelineOf(rdb); p != nil {
-		return p.run(ctx, protocol.Call{}, r)
+		send = func() *redis.Cmd { return p.run(ctx, protocol.Call{}, r) }
 	}
-	return r.run(ctx, rdb)
+	cmd := send()
+	if cmd.Err() != nil {
+		cmd = retryRefused(ctx, rdb, cmd, send)
+	}
+	return cmd
 }
 
 // run sends c (or r, if it has arguments) and returns its reply, or ctx's

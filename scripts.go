@@ -26,9 +26,11 @@ var (
 
 // runBatch runs calls in pipelines of at most batchSize (go-redis splits a
 // pipeline per Cluster node or Ring shard), re-running by EVAL any call
-// that met NOSCRIPT. It returns one Cmd per call, in order.
+// that met NOSCRIPT, and sending again any call Redis refused before
+// running it, until it runs or ctx's bound (see refusal.go). It returns
+// one Cmd per call, in order.
 func runBatch(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Call) []*redis.Cmd {
-	return runRaw(ctx, rdb, calls, nil)
+	return runBatchRetrying(ctx, rdb, calls)
 }
 
 // rawCall is a script call as the arguments of its EVALSHA command
