@@ -17,7 +17,8 @@ func TestLockFrom(t *testing.T) {
 	if lk, ok := dlock.LockFrom(ctx); ok || lk != nil {
 		t.Fatalf("LockFrom(plain ctx) = %v, %v", lk, ok)
 	}
-	if lk, ok := dlock.LockFrom(nil); ok || lk != nil { //nolint:staticcheck // a nil ctx must not panic
+	//lint:ignore SA1012 a nil ctx must not panic
+	if lk, ok := dlock.LockFrom(nil); ok || lk != nil {
 		t.Fatalf("LockFrom(nil) = %v, %v", lk, ok)
 	}
 	k := key(t)
