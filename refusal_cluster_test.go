@@ -1,0 +1,154 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestRefusalSlotMigration moves a lock's slot to another master the way
+// `redis-cli --cluster reshard` does (SETSLOT IMPORTING and MIGRATING,
+// MIGRATE, SETSLOT NODE). Meanwhile an acquire of a new key of the slot is
+// refused (its keys are on neither master: ASK, then TRYAGAIN from the
+// importing one): a Lock with a short ctx fails with its deadline, naming
+// the refusal; a Lock with time left is retried until the slot has moved,
+// then acquires; a lock held through the migration stays held.
+func TestRefusalSlotMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cl := redistest.StartCluster(t, redistest.ClusterConfig{})
+	cc := cl.Client(t)
+	c, err := dlock.New(cc, dlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	k, heldKey := "{refmig}:new", "{refmig}:held"
+	held, err := c.Lock(ctx, heldKey, dlock.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	slot, err := cl.Slot(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := cl.MasterOf(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst *redistest.Server
+	for _, m := range cl.Masters(ctx) {
+		if m != src {
+			dst = m
+			break
+		}
+	}
+	srcC, dstC := src.Client(t), dst.Client(t)
+	srcID, err := srcC.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstID, err := dstC.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	setSlot := func(rc *redis.Client, state, id string) {
+		t.Helper()
+		if err := rc.Do(ctx, "cluster", "setslot", slot, state, id).Err(); err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d %s: %v", slot, state, err)
+		}
+	}
+	setSlot(dstC, "importing", srcID)
+	setSlot(srcC, "migrating", dstID)
+
+	// A short ctx: refused until its deadline.
+	before := c.Stats().Refusals
+	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = c.Lock(sctx, k)
+	cancel()
+	if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) ||
+		!(strings.Contains(err.Error(), "TRYAGAIN") || strings.Contains(err.Error(), "ASK")) {
+		t.Fatalf("Lock with a 500ms ctx on a migrating slot = %v; want its deadline, naming the refusal", err)
+	}
+	if c.Stats().Refusals == before {
+		t.Fatal("no refusal counted")
+	}
+
+	// Time left: retried until the slot has moved.
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	done := make(chan result, 1)
+	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer lcancel()
+	go func() {
+		lk, err := c.Lock(lctx, k)
+		done <- result{lk, err}
+	}()
+	refused := c.Stats().Refusals
+	for deadline := time.Now().Add(20 * time.Second); c.Stats().Refusals < refused+3; {
+		select {
+		case r := <-done:
+			t.Fatalf("Lock returned during the migration: %v, %v", r.lk, r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the Lock was not refused during the migration")
+		}
+	}
+	// Past the held lock's TTL, it is renewed meanwhile.
+	time.Sleep(2500 * time.Millisecond)
+	select {
+	case r := <-done:
+		t.Fatalf("Lock returned during the migration: %v, %v", r.lk, r.err)
+	default:
+	}
+
+	// Finish the migration: move the slot's keys, then the slot.
+	for {
+		keys, err := srcC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", "127.0.0.1", dst.Port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := srcC.Do(ctx, args...).Err(); err != nil {
+			t.Fatalf("MIGRATE: %v", err)
+		}
+	}
+	setSlot(dstC, "node", dstID)
+	setSlot(srcC, "node", dstID)
+	for _, m := range cl.Masters(ctx) {
+		if m != src && m != dst {
+			setSlot(m.Client(t), "node", dstID)
+		}
+	}
+
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Lock with time left, through the migration = %v", r.err)
+	}
+	if err := r.lk.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("a lock held through its slot's migration: %v", err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("refusals counted: %d", c.Stats().Refusals)
+}
