@@ -111,6 +111,11 @@ type LeaderInfo struct {
 	// reached back to the last one delivered: leaders may have come and
 	// gone unseen before it (see Observe).
 	Missed bool
+	// NoLeader is set on an observed event that says nobody leads any
+	// more: the last leader delivered resigned or its lease ran out, and
+	// no candidate holds the election's lock. Its other fields are zero.
+	// It is delivered once per such gap (see Observe).
+	NoLeader bool
 }
 
 // Campaign blocks until this candidate is elected or ctx ends, and returns
@@ -393,36 +398,46 @@ func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
 	if ctx == nil {
 		return LeaderInfo{}, ErrNilContext
 	}
-	recs, live, err := e.read(ctx, 1)
+	recs, st, err := e.read(ctx, 1)
 	if err != nil {
 		return LeaderInfo{}, err
 	}
-	if !live {
+	if st != leaderLive {
 		return LeaderInfo{}, ErrNoLeader
 	}
 	return recs[0], nil
 }
 
+// leaderState is what an election's lock says of its history's head.
+type leaderState int
+
+const (
+	leaderNone    leaderState = iota // the lock is free: nobody leads
+	leaderLive                       // the head record's leader holds the lock
+	leaderPending                    // another token holds the lock (a candidate not yet published)
+)
+
 // read returns the newest n records of the history, newest first, and
-// whether the first is the leader's now.
-func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, bool, error) {
+// whether the first is the leader's now, or nobody holds the lock, or a
+// candidate that has not published yet does.
+func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, leaderState, error) {
 	call := protocol.Call{Script: scripts.ElectRead, Keys: []string{e.keys.Lock, e.history}, Args: []any{n}}
 	at := time.Now()
 	res, err := runScript(ctx, e.c.rdb, call).Slice()
 	if err != nil {
-		return nil, false, unavailable(err)
+		return nil, leaderNone, unavailable(err)
 	}
 	bad := fmt.Errorf("%w: unexpected reply from the election read script: %v", ErrUnavailable, res)
 	if len(res) == 1 && res[0] == int64(codeWrongType) {
-		return nil, false, ErrWrongType
+		return nil, leaderNone, ErrWrongType
 	}
 	if len(res) < 3 || res[0] != int64(codeOK) {
-		return nil, false, bad
+		return nil, leaderNone, bad
 	}
 	now, ok1 := res[1].(int64)
 	live, ok2 := res[2].(int64)
 	if !ok1 || !ok2 {
-		return nil, false, bad
+		return nil, leaderNone, bad
 	}
 	recs := make([]LeaderInfo, 0, len(res)-3)
 	firstOK := false // live speaks of the newest record: only if dlock wrote it
@@ -435,7 +450,13 @@ func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, bool, error) 
 		firstOK = firstOK || i == 0
 		recs = append(recs, li)
 	}
-	return recs, live == 1 && firstOK, nil
+	switch {
+	case live == 0:
+		return recs, leaderNone, nil
+	case live == 1 && firstOK:
+		return recs, leaderLive, nil
+	}
+	return recs, leaderPending, nil
 }
 
 // parseLeaderRecord decodes "<term>:<rev>:<since>:<holder>:<value>".

@@ -26,6 +26,15 @@ import (
 // more than 64 were published while the observer could not read (Redis
 // unreachable), the first one delivered after that has Missed set.
 //
+// When the last leader delivered has stopped leading (it resigned, or its
+// lease ran out) and no candidate holds the election's lock, a LeaderInfo
+// with NoLeader set (and every other field zero) is delivered, once,
+// about PollInterval after the lock is freed at the latest (the poll finds
+// a resignation or an expiry: neither is announced on the channel). A
+// resignation handed straight to a waiting candidate delivers no NoLeader:
+// the next leader follows. An observer that starts while nobody leads
+// delivers nothing until someone does.
+//
 // The channel is closed when ctx ends, the Client is closed, or the
 // election's keys hold values of another type (Leader then returns
 // ErrWrongType): an election that cannot be read never will be. Receive
@@ -43,6 +52,7 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 		defer e.c.feeds.leave(f)
 		var last LeaderInfo // the last record delivered (or seen at the start)
 		started := false
+		leading := false // the last event delivered was a leader, not NoLeader
 		for {
 			snap := f.snapshot()
 			if snap.wrongType {
@@ -54,18 +64,23 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 					started = true
 					if len(snap.recs) > 0 {
 						last = snap.recs[0]
-						if snap.live {
+						if snap.state == leaderLive {
 							batch = snap.recs[:1]
 						}
 					}
 				} else {
 					batch = newer(snap.recs, last)
 				}
+				if snap.state == leaderNone && (leading || len(batch) > 0) {
+					batch = append(batch, LeaderInfo{NoLeader: true})
+				}
 			}
 			for _, li := range batch {
 				select {
 				case out <- li:
-					last = li
+					if leading = !li.NoLeader; leading {
+						last = li
+					}
 				case <-ctx.Done():
 					return
 				}
@@ -128,7 +143,7 @@ type feedSnap struct {
 	read      bool // a read has succeeded
 	wrongType bool // the last read found a key of another type
 	recs      []LeaderInfo
-	live      bool          // recs[0] is the leader now
+	state     leaderState   // what the lock says of recs[0]
 	changed   chan struct{} // closed when a newer snapshot replaces this one
 }
 
@@ -207,7 +222,7 @@ func (f *feed) run() {
 			return
 		}
 		rctx, rcancel := context.WithTimeout(ctx, max(f.key.poll, time.Second))
-		recs, live, err := f.e.read(rctx, historyLen)
+		recs, state, err := f.e.read(rctx, historyLen)
 		rcancel()
 		switch {
 		case err == nil:
@@ -215,7 +230,7 @@ func (f *feed) run() {
 				failing = false
 				c.opts.Logger.Info("dlock: reading an election's leaders works again", "election", f.e.name)
 			}
-			f.publish(feedSnap{read: true, recs: recs, live: live})
+			f.publish(feedSnap{read: true, recs: recs, state: state})
 		case errors.Is(err, ErrWrongType):
 			// Not an outage: the observers end (see Observe).
 			c.opts.Logger.Debug("dlock: an election's keys hold another type", "election", f.e.name)

@@ -22,7 +22,9 @@ type RunConfig struct {
 	// OnStartedLeading returned and the lock was given back).
 	OnStoppedLeading func()
 	// OnNewLeader, if set, is called with every leader observed (this
-	// candidate included), in order, from one goroutine (see Observe).
+	// candidate included), in order, from one goroutine, and with a
+	// LeaderInfo whose NoLeader is set when nobody leads any more (see
+	// Observe).
 	OnNewLeader func(LeaderInfo)
 	// Again makes Run campaign again after a leadership ends, until ctx
 	// ends. Without it Run returns after one leadership.

@@ -69,21 +69,31 @@ func ExampleElection_Observe() {
 	defer cancel()
 	c, _, done := exampleClient()
 	defer done()
-	e, _ := c.Election("example:observe", dlock.ElectionOptions{})
-	// Every leader, in order, with increasing terms; closed when ctx ends.
+	e, _ := c.Election("example:observe", dlock.ElectionOptions{PollInterval: 100 * time.Millisecond})
+	// Every leader, in order, with increasing terms, and NoLeader when
+	// nobody leads any more; closed when ctx ends.
 	leaders := e.Observe(ctx)
+	show := func(li dlock.LeaderInfo) {
+		if li.NoLeader {
+			fmt.Println("no leader")
+			return
+		}
+		fmt.Println("leader:", li.Value)
+	}
 	for _, who := range []string{"first", "second"} {
 		l, err := e.Campaign(ctx, who)
 		if err != nil {
 			panic(err)
 		}
-		li := <-leaders
-		fmt.Println("leader:", li.Value)
+		show(<-leaders)
 		_ = l.Resign(ctx)
+		show(<-leaders) // within about PollInterval
 	}
 	// Output:
 	// leader: first
+	// no leader
 	// leader: second
+	// no leader
 }
 
 func ExampleLeadership_Resign() {

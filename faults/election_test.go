@@ -135,6 +135,9 @@ func electionHistory(t *testing.T, serverFaults bool) {
 		go func() {
 			defer owg.Done()
 			for li := range ch {
+				if li.NoLeader {
+					continue // a gap between leaders: checked in the package's own tests
+				}
 				seen[i] = append(seen[i], li)
 			}
 		}()

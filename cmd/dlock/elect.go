@@ -81,7 +81,10 @@ interrupted (INT or TERM: exit 0). The first line is the current leader, if
 any. A change whose notification was lost is printed at most --poll later
 (default 1s); a leader that came and went meanwhile is still printed, and
 so is each of several values published in between (the election keeps the
-last 64). With --json, one JSON object per line. While Redis cannot be
+last 64). When nobody leads any more (the last leader resigned or its
+lease ran out, and no candidate took over), it prints one line,
+"TIME  no leader", within about --poll. With --json, one JSON object per
+line ("leader": false for no leader). While Redis cannot be
 read, one warning goes to stderr; observing resumes when it can. If NAME's
 keys hold values of another type, it exits 4, as 'dlock leader' does.
 
@@ -287,6 +290,9 @@ type leaderView struct {
 }
 
 func viewOfLeader(name string, li dlock.LeaderInfo) leaderView {
+	if li.NoLeader {
+		return leaderView{Name: name}
+	}
 	return leaderView{Name: name, Leader: true, Value: li.Value, Term: li.Term, Rev: li.Rev,
 		Since: li.Since.UTC(), AgeMS: time.Since(li.Since).Milliseconds(), Missed: li.Missed}
 }
@@ -422,6 +428,10 @@ func (a *app) printObserved(name string, li dlock.LeaderInfo, asJSON bool) {
 	if asJSON {
 		b, _ := json.Marshal(viewOfLeader(name, li))
 		fmt.Fprintln(a.stdout, string(b))
+		return
+	}
+	if li.NoLeader {
+		fmt.Fprintf(a.stdout, "%s  no leader\n", time.Now().Format("15:04:05.000"))
 		return
 	}
 	missed := ""

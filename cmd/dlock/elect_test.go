@@ -122,19 +122,33 @@ func TestElectKillTakeover(t *testing.T) {
 	}
 	b.signal(syscall.SIGTERM)
 	b.wait(30 * time.Second)
-	// observe prints a, then b.
-	time.Sleep(300 * time.Millisecond)
+	// observe prints a, then b, then (b resigned, nobody queued) that
+	// nobody leads. Between a's lease running out and b taking the lock
+	// nobody led either: a "no leader" line may come between a and b.
+	lines := func() []string { return strings.Split(strings.TrimSpace(obs.out()), "\n") }
+	waitFor(t, 20*time.Second, "observe's no-leader line", func() bool {
+		l := lines()
+		return strings.Contains(l[len(l)-1], `"leader":false`)
+	})
 	obs.signal(syscall.SIGINT)
 	r := obs.wait(10 * time.Second)
 	expectCode(t, r, 0)
 	var terms []uint64
-	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+	out := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	for i, line := range out {
 		var v struct {
-			Value string
-			Term  uint64
+			Leader bool
+			Value  string
+			Term   uint64
 		}
 		if err := json.Unmarshal([]byte(line), &v); err != nil {
 			t.Fatalf("observe line %q: %v", line, err)
+		}
+		if !v.Leader {
+			if i == 0 || !strings.Contains(out[i-1], `"leader":true`) || v.Term != 0 {
+				t.Fatalf("observe's no-leader line %d %q:\n%v", i, line, r)
+			}
+			continue
 		}
 		terms = append(terms, v.Term)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -98,8 +97,8 @@ func (r result) String() string {
 type proc struct {
 	t      testing.TB
 	cmd    *exec.Cmd
-	stdout bytes.Buffer
-	stderr bytes.Buffer
+	stdout lockedBuffer // read while it runs by out
+	stderr lockedBuffer
 	start  time.Time
 	done   chan struct{}
 	res    result
@@ -152,6 +151,9 @@ func startProcAttr(t testing.TB, attr *syscall.SysProcAttr, path string, extraEn
 	})
 	return p
 }
+
+// out returns what the process has printed on stdout so far.
+func (p *proc) out() string { return p.stdout.String() }
 
 // wait waits for the process to exit (at most timeout) and returns its result.
 func (p *proc) wait(timeout time.Duration) result {

@@ -7,7 +7,9 @@
 --
 -- Returns {1, now, live, r1, r2, ...}: now = the server's clock in ms;
 --         live = 1 if KEYS[1] holds the token of r1's holder (r1 is the
---         leader now), else 0; r1... the newest records
+--         leader now), 2 if KEYS[1] holds another token (a candidate that
+--         has not published its record yet), 0 if KEYS[1] is not set
+--         (nobody leads); r1... the newest records
 --         {-2}  KEYS[1] or KEYS[2] is of another type
 local cur = redis.pcall('GET', KEYS[1])
 local recs = redis.pcall('LRANGE', KEYS[2], 0, tonumber(ARGV[1]) - 1)
@@ -16,10 +18,13 @@ if is_err(cur) or is_err(recs) then
 end
 local t = redis.call('TIME')
 local out = {1, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), 0}
-if cur and recs[1] then
-  local holder = string.match(recs[1], '^%d+:%d+:%d+:(%x+):')
-  if holder == redis.sha1hex(cur) then
-    out[3] = 1
+if cur then
+  out[3] = 2
+  if recs[1] then
+    local holder = string.match(recs[1], '^%d+:%d+:%d+:(%x+):')
+    if holder == redis.sha1hex(cur) then
+      out[3] = 1
+    end
   end
 end
 for i = 1, #recs do
