@@ -88,6 +88,8 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		"Pub/sub connections of the tracked clients replaced because they missed their liveness probe.")
 	handoffs := observable("dlock.handoffs_received", "{handoff}",
 		"FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).")
+	refusals := observable("dlock.refusals", "{call}",
+		"Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -99,6 +101,7 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		o.ObserveInt64(dropped, int64(v.dropped))
 		o.ObserveInt64(redials, int64(v.redials))
 		o.ObserveInt64(handoffs, int64(v.handoffs))
+		o.ObserveInt64(refusals, int64(v.refusals))
 		return nil
 	}, observed...)
 	if err != nil {

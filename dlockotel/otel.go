@@ -69,6 +69,7 @@
 //	dlock.renew_reports.dropped  counter (observed), {renewal}: renewals the Renew hook missed (Stats.RenewReportsDropped)
 //	dlock.pubsub.redials         counter (observed), {connection}: pub/sub connections replaced (Stats.PubSubRedials)
 //	dlock.handoffs_received      counter (observed), {handoff}: FIFO hand-offs received by queued waiters (Stats.Handoffs)
+//	dlock.refusals               counter (observed), {call}: calls a Redis node refused before running them, sent again (Stats.Refusals)
 //
 // The observed ones are read from the Clients given to [Telemetry.Track]
 // (sums over them); the others are recorded by the Hooks, for every
@@ -84,6 +85,12 @@
 // waiter that comes too late to confirm its hand-off and receives another
 // counts twice, and a dropped or replaced pub/sub connection, which wakes
 // every queued waiter, counts too. With dlock.Options.Barging it stays 0.
+//
+// dlock.refusals (Stats.Refusals) counts the script calls and commands a
+// Redis node refused before running them while a Cluster's topology
+// changed (TRYAGAIN, ASK, MOVED, CLUSTERDOWN, LOADING, MASTERDOWN): each
+// was sent again while its caller's deadline allowed. Clients over the
+// same go-redis client share the count.
 //
 // Through the OpenTelemetry Prometheus exporter these become the names
 // dlockprom uses (dlock_acquire_duration_seconds, dlock_lost_total,
@@ -182,13 +189,14 @@ type Telemetry struct {
 }
 
 // statsCounts are the Stats counters the observable counters report.
-type statsCounts struct{ behind, dropped, redials, handoffs uint64 }
+type statsCounts struct{ behind, dropped, redials, handoffs, refusals uint64 }
 
 func (a *statsCounts) add(s dlock.Stats) {
 	a.behind += s.Behind
 	a.dropped += s.RenewReportsDropped
 	a.redials += s.PubSubRedials
 	a.handoffs += s.Handoffs
+	a.refusals += s.Refusals
 }
 
 // observation is what the observable instruments report: the gauges
@@ -246,8 +254,8 @@ func (t *Telemetry) Hooks() dlock.Hooks {
 
 // Track adds s (normally the *dlock.Client that runs t's Hooks) to the
 // sources the observable instruments read (dlock.held, dlock.waiting and
-// the counters of Stats.Behind, RenewReportsDropped, PubSubRedials and
-// Handoffs); they report the sum over all tracked sources. The returned
+// the counters of Stats.Behind, RenewReportsDropped, PubSubRedials,
+// Handoffs and Refusals); they report the sum over all tracked sources. The returned
 // func stops tracking s; call it when the Client is closed for good if the
 // Telemetry outlives it. The counters keep the counts s had then, so they
 // never go down.

@@ -7,8 +7,8 @@
 //     histograms and counters;
 //   - the Client's [dlock.Client.Stats] snapshot, read at scrape time, for
 //     the dlock_held and dlock_waiting gauges and the counters of
-//     Stats.Behind, RenewReportsDropped, PubSubRedials and Handoffs
-//     ([Collector.Track]).
+//     Stats.Behind, RenewReportsDropped, PubSubRedials, Handoffs and
+//     Refusals ([Collector.Track]).
 //
 // It registers nothing itself: register it on the registry you serve.
 // Install its Hooks on the Client (with AddHooks, or in dlock.Options at
@@ -39,6 +39,7 @@
 //	dlock_renew_reports_dropped_total  counter            renewals the Renew hook missed
 //	dlock_pubsub_redials_total         counter            pub/sub connections replaced
 //	dlock_handoffs_received_total      counter            FIFO hand-offs received by queued waiters
+//	dlock_refusals_total               counter            calls a Redis node refused before running them, sent again
 //
 // The labels name the event's [dlock.Outcome] (dlock.OutcomeOf of its
 // error). result of dlock_acquire_duration_seconds is one of acquired,
@@ -51,10 +52,16 @@
 // Without Opts.KeyLabel, every one of these label values is exported from
 // the first scrape, at 0.
 //
-// The last six are read from the tracked Clients' Stats at scrape time
+// The last seven are read from the tracked Clients' Stats at scrape time
 // (sums over them); the others are fed by the Hooks. A Client no longer
-// tracked keeps adding its last counts to the four Stats-fed counters, so
+// tracked keeps adding its last counts to the five Stats-fed counters, so
 // they never go down.
+//
+// dlock_refusals_total (Stats.Refusals) counts the script calls and
+// commands a Redis node refused before running them while a Cluster's
+// topology changed (TRYAGAIN, ASK, MOVED, CLUSTERDOWN, LOADING,
+// MASTERDOWN): each was sent again while its caller's deadline allowed.
+// Clients over the same go-redis client share the count.
 //
 // # Hand-offs
 //
@@ -179,7 +186,7 @@ type Collector struct {
 
 	heldDesc, waitingDesc                *prometheus.Desc
 	behindDesc, droppedDesc, redialsDesc *prometheus.Desc
-	handoffsRecvDesc                     *prometheus.Desc
+	handoffsRecvDesc, refusalsDesc       *prometheus.Desc
 
 	// Series resolved up front, used when keyLabel is nil; indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -197,13 +204,14 @@ type Collector struct {
 }
 
 // statsCounters are the counters read from Stats.
-type statsCounters struct{ behind, dropped, redials, handoffs uint64 }
+type statsCounters struct{ behind, dropped, redials, handoffs, refusals uint64 }
 
 func (a *statsCounters) add(s dlock.Stats) {
 	a.behind += s.Behind
 	a.dropped += s.RenewReportsDropped
 	a.redials += s.PubSubRedials
 	a.handoffs += s.Handoffs
+	a.refusals += s.Refusals
 }
 
 // NewCollector returns a Collector. Add its Hooks to the Client, Track the
@@ -275,6 +283,8 @@ func NewCollector(opts Opts) *Collector {
 			"Pub/sub connections of the tracked clients replaced because they missed their liveness probe.", nil, opts.ConstLabels),
 		handoffsRecvDesc: prometheus.NewDesc("dlock_handoffs_received_total",
 			"FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).", nil, opts.ConstLabels),
+		refusalsDesc: prometheus.NewDesc("dlock_refusals_total",
+			"Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).", nil, opts.ConstLabels),
 		sources: make(map[*StatsSource]struct{}),
 	}
 	if c.keyLabel == nil {
@@ -310,9 +320,8 @@ func (c *Collector) Hooks() dlock.Hooks {
 
 // Track adds s (normally the *dlock.Client that runs c's Hooks) to the
 // sources of the Stats-fed series (dlock_held, dlock_waiting and the
-// counters of Stats.Behind, RenewReportsDropped, PubSubRedials and
-// Handoffs), which
-// report the sum over all tracked sources. The returned func stops
+// counters of Stats.Behind, RenewReportsDropped, PubSubRedials,
+// Handoffs and Refusals), which report the sum over all tracked sources. The returned func stops
 // tracking s; call it when the Client is closed for good if the Collector
 // outlives it. The counters keep the counts s had then.
 func (c *Collector) Track(s StatsSource) (untrack func()) {
@@ -345,6 +354,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.droppedDesc
 	ch <- c.redialsDesc
 	ch <- c.handoffsRecvDesc
+	ch <- c.refusalsDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -377,6 +387,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.droppedDesc, prometheus.CounterValue, float64(counts.dropped))
 	ch <- prometheus.MustNewConstMetric(c.redialsDesc, prometheus.CounterValue, float64(counts.redials))
 	ch <- prometheus.MustNewConstMetric(c.handoffsRecvDesc, prometheus.CounterValue, float64(counts.handoffs))
+	ch <- prometheus.MustNewConstMetric(c.refusalsDesc, prometheus.CounterValue, float64(counts.refusals))
 }
 
 var _ prometheus.Collector = (*Collector)(nil)

@@ -136,6 +136,9 @@ dlock_held 0
 # HELP dlock_pubsub_redials_total Pub/sub connections of the tracked clients replaced because they missed their liveness probe.
 # TYPE dlock_pubsub_redials_total counter
 dlock_pubsub_redials_total 0
+# HELP dlock_refusals_total Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).
+# TYPE dlock_refusals_total counter
+dlock_refusals_total 0
 # HELP dlock_releases_total Locks released by Unlock (not lost).
 # TYPE dlock_releases_total counter
 dlock_releases_total 0
@@ -162,7 +165,7 @@ dlock_watchdog_behind_total 0
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
 		"dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting",
 		"dlock_releases_total", "dlock_watchdog_behind_total", "dlock_renew_reports_dropped_total", "dlock_pubsub_redials_total",
-		"dlock_acquired_after_wait_total", "dlock_handoffs_received_total"); err != nil {
+		"dlock_acquired_after_wait_total", "dlock_handoffs_received_total", "dlock_refusals_total"); err != nil {
 		t.Error(err)
 	}
 	for name, n := range map[string]int{
@@ -484,27 +487,28 @@ func (f statsFunc) Stats() dlock.Stats { return f() }
 
 func TestTrackSums(t *testing.T) {
 	m := dlockprom.NewCollector(dlockprom.Opts{ConstLabels: prometheus.Labels{"client": "test"}})
-	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000}
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000, Refusals: 7}
 	untrackA := m.Track(statsFunc(func() dlock.Stats { return a }))
 	m.Track(statsFunc(func() dlock.Stats {
-		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000}
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000, Refusals: 5}
 	}))
-	counters := func(s scrape) [4]float64 {
-		return [4]float64{
+	counters := func(s scrape) [5]float64 {
+		return [5]float64{
 			s.value("dlock_watchdog_behind_total", "client", "test"),
 			s.value("dlock_renew_reports_dropped_total", "client", "test"),
 			s.value("dlock_pubsub_redials_total", "client", "test"),
 			s.value("dlock_handoffs_received_total", "client", "test"),
+			s.value("dlock_refusals_total", "client", "test"),
 		}
 	}
 	s := gather(t, m)
 	if h, w := s.value("dlock_held", "client", "test"), s.value("dlock_waiting", "client", "test"); h != 5 || w != 1 {
 		t.Errorf("held, waiting = %v, %v; want 5, 1", h, w)
 	}
-	if got, want := counters(s), [4]float64{3, 30, 300, 3000}; got != want {
-		t.Errorf("behind, dropped, redials, handoffs = %v, want %v", got, want)
+	if got, want := counters(s), [5]float64{3, 30, 300, 3000, 12}; got != want {
+		t.Errorf("behind, dropped, redials, handoffs, refusals = %v, want %v", got, want)
 	}
-	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs = 4, 40, 400, 4000 // counted until untracked
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs, a.Refusals = 4, 40, 400, 4000, 9 // counted until untracked
 	untrackA()
 	untrackA() // idempotent
 	a = dlock.Stats{}
@@ -513,8 +517,8 @@ func TestTrackSums(t *testing.T) {
 		t.Errorf("after untrack: held, waiting = %v, %v; want 3, 0", h, w)
 	}
 	// The counters never go down: an untracked source's counts stay.
-	if got, want := counters(s), [4]float64{6, 60, 600, 6000}; got != want {
-		t.Errorf("after untrack: behind, dropped, redials, handoffs = %v, want %v", got, want)
+	if got, want := counters(s), [5]float64{6, 60, 600, 6000, 14}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials, handoffs, refusals = %v, want %v", got, want)
 	}
 }
 
@@ -557,7 +561,8 @@ func TestStatsCounters(t *testing.T) {
 		return s.value("dlock_watchdog_behind_total") == float64(st.Behind) &&
 			s.value("dlock_renew_reports_dropped_total") == float64(st.RenewReportsDropped) &&
 			s.value("dlock_pubsub_redials_total") == float64(st.PubSubRedials) &&
-			s.value("dlock_handoffs_received_total") == float64(st.Handoffs)
+			s.value("dlock_handoffs_received_total") == float64(st.Handoffs) &&
+			s.value("dlock_refusals_total") == float64(st.Refusals)
 	})
 }
 
