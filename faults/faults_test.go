@@ -515,14 +515,18 @@ func figures(r result) string {
 	return strings.Join(f, "; ")
 }
 
+// redisVersion names the server program the suite ran and its version,
+// e.g. "redis-server 7.0.15" or "valkey-server 8.0.1".
 func redisVersion() string {
-	out, err := exec.Command("redis-server", "--version").Output()
+	bin := redistest.ServerBinary()
+	name := filepath.Base(bin)
+	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
-		return "redis-server ?"
+		return name + " ?"
 	}
 	for _, f := range strings.Fields(string(out)) {
 		if v, ok := strings.CutPrefix(f, "v="); ok {
-			return "redis-server " + v
+			return name + " " + v
 		}
 	}
 	return strings.TrimSpace(string(out))

@@ -14,9 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// cliBinary creates clusters.
-const cliBinary = "redis-cli"
-
 // ClusterConfig describes a Redis Cluster. The zero value is the default:
 // 3 masters, no replicas, cluster-node-timeout 1000, no persistence.
 type ClusterConfig struct {
@@ -63,10 +60,8 @@ type Cluster struct {
 // removes the directories; if the test failed, the log tails are logged.
 func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	t.Helper()
-	for _, bin := range []string{serverBinary, cliBinary} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf(installHint, err)
-		}
+	if err := checkBinaries(true); err != nil {
+		t.Fatalf("%v", err)
 	}
 	c, err := StartClusterMain(cfg)
 	if err != nil {
@@ -90,10 +85,8 @@ func StartClusterMain(cfg ClusterConfig) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, bin := range []string{serverBinary, cliBinary} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf(installHint, err)
-		}
+	if err := checkBinaries(true); err != nil {
+		return nil, err
 	}
 	c := &Cluster{cfg: cfg}
 	defer func() {
@@ -117,9 +110,10 @@ func StartClusterMain(cfg ClusterConfig) (_ *Cluster, err error) {
 		args = append(args, n.Addr())
 	}
 	args = append(args, "--cluster-replicas", strconv.Itoa(cfg.Replicas), "--cluster-yes")
-	cmd := exec.CommandContext(ctx, cliBinary, args...)
+	cli := CLIBinary()
+	cmd := exec.CommandContext(ctx, cli, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("redistest: redis-cli %s: %w\n%s", strings.Join(args, " "), err, out)
+		return nil, fmt.Errorf("redistest: %s %s: %w\n%s", cli, strings.Join(args, " "), err, out)
 	}
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -477,6 +478,7 @@ func (f *fatalTB) Skipf(format string, args ...any) {
 // run after all sequential ones have finished).
 func TestMissingBinaryFails(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
+	t.Setenv(redistest.ServerEnv, "")
 
 	_, err := redistest.StartMain(redistest.Config{})
 	if err == nil || !strings.Contains(err.Error(), "apt-get install -y redis-server") {
@@ -494,4 +496,91 @@ func TestMissingBinaryFails(t *testing.T) {
 	if !strings.Contains(f.msg, "apt-get install -y redis-server") {
 		t.Errorf("Start without redis-server: Fatalf(%q), want install instructions", f.msg)
 	}
+}
+
+// TestServerEnv checks that ServerEnv chooses the program (a server the
+// harness cannot find fails with install instructions naming it) and that
+// a program that is not a server, such as the check-rdb tool Debian's
+// server links point to, fails with ErrNotServer before anything starts.
+// Not parallel: it changes the environment.
+func TestServerEnv(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(redistest.ServerEnv, filepath.Join(dir, "nosuch-server"))
+	if got := redistest.ServerBinary(); got != filepath.Join(dir, "nosuch-server") {
+		t.Errorf("ServerBinary() = %q, want the value of %s", got, redistest.ServerEnv)
+	}
+	_, err := redistest.StartMain(redistest.Config{})
+	if err == nil || !strings.Contains(err.Error(), "nosuch-server not found") {
+		t.Errorf("StartMain with a missing %s: err = %v, want it named as not found", redistest.ServerEnv, err)
+	}
+
+	// A program whose --version does not say "server": what running
+	// valkey-check-rdb (or redis-check-rdb) under its own name prints.
+	fake := filepath.Join(dir, "valkey-check-rdb")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'valkey-check-rdb v=8.0.1 sha=00000000:0'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(redistest.ServerEnv, fake)
+	if _, err := redistest.StartMain(redistest.Config{}); !errors.Is(err, redistest.ErrNotServer) {
+		t.Errorf("StartMain with %s=%s: err = %v, want ErrNotServer", redistest.ServerEnv, fake, err)
+	}
+	f := &fatalTB{T: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		redistest.Start(f, redistest.Config{})
+		t.Errorf("Start with a check-rdb program returned")
+	}()
+	<-done
+	if !strings.Contains(f.msg, redistest.ErrNotServer.Error()) {
+		t.Errorf("Start with a check-rdb program: Fatalf(%q), want ErrNotServer's text", f.msg)
+	}
+}
+
+// TestCLIBinary checks how the cluster's client is chosen: CLIEnv, else
+// the "-cli" beside a ServerEnv program named "*-server", else redis-cli.
+func TestCLIBinary(t *testing.T) {
+	dir := t.TempDir()
+	srv, cli := filepath.Join(dir, "valkey-server"), filepath.Join(dir, "valkey-cli")
+	for _, f := range []string{srv, cli} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ server, cli, want string }{
+		{"", "", "redis-cli"},
+		{srv, "", cli},
+		{srv, "/opt/x/redis-cli", "/opt/x/redis-cli"},
+		{filepath.Join(dir, "other-server"), "", "redis-cli"}, // no other-cli beside it
+		{filepath.Join(dir, "valkey"), "", "redis-cli"},       // not named *-server
+	} {
+		t.Setenv(redistest.ServerEnv, c.server)
+		t.Setenv(redistest.CLIEnv, c.cli)
+		if got := redistest.CLIBinary(); got != c.want {
+			t.Errorf("%s=%q %s=%q: CLIBinary() = %q, want %q", redistest.ServerEnv, c.server, redistest.CLIEnv, c.cli, got, c.want)
+		}
+	}
+}
+
+// TestServerIsTheChosenProgram checks that the server the harness starts
+// runs the program ServerBinary names (INFO server's executable), under
+// that name: Debian's valkey-server is a link, and the program serves
+// only when started as it.
+func TestServerIsTheChosenProgram(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	info, err := s.Client(t).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Base(redistest.ServerBinary())
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "executable:"); ok {
+			if filepath.Base(v) != want {
+				t.Errorf("INFO server executable:%s, want a program named %s", v, want)
+			}
+			return
+		}
+	}
+	t.Errorf("INFO server has no executable field:\n%s", info)
 }

@@ -98,8 +98,8 @@ func (s *sentinelProc) addr() string { return net.JoinHostPort("127.0.0.1", strc
 // failed, the tails of the logs are logged first.
 func StartSentinel(t testing.TB, cfg SentinelConfig) *Sentinel {
 	t.Helper()
-	if _, err := exec.LookPath(serverBinary); err != nil {
-		t.Fatalf(installHint, err)
+	if err := checkBinaries(false); err != nil {
+		t.Fatalf("%v", err)
 	}
 	s, err := StartSentinelMain(cfg)
 	if err != nil {
@@ -214,13 +214,14 @@ func spawnProcess(dir string, port int, args []string) (*process, error) {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	defer stderr.Close()
-	cmd := exec.Command(serverBinary, args...)
+	bin := ServerBinary()
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := startOnSpawnerThread(cmd); err != nil {
-		return nil, fmt.Errorf("redistest: starting %s: %w", serverBinary, err)
+		return nil, fmt.Errorf("redistest: starting %s: %w", bin, err)
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
 	go func() {
@@ -233,7 +234,7 @@ func spawnProcess(dir string, port int, args []string) (*process, error) {
 		if strings.Contains(tail, "Address already in use") {
 			err = fmt.Errorf("%w: %w", errPortInUse, err)
 		}
-		return nil, fmt.Errorf("redistest: redis-server %v on %s (dir %s): %w\n%s", args, addr, dir, err, tail)
+		return nil, fmt.Errorf("redistest: %s %v on %s (dir %s): %w\n%s", bin, args, addr, dir, err, tail)
 	}
 	return p, nil
 }

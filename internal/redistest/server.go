@@ -1,6 +1,8 @@
 // Package redistest is a test harness that runs real redis-server processes
 // (no mocks, no in-memory fakes) on free loopback ports, and an in-process TCP
-// proxy for network fault injection.
+// proxy for network fault injection. The environment variable
+// DLOCK_REDIS_SERVER (ServerEnv) runs another server program instead, such
+// as Valkey's valkey-server (see ServerBinary and CLIBinary).
 //
 // Every server gets its own temporary directory and port, is started in its
 // own process group (so signals sent to the test process, such as Ctrl-C, do
@@ -36,8 +38,6 @@ import (
 )
 
 const (
-	// serverBinary is the executable looked up on PATH.
-	serverBinary = "redis-server"
 	// readyTimeout bounds how long a start waits for PING to be answered.
 	readyTimeout = 10 * time.Second
 	// pollInterval is the delay between two readiness probes.
@@ -49,12 +49,6 @@ const (
 	// logTailLines is how many trailing log lines are quoted in errors.
 	logTailLines = 25
 )
-
-// installHint is the format (one %v: the lookup error) of the failure reported
-// when redis-server is not on PATH.
-const installHint = "redistest: redis-server not found on PATH (%v); " +
-	"these tests need a real Redis server: install it, e.g. `apt-get install -y redis-server` " +
-	"(Debian/Ubuntu) or `brew install redis` (macOS)"
 
 // Config describes how a server is started.
 //
@@ -145,12 +139,13 @@ func (p *process) exited() bool {
 // for it to exit) and removes its directory; if the test failed, the tail of
 // the server log is logged first.
 //
-// If redis-server is not on PATH, Start fails the test with t.Fatalf and a
-// message explaining how to install it; it deliberately does not skip.
+// If the server program (redis-server, or the one DLOCK_REDIS_SERVER names)
+// cannot be found, Start fails the test with t.Fatalf and a message
+// explaining how to install it; it deliberately does not skip.
 func Start(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	if _, err := exec.LookPath(serverBinary); err != nil {
-		t.Fatalf(installHint, err)
+	if err := checkBinaries(false); err != nil {
+		t.Fatalf("%v", err)
 	}
 	s, err := StartMain(cfg)
 	if err != nil {
@@ -159,7 +154,7 @@ func Start(t testing.TB, cfg Config) *Server {
 	t.Cleanup(func() {
 		if t.Failed() {
 			if tail := logTail(s.Dir, nil); tail != "" {
-				t.Logf("redistest: tail of logs of redis-server on %s:\n%s", s.Addr(), tail)
+				t.Logf("redistest: tail of logs of %s on %s:\n%s", ServerBinary(), s.Addr(), tail)
 			}
 		}
 		if err := s.Close(); err != nil {
@@ -173,8 +168,8 @@ func Start(t testing.TB, cfg Config) *Server {
 // it returns the started server or an error (including a missing
 // redis-server binary) and the caller must call [Server.Close].
 func StartMain(cfg Config) (*Server, error) {
-	if _, err := exec.LookPath(serverBinary); err != nil {
-		return nil, fmt.Errorf(installHint, err)
+	if err := checkBinaries(false); err != nil {
+		return nil, err
 	}
 	if _, err := cfg.args(0, ""); err != nil {
 		return nil, err
@@ -251,7 +246,8 @@ func (s *Server) spawn() (*process, error) {
 	}
 	defer stderr.Close() // the child has its own copy after Start
 
-	cmd := exec.Command(serverBinary, args...)
+	bin := ServerBinary()
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = s.Dir
 	cmd.Stdout = stderr
 	cmd.Stderr = stderr
@@ -260,7 +256,7 @@ func (s *Server) spawn() (*process, error) {
 		Pdeathsig: syscall.SIGKILL, // dies with the test binary even if cleanup never runs
 	}
 	if err := startOnSpawnerThread(cmd); err != nil {
-		return nil, fmt.Errorf("redistest: starting %s: %w", serverBinary, err)
+		return nil, fmt.Errorf("redistest: starting %s: %w", bin, err)
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
 	go func() {
@@ -274,7 +270,7 @@ func (s *Server) spawn() (*process, error) {
 		if strings.Contains(tail, "Address already in use") {
 			err = fmt.Errorf("%w: %w", errPortInUse, err)
 		}
-		return nil, fmt.Errorf("redistest: redis-server on %s (dir %s): %w\n%s", s.Addr(), s.Dir, err, tail)
+		return nil, fmt.Errorf("redistest: %s on %s (dir %s): %w\n%s", bin, s.Addr(), s.Dir, err, tail)
 	}
 	return p, nil
 }
