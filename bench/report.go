@@ -72,7 +72,7 @@ func writeMarkdown(w io.Writer, b *benchmark) {
 	m := b.Machine
 	fmt.Fprintf(w, "# Lock benchmark: dlock, redsync, bsm/redislock, rueidislock\n\n")
 	fmt.Fprintf(w, "- Date: %s\n", m.Date)
-	fmt.Fprintf(w, "- Machine: %d CPUs (GOMAXPROCS %d), %s, %s; redis-server %s started by the benchmark on %s (no persistence), shared with the clients\n",
+	fmt.Fprintf(w, "- Machine: %d CPUs (GOMAXPROCS %d), %s, %s; %s started by the benchmark on %s (no persistence), shared with the clients\n",
 		m.CPUs, m.GOMAXPROCS, m.OS, m.GoVersion, m.RedisVersion, m.RedisAddr)
 	fmt.Fprintf(w, "- Load average (1/5/15 min): before %s, after %s; total time %s\n", m.LoadBefore, m.LoadAfter, m.TotalDuration)
 	fmt.Fprintf(w, "- Command: `%s`\n", m.Command)

@@ -93,7 +93,7 @@ type machine struct {
 	GOMAXPROCS    int    `json:"gomaxprocs"`
 	GoVersion     string `json:"go_version"`
 	OS            string `json:"os_arch"`
-	RedisVersion  string `json:"redis_version"`
+	RedisVersion  string `json:"server"` // "Redis 7.0.15", "Valkey 8.0.1"
 	RedisAddr     string `json:"redis_addr"`
 	LoadBefore    string `json:"loadavg_before"`
 	LoadAfter     string `json:"loadavg_after"`
@@ -175,11 +175,7 @@ func runAll(ctx context.Context, opts options) (*benchmark, error) {
 		Command:    command(),
 	}}
 	if info, err := admin.Info(ctx, "server").Result(); err == nil {
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-				b.Machine.RedisVersion = v
-			}
-		}
+		b.Machine.RedisVersion = benchkit.ServerVersion(info)
 	}
 	start := time.Now()
 	total, n := len(ss)*len(ls), 0

@@ -134,7 +134,7 @@ func (a *app) cmdBench(args []string) int {
 			fmt.Fprintf(a.stdout, "\r\033[K  %4.1fs / %v  %d critical sections", el.Seconds(), duration.d, n)
 		}
 	}
-	version := redisVersion(ctx, rdb)
+	server, version := serverVersion(ctx, rdb)
 	res, err := benchkit.Run(ctx, cfg)
 	if cfg.Progress != nil {
 		fmt.Fprint(a.stdout, "\r\033[K")
@@ -151,13 +151,14 @@ func (a *app) cmdBench(args []string) int {
 	if asJSON {
 		type out struct {
 			Redis        string `json:"redis"`
+			Server       string `json:"server,omitempty"` // "Redis 7.0.15", "Valkey 8.0.1"
 			RedisVersion string `json:"redis_version,omitempty"`
 			TTLms        int64  `json:"ttl_ms"`
 			benchkit.Report
 		}
-		a.printJSON(out{Redis: e.display, RedisVersion: version, TTLms: ttl.d.Milliseconds(), Report: res.Report()})
+		a.printJSON(out{Redis: e.display, Server: server, RedisVersion: version, TTLms: ttl.d.Milliseconds(), Report: res.Report()})
 	} else {
-		a.printBench(e, version, ttl.d, res)
+		a.printBench(e, server, ttl.d, res)
 	}
 	if failed {
 		if res.Overlaps > 0 {
@@ -171,20 +172,23 @@ func (a *app) cmdBench(args []string) int {
 	return exitOK
 }
 
-func redisVersion(ctx context.Context, rdb redis.UniversalClient) string {
+// serverVersion returns the server's name and release ("Valkey 8.0.1") and
+// its INFO redis_version (which Valkey sets to the Redis release it is
+// compatible with), or "" for what it cannot tell.
+func serverVersion(ctx context.Context, rdb redis.UniversalClient) (server, redisVersion string) {
 	info, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
+			redisVersion = v
 		}
 	}
-	return ""
+	return benchkit.ServerVersion(info), redisVersion
 }
 
-func (a *app) printBench(e *endpoint, version string, ttl time.Duration, r benchkit.Result) {
+func (a *app) printBench(e *endpoint, server string, ttl time.Duration, r benchkit.Result) {
 	w := a.stdout
 	plural := func(n int, s string) string {
 		if n == 1 {
@@ -193,8 +197,8 @@ func (a *app) printBench(e *endpoint, version string, ttl time.Duration, r bench
 		return fmt.Sprintf("%d %ss", n, s)
 	}
 	fmt.Fprintf(w, "dlock bench: %s, %s, hold %v, ttl %v, %v\n", plural(r.Clients, "client"), plural(r.Keys, "key"), r.Hold, ttl, r.Elapsed.Round(time.Millisecond))
-	if version != "" {
-		fmt.Fprintf(w, "Redis %s at %s\n\n", version, e.where())
+	if server != "" {
+		fmt.Fprintf(w, "%s at %s\n\n", server, e.where())
 	} else {
 		fmt.Fprintf(w, "Redis at %s\n\n", e.where())
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/benchkit"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -212,9 +213,19 @@ func TestBench(t *testing.T) {
 		PerClient   []int64 `json:"per_client"`
 		PingP50     float64 `json:"ping_rtt_p50_ms"`
 		AcquireErrs int64   `json:"acquire_errors"`
+		Server      string  `json:"server"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
 		t.Fatalf("bench --json: %v\n%v", err, r)
+	}
+	// The server by its own name and release: Valkey reports a
+	// redis_version too (the Redis release it is compatible with).
+	info, err := own.Client(t).Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := benchkit.ServerVersion(info); want == "" || rep.Server != want {
+		t.Errorf("bench --json: server %q, want %q (INFO server)", rep.Server, want)
 	}
 	if rep.Sections <= 0 || rep.PerS <= 0 || rep.Overlaps != 0 || rep.CmdsPer < 2 || rep.HandoffN <= 0 ||
 		rep.HandoffP50 <= 0 || len(rep.PerClient) != 4 || rep.PingP50 <= 0 || rep.AcquireErrs != 0 {
@@ -222,7 +233,7 @@ func TestBench(t *testing.T) {
 	}
 	r = dlockRun(t, nil, "--redis", own.URL(), "bench", "--duration", "300ms", "--clients", "2", "--hold", "1ms")
 	expectCode(t, r, 0)
-	for _, s := range []string{"critical sections", "hand-off p50 / p99", "commands / section", "fairness", "overlaps            0", "PING RTT p50"} {
+	for _, s := range []string{rep.Server + " at " + own.Addr(), "critical sections", "hand-off p50 / p99", "commands / section", "fairness", "overlaps            0", "PING RTT p50"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("bench output lacks %q:\n%v", s, r)
 		}

@@ -327,3 +327,15 @@ func TestFormatDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestServerVersion(t *testing.T) {
+	for _, c := range []struct{ info, want string }{
+		{"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n", "Redis 7.0.15"},
+		{"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\n", "Valkey 8.0.1"},
+		{"# Server\r\n", ""},
+	} {
+		if got := benchkit.ServerVersion(c.info); got != c.want {
+			t.Errorf("ServerVersion(%q) = %q, want %q", c.info, got, c.want)
+		}
+	}
+}

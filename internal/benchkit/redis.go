@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -177,4 +178,33 @@ func Quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	rank := int(q*float64(len(sorted))+0.999999999) - 1
 	return sorted[max(0, min(rank, len(sorted)-1))]
+}
+
+// ServerVersion names the server and its release from an INFO server
+// reply: "Valkey 8.0.1" (Valkey also reports redis_version, the Redis
+// release it is compatible with, 7.2.4 for Valkey 8) or "Redis 7.0.15";
+// "" if the reply names neither.
+func ServerVersion(info string) string {
+	var name, redisV, valkeyV string
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "server_name":
+			name = v
+		case "redis_version":
+			redisV = v
+		case "valkey_version":
+			valkeyV = v
+		}
+	}
+	switch {
+	case valkeyV != "" || name == "valkey":
+		return "Valkey " + cmp.Or(valkeyV, redisV)
+	case redisV != "":
+		return "Redis " + redisV
+	}
+	return ""
 }
