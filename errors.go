@@ -40,7 +40,10 @@ var (
 	ErrContextDone = errors.New("dlock: context done before the lock was acquired")
 
 	// ErrUnavailable wraps an error from the Redis driver (network, timeout,
-	// server error reply). errors.As reaches the driver's own error.
+	// server error reply). errors.As reaches the driver's own error. A
+	// Cluster node's refusal of a call it did not run (TRYAGAIN, ASK,
+	// MOVED, CLUSTERDOWN, LOADING, MASTERDOWN) is retried until the ctx's
+	// deadline first; the error then names the last refusal.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
 
 	// ErrNoPermission: the Redis user's ACL refused something dlock needs:
