@@ -1,0 +1,211 @@
+// adminrelease.go owns the operator's releases: ForceRelease, which ends
+// a key's every hold, and ReleaseToken, which ends one holder's.
+
+package dlock
+
+import (
+	"context"
+	"errors"
+
+	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/protocol"
+	"github.com/redis/go-redis/v9"
+)
+
+// ForceRelease releases key whoever holds it, for every kind of lock: an
+// operator's steal, the one way to release a lock without its token. A
+// token, legacy or foreign lock, a reentrant hold (all of its handles) or
+// a read lock (all of its readers) is deleted and handed to the first
+// queued waiter (or its waiters are woken); every holder of a semaphore
+// gives its permits back (see ReleaseToken for where they go). The holders
+// find out at their next renewal (ErrExpired or ErrTaken).
+//
+// It releases what it finds: a string lock only while the key still
+// holds the value ForceRelease read, a semaphore's holders one by one by
+// their tokens. So a release that lands after the key changed hands (a
+// command delayed past its caller's timeout, or a hand-off between the
+// read and the release) leaves the new holder alone. A read lock or a
+// reentrant hold, whose value names no single grant, is released with
+// whatever joined it since.
+//
+// It reports whether anything was released. A key that is neither a
+// string nor a semaphore is left alone (ErrWrongType); one of dlock's
+// auxiliary keys (a fence counter, a semaphore limit, a Counter segment,
+// ...) is refused before any Redis call (ErrReservedKey).
+func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if ctx == nil {
+		return false, ErrNilContext
+	}
+	if err := validKey(c.opts.Prefix, key); err != nil {
+		return false, err
+	}
+	ks := c.keysFor(key)
+	var typ *redis.StatusCmd
+	var members *redis.StringSliceCmd
+	var val *redis.StringCmd
+	_, _ = readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
+		typ = p.Type(ctx, key)
+		members = p.ZRange(ctx, key, 0, -1)
+		val = p.Get(ctx, key)
+		return nil
+	})
+	if err := typ.Err(); err != nil {
+		return false, unavailable(err)
+	}
+	switch typ.Val() {
+	case "none":
+		return false, nil
+	case "string":
+		return c.forceString(ctx, ks, val.Val())
+	case "zset":
+		// Every holder found gives its permits back, one script each.
+		sem := c.adminSemaphore()
+		released := false
+		for _, m := range members.Val() {
+			code, err := runScript(ctx, c.rdb, sem.release(ks, m, "force")).Int64()
+			switch {
+			case err != nil:
+				return released, unavailable(err)
+			case code == codeOK:
+				released = true
+			}
+		}
+		return released, nil
+	default:
+		return false, ErrWrongType
+	}
+}
+
+// forceString releases the string lock key ks.Lock if it still holds v,
+// the value ForceRelease read: a release that lands after the key changed
+// hands (its command delayed past its caller's timeout) leaves the new
+// holder alone.
+func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
+	code, err := runScript(ctx, c.rdb, protocol.Call{Script: scripts.Release, Keys: []string{ks.Lock, ks.Queue},
+		Args: []any{v, ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
+	switch {
+	case err != nil:
+		return false, unavailable(err)
+	case code == codeWrongType:
+		return false, ErrWrongType
+	}
+	return code == codeOK, nil
+}
+
+// adminSemaphore is the semaphore protocol as admin calls use it to give
+// permits back. The limit lives in the callers' handles (or in Redis, set
+// by SetLimit), so an admin release passes none (0): it hands the freed
+// permits to the queued waiters only under a stored limit; without one it
+// wakes the first queued waiter, whose own acquire takes what its limit
+// lets in (semaphore_release.lua).
+func (c *Client) adminSemaphore() semaphore {
+	return semaphore{queueMode: c.queueMode(modeTry), permits: 1}
+}
+
+// ReleaseToken releases the hold of token on key, as its holder's Unlock
+// would: for a process that lost its *Lock (crashed and restarted), or
+// another program, like `dlock release --token`. token is what the
+// holder's Lock.Token returned (DLOCK_TOKEN for `dlock run`), for every
+// kind of lock: a token lock's token, or a handle's own token of a
+// reentrant hold, a read lock or a semaphore, which releases that handle
+// only. Nothing else releases anything: a reentrant owner id or
+// SharedValue is not a token (ForceRelease is the operator's way to steal).
+//
+// A semaphore's limit is what its callers pass (Client.Semaphore), which
+// an admin call does not know: the permits it frees go to the queued
+// waiters under a limit stored with Semaphore.SetLimit; without one, it
+// hands out nothing and wakes the first queued waiter instead, whose own
+// acquire takes what its limit lets in (and passes the rest on). Either
+// way no admin release lets a semaphore go above the limit its callers use.
+//
+// The token is the holder's credential: a release by it counts as the
+// holder's own, so the holder's Unlock within the next 10 s returns nil
+// (its renewal, if it comes first, reports the lock gone). A legacy lock
+// (a decimal timestamp) is released as its protocol's release does it, at
+// most once, since its timestamp is not unique to one holder.
+//
+// It returns nil if it released the hold, an error matching ErrNotHeld
+// and ErrExpired if the key is gone, ErrNotHeld and ErrTaken if it is
+// held but not by token, ErrWrongType if it is not a lock,
+// ErrReservedKey for one of dlock's auxiliary keys.
+func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
+	if ctx == nil {
+		return ErrNilContext
+	}
+	if err := validKey(c.opts.Prefix, key); err != nil {
+		return err
+	}
+	if token == "" {
+		return ErrEmptyToken
+	}
+	ks := c.keysFor(key)
+	var typ *redis.StatusCmd
+	var val *redis.StringCmd
+	var holds *redis.IntCmd
+	var member *redis.FloatCmd
+	_, _ = readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
+		typ = p.Type(ctx, key)
+		val = p.Get(ctx, key)
+		member = p.ZScore(ctx, key, token)
+		holds = p.Exists(ctx, auxOf(ks, holdsSuffix))
+		return nil
+	})
+	if err := typ.Err(); err != nil {
+		return unavailable(err)
+	}
+	var proto protocol.Protocol
+	legacy := false
+	switch typ.Val() {
+	case "none":
+		return errors.Join(ErrNotHeld, ErrExpired)
+	case "zset":
+		if member.Err() != nil { // not a holder: leave the semaphore alone
+			return errors.Join(ErrNotHeld, ErrTaken)
+		}
+		proto = c.adminSemaphore()
+	case "string":
+		m := c.queueMode(modeTry)
+		switch v := val.Val(); {
+		case v == SharedValue:
+			proto = sharedLock{holdSet{queueMode: m, group: v, suffix: readersSuffix}}
+		case holds.Val() > 0 || isReentrantValue(v):
+			// A reentrant hold: v names the owner, which is no credential;
+			// only a handle's token in the hold set releases (that handle).
+			proto = reentrantLock{holdSet{queueMode: m, group: v, suffix: holdsSuffix}}
+		case classify(v) == KindLegacy:
+			legacy = true
+		default:
+			proto = c.tokenLock(modeTry)
+		}
+	default:
+		return ErrWrongType
+	}
+	var code int64
+	var err error
+	if legacy {
+		code, err = c.releaseLegacy(ctx, ks, token)
+	} else {
+		code, err = releaseOnce(ctx, c.rdb, proto, ks, token)
+	}
+	switch {
+	case err != nil:
+		return unavailable(err)
+	case code == codeOK:
+		return nil
+	case code == codeWrongType:
+		return ErrWrongType
+	case code == codeGone:
+		// The key may still be held, by other handles than token.
+		if info, err := c.Inspect(ctx, key); err == nil && info.Held {
+			return errors.Join(ErrNotHeld, ErrTaken)
+		}
+		return errors.Join(ErrNotHeld, ErrExpired)
+	default:
+		return errors.Join(ErrNotHeld, ErrTaken)
+	}
+}
+
+func isReentrantValue(v string) bool {
+	_, ok := ReentrantOwner(v)
+	return ok
+}
