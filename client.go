@@ -181,6 +181,7 @@ func (c *Client) Close() error {
 		// still counts as a release.
 		for _, l := range held {
 			if lost, _ := l.loseEnding(l.ctx, errLeftByClose); lost != nil {
+				c.stats.releasesLeft.Add(1)
 				c.wd.reportLost(lost)
 			}
 		}

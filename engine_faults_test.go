@@ -39,6 +39,12 @@ func faultyClient(t *testing.T, opts dlock.Options) (*dlock.Client, *faultcmd.In
 	return c, inj
 }
 
+// oneSend is the ReleaseTimeout of a Client whose Unlock sends its release
+// once: Unlock sends a release that failed on a connection error again
+// for up to ReleaseTimeout, and the tests with it are about what the
+// caller's own retried Unlock reports.
+const oneSend = time.Nanosecond
+
 // slowRetry makes queued waiters retry on their own only after a long
 // time, so the attempts a test sees are the ones it causes.
 var slowRetry = dlock.Options{RetryInterval: time.Minute, WaiterLease: 3 * time.Minute}
@@ -245,7 +251,7 @@ func TestLateAcquireAfterCleanupHoldsNothing(t *testing.T) {
 // handed the key to a waiter, is a release, not a loss.
 func TestRetriedUnlockAfterLostReplyIsNotALoss(t *testing.T) {
 	var lost atomic.Int32
-	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+	a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend, Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 	b, _ := newClient(t, dlock.Options{})
 	k := key(t)
 	lk, err := a.Lock(t.Context(), k, dlock.WithTTL(time.Minute))

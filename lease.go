@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/protocol"
+	"github.com/redis/go-redis/v9"
 )
 
 type leaseState uint8
@@ -163,6 +165,7 @@ func (l *lease) onDeadline() (lost func()) {
 			// unsent.)
 			l.ending = false
 			l.c.stats.released.Add(1)
+			l.c.stats.releasesLeft.Add(1)
 		}
 		l.mu.Unlock()
 		return nil
@@ -458,9 +461,7 @@ func (l *lease) release(ctx context.Context) error {
 	late, _ := l.errNow()
 	l.c.wd.remove(l) // no renewals once the caller wants out
 	l.endForRelease()
-	l.opMu.Lock()
-	lost, report, err := l.releaseLocked(ctx)
-	l.opMu.Unlock()
+	lost, report, err := l.releaseRetry(ctx, start)
 	// The hooks run with no lock held (they may call back into the
 	// Client): a loss this call found is reported by Lost first.
 	if late != nil {
@@ -473,6 +474,72 @@ func (l *lease) release(ctx context.Context) error {
 		l.releaseHook(ctx, start, err)
 	}
 	return err
+}
+
+// releaseRetry runs releaseLocked, under opMu, until it answers: a
+// release that fails on a connection error or a refusal (a master killed,
+// a failover under way: see retryableRelease) is sent again, backing off
+// from 10ms to 500ms, while ctx lasts and for at most ReleaseTimeout from
+// start, so that the key is freed on the promoted replica instead of
+// staying held by nobody for its TTL. Sending it again is safe: the
+// release is token-checked, and a run of it whose reply was lost leaves a
+// tombstone a second run answers by (see releaseLocked). It stops once
+// the lease's deadline passed (the key expires by then): the last error
+// stands.
+func (l *lease) releaseRetry(ctx context.Context, start time.Time) (lost func(), report bool, err error) {
+	back := 10 * time.Millisecond
+	until := start.Add(l.c.opts.ReleaseTimeout)
+	for {
+		l.opMu.Lock()
+		lo, rep, e := l.releaseLocked(ctx)
+		l.opMu.Unlock()
+		if !rep && err != nil {
+			return lost, report, err // the deadline passed meanwhile: nothing more to send
+		}
+		lost, report, err = lo, report || rep, e
+		if lost != nil || !retryableRelease(ctx, err) {
+			return lost, report, err
+		}
+		wait := min(back, time.Until(until))
+		if wait <= 0 {
+			return lost, report, err
+		}
+		if cc, ok := l.c.rdb.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx) // the slot's new master, once failed over (go-redis coalesces these)
+		}
+		l.c.opts.Logger.Debug("dlock: release failed; retrying", "key", l.keys.Lock, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return lost, report, err
+		}
+		back = min(2*back, 500*time.Millisecond)
+	}
+}
+
+// retryableRelease reports whether a release that failed with err is
+// worth sending again within ctx: a connection error (a master killed or
+// unreachable, a reply that timed out) or a refusal by a node that is not
+// the key's master, or not ready, for now (CLUSTERDOWN, TRYAGAIN,
+// LOADING, READONLY, MASTERDOWN, MOVED, ASK, BUSY). Not an error the
+// script raised, an ACL refusal, a closed go-redis client, or ctx's end.
+func retryableRelease(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || permissionOf(err) != nil {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return true // no reply: a connection error
+	}
+	code, _, _ := strings.Cut(re.Error(), " ")
+	switch code {
+	case "CLUSTERDOWN", "TRYAGAIN", "LOADING", "READONLY", "MASTERDOWN", "MOVED", "ASK", "BUSY":
+		return true
+	}
+	return false
 }
 
 // releaseLocked is release under opMu. It returns the release's error,
@@ -616,6 +683,7 @@ func (l *lease) leftByClose(err error) {
 	l.timer.Stop()
 	value := l.value
 	l.mu.Unlock()
+	l.c.stats.releasesLeft.Add(1)
 	l.c.wd.remove(l)
 	l.c.opts.Logger.Warn("dlock: Close left a lock acquired while it ran to expire by its TTL",
 		"key", l.keys.Lock, "fence", l.fence, "token", shortToken(value), "err", err)

@@ -174,9 +174,16 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // owner may get it before Unlock's reply comes back). Nothing renews it
 // any more. Unlock is idempotent: after a success it returns nil again.
 //
+// A release that fails on a connection error or a refusal (a master
+// killed, a failover under way) is sent again, backing off, until it runs
+// on the key's master (after a failover, the promoted replica), the
+// context ends, Options.ReleaseTimeout has passed, or the lock's deadline
+// does (the key expires then). Sending it again is safe: the release is
+// token-checked, and one that ran already answers as released.
 // After a Redis error (ErrUnavailable) the lock stays ended, but its key
 // may still hold the token until its TTL runs out: retry Unlock to free
-// it sooner (Close retries it too). If the first release may have run
+// it sooner (Close retries it too; Stats.ReleasesLeft counts the locks
+// left to expire). If the first release may have run
 // (its reply was lost), the retry returns nil whatever it finds (the key
 // gone, or handed to a waiter): a release is never reported as a loss. If
 // the lock was lost before the release, Unlock returns the loss error

@@ -293,6 +293,13 @@ type Stats struct {
 	Held        int64         // locks held now
 	Waiting     int64         // Lock calls waiting now
 	AcquireTime time.Duration // total time spent in successful Lock/TryLock calls
+	// ReleasesLeft counts locks whose release no reply confirmed before
+	// their deadline: Unlock (after its retries, see
+	// Options.ReleaseTimeout) or Close gave up on an unreachable Redis, and
+	// the key was left to expire by its TTL, unless a release whose reply
+	// was lost had run. Those Unlock left count in Released too, as the
+	// caller let go; those Close left, in Lost.
+	ReleasesLeft uint64
 }
 
 // counters backs Stats; every field is updated atomically.
@@ -301,6 +308,7 @@ type counters struct {
 	handoffs                                  atomic.Uint64
 	renewals, renewalFailures, lost, released atomic.Uint64
 	behind, renewsDropped, pubsubRedials      atomic.Uint64
+	releasesLeft                              atomic.Uint64
 	held, waiting, acquireNanos               atomic.Int64
 }
 
@@ -318,6 +326,7 @@ func (c *counters) snapshot() Stats {
 		RenewReportsDropped: c.renewsDropped.Load(),
 		PubSubRedials:       c.pubsubRedials.Load(),
 		Released:            c.released.Load(),
+		ReleasesLeft:        c.releasesLeft.Load(),
 		Held:                c.held.Load(),
 		Waiting:             c.waiting.Load(),
 		AcquireTime:         time.Duration(c.acquireNanos.Load()),

@@ -103,9 +103,11 @@ type Options struct {
 	// ReleaseTimeout bounds each release the Client makes on its own: in
 	// Close, the compensating release after an ambiguous acquire, and the
 	// withdrawal of a waiter that gives up (retried until it answers or
-	// this time is up). It also bounds how long Close waits for Lost and
-	// Renew hook calls and background clean-ups still running (see
-	// Client.Close). Default: 5s.
+	// this time is up). It also bounds how long Unlock (and Do's release)
+	// keeps sending a release that failed on a connection error or a
+	// refusal (a master killed, a failover under way) until it runs, and
+	// how long Close waits for Lost and Renew hook calls and background
+	// clean-ups still running (see Client.Close). Default: 5s.
 	ReleaseTimeout time.Duration
 
 	// AllowEviction lets the Client acquire locks on a Redis that may

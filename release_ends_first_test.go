@@ -68,7 +68,7 @@ func TestReleaseEndsLockBeforeItIsSent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			a, inj := faultyClient(t, dlock.Options{})
+			a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend})
 			b, _ := newClient(t, dlock.Options{})
 			k := key(t)
 			held, err := tc.hold(ctx, a, k)

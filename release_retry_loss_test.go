@@ -24,7 +24,7 @@ func TestRetriedSemaphoreUnlockAfterLostReply(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			var lost atomic.Int32
-			a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+			a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend, Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 			admin, _ := newClient(t, dlock.Options{})
 			k := key(t)
 			lk, err := a.Semaphore(k, 2).Acquire(t.Context(), 1, dlock.WithTTL(time.Minute))
@@ -83,7 +83,7 @@ func TestRetriedUnlockAfterLostReplyTells(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				var lost atomic.Int32
-				a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+				a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend, Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 				admin, _ := newClient(t, dlock.Options{})
 				k := key(t)
 				lk, err := kind.lock(a, k)
@@ -115,5 +115,51 @@ func TestRetriedUnlockAfterLostReplyTells(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Unlock sends a release whose reply was lost again by itself, within
+// ReleaseTimeout, and answers what that second send finds: released when
+// the first send ran, the loss when an operator's ForceRelease took the
+// key (and another owner took it) before any release ran.
+func TestUnlockResendsReleaseAfterLostReply(t *testing.T) {
+	for _, forced := range []bool{true, false} {
+		name := "released"
+		if forced {
+			name = "force-released first"
+		}
+		t.Run(name, func(t *testing.T) {
+			var lost atomic.Int32
+			a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+			admin, rdb := newClient(t, dlock.Options{})
+			k := key(t)
+			lk, err := a.TryLock(t.Context(), k, dlock.WithTTL(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if forced {
+				if ok, err := admin.ForceRelease(t.Context(), k); !ok || err != nil {
+					t.Fatalf("ForceRelease = %v, %v", ok, err)
+				}
+				if _, err := admin.TryLock(t.Context(), k); err != nil {
+					t.Fatalf("another owner's TryLock after ForceRelease: %v", err)
+				}
+			}
+			inj.Add(faultcmd.Rule{Name: "lost release reply", Action: faultcmd.DropReply,
+				Match: faultcmd.Match{Script: "release", Key: k}})
+			err = lk.Unlock(t.Context())
+			if forced {
+				if !errors.Is(err, dlock.ErrLost) || lost.Load() != 1 {
+					t.Fatalf("Unlock = %v, Lost hook calls %d: want the loss (ForceRelease took the key before the release ran)", err, lost.Load())
+				}
+				return
+			}
+			if err != nil || !errors.Is(lk.Err(), dlock.ErrReleased) || lost.Load() != 0 {
+				t.Fatalf("Unlock = %v, Err = %v, Lost hook calls %d: want nil, ErrReleased and none", err, lk.Err(), lost.Load())
+			}
+			if n, err := rdb.Exists(t.Context(), k).Result(); err != nil || n != 0 {
+				t.Fatalf("key still there after Unlock: %d, %v", n, err)
+			}
+		})
 	}
 }

@@ -1,0 +1,122 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestUnlockOnKilledClusterMaster: the master holding a lock is killed
+// (SIGKILL) just before Unlock. Unlock keeps sending the release, within
+// ReleaseTimeout, until the slot's replica is promoted and the release
+// runs there: the key is freed on the new master and a waiter gets it
+// long before the lock's TTL, instead of the key staying held by nobody
+// until then.
+func TestUnlockOnKilledClusterMaster(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	cl := redistest.StartCluster(t, redistest.ClusterConfig{Replicas: 1})
+	newClient := func() *dlock.Client {
+		o := cl.ClusterOptions()
+		o.ClusterStateReloadInterval = 0 // go-redis's default: a minute
+		o.ContextTimeoutEnabled = true
+		cc := redis.NewClusterClient(o)
+		// A failover on a loaded machine can take several seconds.
+		c, err := dlock.New(cc, dlock.Options{ReleaseTimeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = c.Close()
+			_ = cc.Close()
+		})
+		return c
+	}
+	a, b := newClient(), newClient()
+	const ttl = 30 * time.Second
+	k := "{relfo}:k"
+	lk, err := a.Lock(ctx, k, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, err := cl.MasterOf(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The grant reached the replica.
+	if n, err := master.Client(t).Do(ctx, "wait", 1, 5000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT: %d replicas, %v", n, err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 2*ttl)
+		defer cancel()
+		l, err := b.Lock(wctx, k, dlock.WithTTL(ttl))
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+			close(got)
+			return
+		}
+		got <- time.Now()
+		_ = l.Unlock(context.WithoutCancel(ctx))
+	}()
+	queued(t, b)
+	killed := time.Now()
+	if err := master.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	uctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+	defer cancel()
+	uerr := lk.Unlock(uctx)
+	unlocked := time.Since(killed)
+	if uerr != nil {
+		t.Fatalf("Unlock across the failover = %v, want nil", uerr)
+	}
+	select {
+	case at, ok := <-got:
+		if !ok {
+			return
+		}
+		t.Logf("Unlock returned %v after the kill; the waiter got the key %v after it (TTL %v)",
+			unlocked.Round(time.Millisecond), at.Sub(killed).Round(time.Millisecond), ttl)
+	case <-time.After(ttl / 2):
+		t.Fatalf("the waiter did not get the key within %v of the kill: the release did not reach the promoted replica", ttl/2)
+	}
+}
+
+// An Unlock that cannot reach Redis within ReleaseTimeout returns
+// ErrUnavailable; once the lock's deadline passes, Stats counts the
+// release as left to expire.
+func TestUnlockGivesUpCountsReleaseLeft(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t, redistest.Config{})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	c, _ := newClientOn(t, rdb, dlock.Options{ReleaseTimeout: 300 * time.Millisecond})
+	lk, err := c.Lock(t.Context(), "left", dlock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Unlock on a dead server = %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("Unlock gave up after %v, before ReleaseTimeout", took)
+	}
+	if n := c.Stats().ReleasesLeft; n != 0 && time.Now().Before(lk.Deadline()) {
+		t.Fatalf("ReleasesLeft = %d before the deadline, want 0", n)
+	}
+	for end := time.Now().Add(10 * time.Second); c.Stats().ReleasesLeft == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("ReleasesLeft still 0 long after the lock's deadline")
+		}
+	}
+}
