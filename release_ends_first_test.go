@@ -149,7 +149,7 @@ func waitBlocked(t *testing.T, c *dlock.Client) {
 // its successor's Campaign returns, even when the release's reply is lost.
 func TestResignEndsLeadershipBeforeSuccessorIsElected(t *testing.T) {
 	ctx := t.Context()
-	a, inj := faultyClient(t, dlock.Options{})
+	a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend})
 	b, _ := newClient(t, dlock.Options{})
 	name := key(t)
 	ea, err := a.Election(name, dlock.ElectionOptions{TTL: time.Minute})

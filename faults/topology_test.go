@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ func topologyScenarios() []scenario {
 		{topo: "cluster", name: "failover unreplicated (canary)", rounds: 1, run: clusterFailover,
 			must: []invariant{invS1}, may: []invariant{invS3},
 			note: "3+3 cluster: grant not replicated, the key's master SIGKILLed, its replica promoted" + fenceNote},
+		{topo: "cluster", name: "failovers MinReplicas=1", rounds: 1, run: clusterMinReplicasFailovers,
+			note: "3+6 cluster, MinReplicas 1: CLUSTER FAILOVER with a lock held across it, then SIGKILL of the new master; grants resume at once"},
 		{topo: "redlock", name: "minority blackholed", rounds: 1, run: redlockMinority,
 			note: "3 nodes behind proxies, 4 workers; one node blackholed for 1s of 2s"},
 		{topo: "redlock", name: "rotating majorities", rounds: 1, run: redlockRotating,
@@ -267,6 +270,137 @@ func clusterFailover(h *harness) {
 	}
 	_ = a.Release(ctx, lk)
 	_ = b.Release(ctx, lb)
+}
+
+// clusterMinReplicasFailovers: a Cluster with two replicas per master and
+// Clients with MinReplicas 1, whose grants and renewals go straight to the
+// key's master with WAIT after them, and whose go-redis slot maps reload
+// only every minute (the default). Two workers contend for one key while
+// another Client holds a lock in the same slot. A clean CLUSTER FAILOVER
+// (the old master answers MOVED from then on): grants resume at once and
+// the held lock is renewed on the new master, not lost. Then SIGKILL of
+// the new master: its remaining replica is promoted, and grants resume as
+// soon as the cluster has a master for the slot (releases that met the
+// dead master are sent again there).
+func clusterMinReplicasFailovers(h *harness) {
+	ctx := h.t.Context()
+	cl := redistest.StartCluster(h.t, redistest.ClusterConfig{Replicas: 2})
+	held, k := h.key("{mr}held"), h.key("{mr}k")
+	cc := func() *redis.ClusterClient {
+		o := cl.ClusterOptions()
+		o.ClusterStateReloadInterval = 0 // go-redis's default: a minute
+		o.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(o)
+	}
+	opts := dlock.Options{MinReplicas: 1, ReplicaTimeout: time.Second}
+	a := h.worker(h.topoNode(cc(), opts), true)
+	ws := []*worker{h.worker(h.topoNode(cc(), opts), true), h.worker(h.topoNode(cc(), opts), true)}
+	la := a.Acquire(ctx, held, 3*time.Second, false)
+	if la == nil {
+		h.t.Fatalf("the held lock: %s", h.lastErr(kindTry))
+	}
+	a.Write(ctx, la)
+
+	var lastGrant atomic.Int64 // UnixNano of the workers' latest grant
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				lk := w.Acquire(actx, k, 2*time.Second, true)
+				cancel()
+				if lk == nil {
+					sleep(20 * time.Millisecond)
+					continue
+				}
+				lastGrant.Store(time.Now().UnixNano())
+				w.Write(ctx, lk)
+				sleep(10 * time.Millisecond)
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				_ = w.Release(rctx, lk)
+				rcancel()
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	// resumed waits for a grant after from, and returns how long after
+	// from it came.
+	resumed := func(what string, from time.Time) time.Duration {
+		for time.Since(from) < 20*time.Second {
+			if g := time.Unix(0, lastGrant.Load()); g.After(from) {
+				return g.Sub(from)
+			}
+			sleep(5 * time.Millisecond)
+		}
+		h.t.Fatalf("no grant within 20s of the %s", what)
+		return 0
+	}
+	resumed("start", time.Now())
+
+	// A clean failover: the master's replica takes over.
+	master, err := cl.MasterOf(ctx, k)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	start := clock.Now()
+	replica := h.client(replicaOf(h, cl.Nodes, master).Addr(), true)
+	var nm *redistest.Server
+	// A manual failover that does not complete within its 5s (a loaded
+	// machine) is abandoned by Redis: ask again.
+	for try := 0; nm == nil; try++ {
+		if err := replica.Do(ctx, "cluster", "failover").Err(); err != nil {
+			h.t.Fatal(err)
+		}
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		nm, err = cl.WaitFailover(fctx, k, master)
+		cancel()
+		if err != nil && try == 2 {
+			h.t.Fatal(err)
+		}
+	}
+	done := time.Now()
+	h.nem.Span(kindFault, -1, "CLUSTER FAILOVER", start, clock.Now())
+	gap := resumed("clean failover", done)
+	h.t.Logf("CLUSTER FAILOVER: grants resumed %v after the slot's new master answered", gap.Round(time.Millisecond))
+	if gap > 5*time.Second {
+		h.t.Errorf("grants resumed only %v after the clean failover", gap)
+	}
+	sleep(4 * time.Second) // the held lock's renewals, each on the new master
+	if err := la.Err(); err != nil {
+		h.t.Errorf("the lock held across the clean failover was lost: %v", err)
+	}
+	a.Write(ctx, la)
+	_ = a.Release(ctx, la)
+
+	// SIGKILL of the new master: one of its replicas takes over.
+	start = clock.Now()
+	if err := nm.Kill(); err != nil {
+		h.t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := cl.WaitFailover(fctx, k, nm); err != nil {
+		h.t.Fatal(err)
+	}
+	done = time.Now()
+	h.nem.Span(kindFault, -1, "new master SIGKILLed, failover", start, clock.Now())
+	gap = resumed("SIGKILL failover", done)
+	h.t.Logf("SIGKILL: grants resumed %v after the slot's new master answered", gap.Round(time.Millisecond))
+	if gap > 5*time.Second {
+		h.t.Errorf("grants resumed only %v after the SIGKILL failover", gap)
+	}
+	sleep(500 * time.Millisecond)
 }
 
 // replicaOf finds the replica of master among nodes (ROLE).
