@@ -21,6 +21,9 @@ func TestUnlockOnKilledClusterMaster(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	cl := redistest.StartCluster(t, redistest.ClusterConfig{Replicas: 1})
+	// After the Clients close: go-redis re-dials the dead node's pool once
+	// a second, and notices the pool was closed only after that sleep.
+	t.Cleanup(func() { time.Sleep(1500 * time.Millisecond) })
 	newClient := func() *dlock.Client {
 		o := cl.ClusterOptions()
 		o.ClusterStateReloadInterval = 0 // go-redis's default: a minute
