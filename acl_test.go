@@ -138,10 +138,7 @@ func TestACLNoChannelRightsRelease(t *testing.T) {
 		gone(t, k)
 	})
 	t.Run("election", func(t *testing.T) {
-		e, err := c.Election(key(t), dlock.ElectionOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := c.Election(key(t), dlock.ElectionOptions{})
 		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
 		defer ccancel()
 		l, err := e.Campaign(cctx, "me")
@@ -281,10 +278,7 @@ func fullRights(t *testing.T, rules string) {
 		t.Fatalf("Semaphore: %v", err)
 	}
 	unlockedCleanly(t, sl, sl.Unlock(ctx))
-	e, err := a.Election(key(t), dlock.ElectionOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := a.Election(key(t), dlock.ElectionOptions{})
 	l, err := e.Campaign(ctx, "me")
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)

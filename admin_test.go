@@ -120,10 +120,7 @@ func TestAdminAuxKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lk.Unlock(ctx)
-	cnt, err := c.Counter(key(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cnt := c.Counter(key(t), 2)
 	if err := cnt.Set(ctx, 10); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,12 @@ import (
 // Client makes locks on one Redis deployment. It owns one renewal watchdog
 // and at most one pub/sub connection, shared by all its locks and waiters.
 // It is safe for concurrent use by multiple goroutines.
+//
+// Its handle constructors (RWLock, Semaphore, Reentrant, Counter,
+// Election) never return an error and never call Redis: a bad argument
+// (an empty or too long key, a limit or count below 1, a bad option) is
+// returned, errors.Is-able with its sentinel and ErrInvalidArgument, by
+// every method call on the handle.
 type Client struct {
 	rdb  redis.UniversalClient
 	opts Options

@@ -61,10 +61,7 @@ func TestCloseBoundedByStuckBackgroundWork(t *testing.T) {
 			k := key(t)
 			if election {
 				const ttl = 3 * time.Second
-				e, err := c.Election(k, dlock.ElectionOptions{TTL: ttl})
-				if err != nil {
-					t.Fatal(err)
-				}
+				e := c.Election(k, dlock.ElectionOptions{TTL: ttl})
 				if _, err := e.Campaign(ctx, "me"); err != nil {
 					t.Fatal(err)
 				}

@@ -39,16 +39,30 @@ type Counter struct {
 	c    *Client
 	name string
 	segs stripes.Set
+	err  error // a bad argument of Client.Counter, returned by every method
 }
 
-// Counter returns the counter name split over segments segments. Errors
-// as stripe.New's: ErrInvalidCount for segments < 1, ErrEmptyKey or
-// ErrKeyTooLong for the name. It makes no Redis call.
-func (c *Client) Counter(name string, segments int) (*Counter, error) {
-	if err := validStripes(name, segments); err != nil {
-		return nil, err
+// Counter returns the counter name split over segments segments. It makes
+// no Redis call and returns no error (see Client): a bad argument is
+// returned by Set, Take and Total, each time: ErrInvalidCount for
+// segments < 1, ErrEmptyKey or ErrKeyTooLong for the name (as stripe.New).
+func (c *Client) Counter(name string, segments int) *Counter {
+	s := &Counter{c: c, name: name, segs: stripes.Make(name, max(segments, 1))}
+	if c == nil {
+		s.err = ErrNilClient
+	} else {
+		s.err = validStripes(name, segments)
 	}
-	return &Counter{c: c, name: name, segs: stripes.Make(name, segments)}, nil
+	return s
+}
+
+// check returns the error every method of s returns before it acts: a bad
+// argument of Client.Counter, or ErrNilClient for a nil *Counter.
+func (s *Counter) check() error {
+	if s == nil || s.c == nil {
+		return ErrNilClient
+	}
+	return s.err
 }
 
 // validStripes checks the name and count of n stripes (see stripe.New).
@@ -87,6 +101,9 @@ func (s *Counter) segsKey(i int) string {
 // meanwhile (a ForceRelease, or Set paused past its TTL) keeps its count,
 // and Set returns the loss (ErrLost). total < 0 is ErrInvalidCount.
 func (s *Counter) Set(ctx context.Context, total int64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		return ErrNilContext
 	}
@@ -184,6 +201,9 @@ func (s *Counter) replyErr(lk *Lock, seg int, r []int64) error {
 // counter without a recorded segment count it checks the counts found as
 // the first operation does (ErrSegmentMismatch).
 func (s *Counter) Total(ctx context.Context) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
 	if ctx == nil {
 		return 0, ErrNilContext
 	}

@@ -38,10 +38,7 @@ func TestCounterSetLandingAfterTakeoverWritesNothing(t *testing.T) {
 	b, _ := newClientOn(t, rdbB, dlock.Options{})
 	op, _ := newClient(t, dlock.Options{})
 	name := key(t)
-	stock, err := a.Counter(name, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := a.Counter(name, 1)
 	if err := stock.Set(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +50,11 @@ func TestCounterSetLandingAfterTakeoverWritesNothing(t *testing.T) {
 	if ok, err := op.ForceRelease(ctx, name+":0"); !ok || err != nil {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
-	sb, _ := b.Counter(name, 1)
+	sb := b.Counter(name, 1)
 	if seg, err := sb.Take(ctx, 1, nil); seg != 0 || err != nil {
 		t.Fatalf("Take after the ForceRelease = %d, %v", seg, err)
 	}
+	var err error
 	select {
 	case err = <-done:
 	case <-time.After(time.Minute):
@@ -77,10 +75,7 @@ func TestCounterPutBackLandingAfterSetWritesNothing(t *testing.T) {
 	ctx := t.Context()
 	c, inj := faultyClient(t, dlock.Options{})
 	name := key(t)
-	stock, err := c.Counter(name, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(name, 1)
 	if err := stock.Set(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
@@ -125,18 +120,12 @@ func TestCounterSegmentMismatch(t *testing.T) {
 	ctx := t.Context()
 	c, _ := newClient(t, dlock.Options{})
 	name := key(t)
-	four, err := c.Counter(name, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	four := c.Counter(name, 4)
 	if err := four.Set(ctx, 8); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{2, 8} {
-		other, err := c.Counter(name, n)
-		if err != nil {
-			t.Fatal(err)
-		}
+		other := c.Counter(name, n)
 		if total, err := other.Total(ctx); !errors.Is(err, dlock.ErrSegmentMismatch) {
 			t.Errorf("%d-segment Total of a 4-segment counter = %d, %v; want ErrSegmentMismatch", n, total, err)
 		}
@@ -167,7 +156,7 @@ func TestCounterWithoutRecordedSegments(t *testing.T) {
 		}
 	}
 	for _, n := range []int{2, 8} {
-		other, _ := c.Counter(name, n)
+		other := c.Counter(name, n)
 		if total, err := other.Total(ctx); !errors.Is(err, dlock.ErrSegmentMismatch) {
 			t.Errorf("%d-segment Total of an unrecorded 4-segment counter = %d, %v", n, total, err)
 		}
@@ -178,7 +167,7 @@ func TestCounterWithoutRecordedSegments(t *testing.T) {
 	if n, _ := rdb.Keys(ctx, "dlock:{"+name+":*}:segments").Result(); len(n) != 0 {
 		t.Fatalf("refused calls recorded segment counts: %v", n)
 	}
-	four, _ := c.Counter(name, 4)
+	four := c.Counter(name, 4)
 	if total, err := four.Total(ctx); err != nil || total != 8 {
 		t.Fatalf("4-segment Total = %d, %v", total, err)
 	}
@@ -191,7 +180,7 @@ func TestCounterWithoutRecordedSegments(t *testing.T) {
 			t.Fatalf("%s = %q, %v; want 4 recorded by the first operation", k, v, err)
 		}
 	}
-	two, _ := c.Counter(name, 2)
+	two := c.Counter(name, 2)
 	if _, err := two.Total(ctx); !errors.Is(err, dlock.ErrSegmentMismatch) || !strings.Contains(err.Error(), "has 4 segments") {
 		t.Fatalf("2-segment Total after the count was recorded = %v", err)
 	}
@@ -210,7 +199,7 @@ func TestCounterFirstOperationsRace(t *testing.T) {
 		errs := make([]error, 2)
 		for i, n := range []int{2, 4} {
 			wg.Go(func() {
-				ctr, _ := c.Counter(name, n)
+				ctr := c.Counter(name, n)
 				if round%2 == 0 {
 					errs[i] = ctr.Set(ctx, 8)
 				} else {
@@ -288,10 +277,7 @@ func TestCounterMarkerOutlivesLock(t *testing.T) {
 	rdb := srv.NewClient()
 	rdb.AddHook(hook)
 	c, _ := newClientOn(t, rdb, dlock.Options{TTL: 30 * time.Second})
-	ctr, err := c.Counter(key(t), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctr := c.Counter(key(t), 1)
 	if err := ctr.Set(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
@@ -327,10 +313,7 @@ func TestCounterRecordedPartlyIsNoMismatch(t *testing.T) {
 	ctx := t.Context()
 	c, rdb := newClient(t, dlock.Options{})
 	name := key(t)
-	stock, err := c.Counter(name, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(name, 4)
 	if err := stock.Set(ctx, 8); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +337,7 @@ func TestCounterRecordedPartlyIsNoMismatch(t *testing.T) {
 			t.Fatalf("segment %s records %q after the next operation, want 4", seg, v)
 		}
 	}
-	other, _ := c.Counter(name, 2)
+	other := c.Counter(name, 2)
 	if _, err := other.Total(ctx); !errors.Is(err, dlock.ErrSegmentMismatch) {
 		t.Fatalf("a 2-segment Total = %v, want ErrSegmentMismatch", err)
 	}

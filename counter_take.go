@@ -36,6 +36,9 @@ import (
 // been, taken from it and not put back. A take or put-back that the Redis
 // client sends again changes the count once.
 func (s *Counter) Take(ctx context.Context, n int64, fn func(ctx context.Context, segment int) error) (int, error) {
+	if err := s.check(); err != nil {
+		return -1, err
+	}
 	if ctx == nil {
 		return -1, ErrNilContext
 	}

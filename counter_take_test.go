@@ -16,10 +16,7 @@ func TestCounterTakeUnlockErrorKeepsSale(t *testing.T) {
 	ctx := context.Background()
 	c, _ := newClient(t, dlock.Options{})
 	name := key(t)
-	stock, err := c.Counter(name, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(name, 1)
 	if err := stock.Set(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +62,7 @@ func TestCounterTakeLostReplyMayHaveApplied(t *testing.T) {
 	ctx := context.Background()
 	c, inj := faultyClient(t, dlock.Options{})
 	name := key(t)
-	stock, err := c.Counter(name, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(name, 1)
 	if err := stock.Set(ctx, 3); err != nil {
 		t.Fatal(err)
 	}

@@ -16,10 +16,7 @@ func TestCounterNoOversell(t *testing.T) {
 	c, _ := newClient(t, dlock.Options{})
 	ctx := t.Context()
 	name := key(t)
-	stock, err := c.Counter(name, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(name, 8)
 	if err := stock.Set(ctx, 203); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +30,7 @@ func TestCounterNoOversell(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cl, _ := newClient(t, dlock.Options{})
-			st, _ := cl.Counter(name, 8)
+			st := cl.Counter(name, 8)
 			for i := 0; ; i++ {
 				_, err := st.Take(ctx, 1, func(ctx context.Context, seg int) error {
 					if (w+i)%10 == 0 {

@@ -36,6 +36,11 @@
 //   - Leader election: [Client.Election] (Campaign, Resign, Leader,
 //     Observe, Run).
 //
+// The constructors of these handles (RWLock, Semaphore, Reentrant, Counter,
+// Election, and stripe.New) follow one rule: they never return an error
+// and never call Redis. A bad argument is returned, matching its sentinel
+// and [ErrInvalidArgument], by every method call on the handle.
+//
 // Package fenced makes a Redis key a resource that refuses stale fences.
 // [WithProtocol] runs other lock formats on the same engine (package
 // protocol): package legacy is the SETNX/GETSET timestamp lock of older C#

@@ -64,37 +64,62 @@ type Election struct {
 	channel string // told of every change
 	ttl     time.Duration
 	poll    time.Duration
+	err     error // a bad argument of Client.Election, returned by every method
 }
 
-// Election returns the election named name. It makes no Redis call.
-// Errors: ErrEmptyKey, ErrKeyTooLong, ErrReservedKey for name, and
-// ErrInvalidTTL or ErrInvalidOpts for opts.
-func (c *Client) Election(name string, opts ElectionOptions) (*Election, error) {
-	if err := validKey(c.opts.Prefix, name); err != nil {
-		return nil, err
+// Election returns the election named name. It makes no Redis call and
+// returns no error (see Client): a bad argument is returned by Campaign,
+// Leader and Run, each time (ErrEmptyKey, ErrKeyTooLong or ErrReservedKey
+// for name; ErrInvalidTTL or ErrInvalidOpts for opts), and Observe's
+// channel is closed at once.
+func (c *Client) Election(name string, opts ElectionOptions) *Election {
+	e := &Election{c: c, name: name}
+	if c == nil {
+		e.err = ErrNilClient
+		return e
+	}
+	if e.err = validKey(c.opts.Prefix, name); e.err != nil {
+		return e
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
 		ttl = c.opts.TTL
 	}
 	if !c.opts.ttlWorks(ttl, true) {
-		return nil, c.opts.ttlError(ttl, true)
+		e.err = c.opts.ttlError(ttl, true)
+		return e
 	}
 	poll := opts.PollInterval
 	switch {
 	case poll < 0:
-		return nil, fmt.Errorf("%w: ElectionOptions.PollInterval %v is negative", ErrInvalidOpts, poll)
+		e.err = fmt.Errorf("%w: ElectionOptions.PollInterval %v is negative", ErrInvalidOpts, poll)
+		return e
 	case poll == 0:
 		poll = min(time.Second, ttl/2)
 	}
 	poll = max(poll, time.Millisecond)
 	keys := c.keysFor(name)
-	return &Election{c: c, name: name, keys: keys, history: auxOf(keys, leaderSuffix),
-		channel: auxOf(keys, electedSuffix), ttl: ttl, poll: poll}, nil
+	e.keys, e.history, e.channel = keys, auxOf(keys, leaderSuffix), auxOf(keys, electedSuffix)
+	e.ttl, e.poll = ttl, poll
+	return e
+}
+
+// check returns the error every method of e returns before it acts: a bad
+// argument of Client.Election, or ErrNilClient for a nil *Election.
+func (e *Election) check() error {
+	if e == nil || e.c == nil {
+		return ErrNilClient
+	}
+	return e.err
 }
 
 // Name returns the election's name (its lock key).
-func (e *Election) Name() string { return e.name }
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
 
 // keep is how long the history lives after a leader's last refresh.
 func (e *Election) keep() time.Duration { return 2*e.ttl + 10*time.Second }
@@ -127,6 +152,9 @@ type LeaderInfo struct {
 // Errors: ErrContextDone (joined with ctx.Err()), ErrUnavailable,
 // ErrNoPermission, ErrWrongType, ErrClosed, ErrNilContext, ErrValueTooLong.
 func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, error) {
+	if err := e.check(); err != nil {
+		return nil, err
+	}
 	if ctx == nil {
 		return nil, ErrNilContext
 	}
@@ -395,6 +423,9 @@ func (l *Leadership) refresh() {
 // leads (or the holder of the lock has not published itself yet).
 // Errors: ErrUnavailable, ErrNoPermission, ErrWrongType, ErrNilContext.
 func (e *Election) Leader(ctx context.Context) (LeaderInfo, error) {
+	if err := e.check(); err != nil {
+		return LeaderInfo{}, err
+	}
 	if ctx == nil {
 		return LeaderInfo{}, ErrNilContext
 	}

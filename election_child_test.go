@@ -43,7 +43,7 @@ func runElectChild() int {
 		return 1
 	}
 	name, id := os.Getenv("DLOCK_TEST_KEY"), os.Getenv("DLOCK_TEST_ID")
-	e, err := c.Election(name, dlock.ElectionOptions{TTL: ttl})
+	e := c.Election(name, dlock.ElectionOptions{TTL: ttl})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

@@ -39,10 +39,11 @@ import (
 // election's keys hold values of another type (Leader then returns
 // ErrWrongType): an election that cannot be read never will be. Receive
 // from it promptly: it is unbuffered, and a slow receiver only delays
-// itself. A nil ctx gives a closed channel.
+// itself. A nil ctx, or an Election with a bad argument (see
+// Client.Election), gives a closed channel.
 func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 	out := make(chan LeaderInfo)
-	if ctx == nil {
+	if ctx == nil || e.check() != nil {
 		close(out)
 		return out
 	}

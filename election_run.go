@@ -38,6 +38,9 @@ type RunConfig struct {
 // the loss error (matching ErrLost) if it was lost. Campaign errors other
 // than ctx's end are returned as they are.
 func (e *Election) Run(ctx context.Context, value string, cfg RunConfig) error {
+	if err := e.check(); err != nil {
+		return err
+	}
 	if ctx == nil {
 		return ErrNilContext
 	}

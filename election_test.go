@@ -18,10 +18,7 @@ import (
 
 func newElection(t testing.TB, c *dlock.Client, name string, opts dlock.ElectionOptions) *dlock.Election {
 	t.Helper()
-	e, err := c.Election(name, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := c.Election(name, opts)
 	return e
 }
 
@@ -102,21 +99,10 @@ func TestElectionCampaignResign(t *testing.T) {
 	}
 }
 
-// Bad input is refused before any Redis call.
+// Bad input is refused before any Redis call (bad arguments of
+// Client.Election: TestConstructorsReportBadArgsFromMethods).
 func TestElectionBadInput(t *testing.T) {
 	c, _ := newClient(t, dlock.Options{})
-	if _, err := c.Election("", dlock.ElectionOptions{}); !errors.Is(err, dlock.ErrEmptyKey) {
-		t.Errorf("empty name: %v", err)
-	}
-	if _, err := c.Election(c.KeysFor("x").Fence, dlock.ElectionOptions{}); !errors.Is(err, dlock.ErrReservedKey) {
-		t.Errorf("reserved name: %v", err)
-	}
-	if _, err := c.Election("x", dlock.ElectionOptions{TTL: time.Microsecond}); !errors.Is(err, dlock.ErrInvalidTTL) {
-		t.Errorf("TTL 1µs: %v", err)
-	}
-	if _, err := c.Election("x", dlock.ElectionOptions{PollInterval: -1}); !errors.Is(err, dlock.ErrInvalidOpts) {
-		t.Errorf("negative poll: %v", err)
-	}
 	e := newElection(t, c, key(t), dlock.ElectionOptions{})
 	if _, err := e.Campaign(t.Context(), strings.Repeat("x", dlock.MaxLeaderValue+1)); !errors.Is(err, dlock.ErrValueTooLong) || !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Errorf("long value: %v", err)

@@ -14,10 +14,7 @@ func ExampleClient_Election() {
 	c, _, done := exampleClient()
 	defer done()
 	// A leader that dies without resigning is replaced within the TTL.
-	e, err := c.Election("example:scheduler", dlock.ElectionOptions{TTL: 5 * time.Second})
-	if err != nil {
-		panic(err)
-	}
+	e := c.Election("example:scheduler", dlock.ElectionOptions{TTL: 5 * time.Second})
 	fmt.Println(e.Name())
 	// Output: example:scheduler
 }
@@ -26,10 +23,7 @@ func ExampleElection_Campaign() {
 	ctx := context.Background()
 	c, _, done := exampleClient()
 	defer done()
-	e, err := c.Election("example:campaign", dlock.ElectionOptions{})
-	if err != nil {
-		panic(err)
-	}
+	e := c.Election("example:campaign", dlock.ElectionOptions{})
 	// Blocks until elected (candidates are elected in the order they came).
 	l, err := e.Campaign(ctx, "host-a:8080")
 	if err != nil {
@@ -48,7 +42,7 @@ func ExampleElection_Leader() {
 	ctx := context.Background()
 	c, _, done := exampleClient()
 	defer done()
-	e, _ := c.Election("example:leader", dlock.ElectionOptions{})
+	e := c.Election("example:leader", dlock.ElectionOptions{})
 	if _, err := e.Leader(ctx); errors.Is(err, dlock.ErrNoLeader) {
 		fmt.Println("no leader yet")
 	}
@@ -69,7 +63,7 @@ func ExampleElection_Observe() {
 	defer cancel()
 	c, _, done := exampleClient()
 	defer done()
-	e, _ := c.Election("example:observe", dlock.ElectionOptions{PollInterval: 100 * time.Millisecond})
+	e := c.Election("example:observe", dlock.ElectionOptions{PollInterval: 100 * time.Millisecond})
 	// Every leader, in order, with increasing terms, and NoLeader when
 	// nobody leads any more; closed when ctx ends.
 	leaders := e.Observe(ctx)
@@ -100,7 +94,7 @@ func ExampleLeadership_Resign() {
 	ctx := context.Background()
 	c, _, done := exampleClient()
 	defer done()
-	e, _ := c.Election("example:resign", dlock.ElectionOptions{TTL: time.Minute})
+	e := c.Election("example:resign", dlock.ElectionOptions{TTL: time.Minute})
 	a, _ := e.Campaign(ctx, "a")
 	next := make(chan *dlock.Leadership)
 	go func() {
@@ -123,7 +117,7 @@ func ExampleLeadership_Proclaim() {
 	ctx := context.Background()
 	c, _, done := exampleClient()
 	defer done()
-	e, _ := c.Election("example:proclaim", dlock.ElectionOptions{})
+	e := c.Election("example:proclaim", dlock.ElectionOptions{})
 	l, _ := e.Campaign(ctx, "v1")
 	defer l.Resign(ctx)
 	if err := l.Proclaim(ctx, "v2"); err != nil {
@@ -139,7 +133,7 @@ func ExampleElection_Run() {
 	defer cancel()
 	c, rdb, done := exampleClient()
 	defer done()
-	e, _ := c.Election("example:run", dlock.ElectionOptions{})
+	e := c.Election("example:run", dlock.ElectionOptions{})
 	err := e.Run(ctx, "worker-1", dlock.RunConfig{
 		OnStartedLeading: func(ctx context.Context, l *dlock.Leadership) {
 			// ctx is cancelled if the leadership is lost: stop then. Write

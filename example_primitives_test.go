@@ -362,7 +362,7 @@ func ExampleClient_Counter() {
 	defer done()
 
 	// A flash sale: 100 items split over 8 segments, each with its own lock.
-	stock, _ := locks.Counter("example:flash-sale", 8)
+	stock := locks.Counter("example:flash-sale", 8)
 	stock.Set(ctx, 100)
 	sold := 0
 	for {
@@ -382,7 +382,7 @@ func ExampleCounter_Set() {
 	locks, _, done := exampleClient()
 	defer done()
 
-	stock, _ := locks.Counter("example:counter-set", 4)
+	stock := locks.Counter("example:counter-set", 4)
 	fmt.Println(stock.Set(ctx, 10)) // 3, 3, 2, 2
 	total, _ := stock.Total(ctx)
 	fmt.Println(total)
@@ -396,7 +396,7 @@ func ExampleCounter_Take() {
 	locks, _, done := exampleClient()
 	defer done()
 
-	stock, _ := locks.Counter("example:counter-take", 2)
+	stock := locks.Counter("example:counter-take", 2)
 	stock.Set(ctx, 2)
 	// Take one, and create the order under the segment's lock; if that
 	// fails, the unit goes back.
@@ -419,7 +419,7 @@ func ExampleCounter_Total() {
 	locks, _, done := exampleClient()
 	defer done()
 
-	stock, _ := locks.Counter("example:counter-total", 3)
+	stock := locks.Counter("example:counter-total", 3)
 	stock.Set(ctx, 7)
 	stock.Take(ctx, 2, nil)
 	total, _ := stock.Total(ctx)

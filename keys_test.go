@@ -188,10 +188,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 	queue(sem, false, permits(2, 1))
 	lk(odd, nil)
 	lk(tagged, nil)
-	stock, err := c.Counter("evkL:stock", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter("evkL:stock", 2)
 	if err := stock.Set(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -200,10 +197,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	locks["evkL:res"] = true
-	el, err := c.Election("evkL:elect", dlock.ElectionOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	el := c.Election("evkL:elect", dlock.ElectionOptions{})
 	leader, err := el.Campaign(ctx, "me")
 	if err != nil {
 		t.Fatal(err)

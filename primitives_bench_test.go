@@ -44,7 +44,7 @@ func primitivePairs() []struct {
 			return lk.Unlock(ctx)
 		}
 	}
-	stripes, _ := stripe.New("bench:stripes", 1024)
+	stripes := stripe.New("bench:stripes", 1024)
 	return []struct {
 		name  string
 		split bool

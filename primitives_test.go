@@ -86,7 +86,7 @@ func TestPrimitivesBarging(t *testing.T) {
 func TestStripeLostSignal(t *testing.T) {
 	c, rdb := newClient(t, dlock.Options{})
 	ctx := t.Context()
-	s, _ := stripe.New(key(t), 4)
+	s := stripe.New(key(t), 4)
 	lk, err := c.Lock(ctx, s.Key("sku:1"), dlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

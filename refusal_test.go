@@ -71,10 +71,7 @@ func TestRefusalRetriedWithinDeadline(t *testing.T) {
 	if ok, err := c.ForceRelease(ctx, k); !ok || err != nil {
 		t.Fatalf("ForceRelease refused twice = %v, %v", ok, err)
 	}
-	stock, err := c.Counter(key(t), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(key(t), 2)
 	set := inj.Add(faultcmd.Rule{Action: faultcmd.FailBefore, Times: 2, Match: faultcmd.Match{Script: "counter_set"}, Err: tryAgain})
 	if err := stock.Set(ctx, 10); err != nil {
 		t.Fatalf("Counter.Set refused twice: %v", err)

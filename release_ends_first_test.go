@@ -152,14 +152,8 @@ func TestResignEndsLeadershipBeforeSuccessorIsElected(t *testing.T) {
 	a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend})
 	b, _ := newClient(t, dlock.Options{})
 	name := key(t)
-	ea, err := a.Election(name, dlock.ElectionOptions{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := b.Election(name, dlock.ElectionOptions{TTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ea := a.Election(name, dlock.ElectionOptions{TTL: time.Minute})
+	eb := b.Election(name, dlock.ElectionOptions{TTL: time.Minute})
 	la, err := ea.Campaign(ctx, "a")
 	if err != nil {
 		t.Fatal(err)

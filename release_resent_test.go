@@ -179,10 +179,7 @@ func TestCounterResentByRedisClientCountsOnce(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	rdb.AddHook(hook)
 	c, _ := newClientOn(t, rdb, dlock.Options{})
-	ctr, err := c.Counter(key(t), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctr := c.Counter(key(t), 1)
 	if err := ctr.Set(ctx, 10); err != nil {
 		t.Fatal(err)
 	}

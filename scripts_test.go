@@ -487,10 +487,7 @@ func TestCounterRefusesForeignCount(t *testing.T) {
 	ctx := t.Context()
 	c, rdb := newClient(t, dlock.Options{})
 	name := key(t)
-	stock, err := c.Counter(name, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stock := c.Counter(name, 1)
 	if err := stock.Set(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
@@ -500,7 +497,7 @@ func TestCounterRefusesForeignCount(t *testing.T) {
 		t.Fatalf("count key %q: %q", count, rdb.Get(ctx, count).Val())
 	}
 	rdb.Set(ctx, count, "not-a-count", 0)
-	_, err = stock.Take(ctx, 1, func(context.Context, int) error { return nil })
+	_, err := stock.Take(ctx, 1, func(context.Context, int) error { return nil })
 	if !errors.Is(err, dlock.ErrWrongType) {
 		t.Fatalf("Take: %v; want ErrWrongType", err)
 	}

@@ -116,10 +116,7 @@ func electionHistory(t *testing.T, serverFaults bool) {
 		return c
 	}
 	election := func(c *dlock.Client) *dlock.Election {
-		e, err := c.Election(name, dlock.ElectionOptions{TTL: ttl, PollInterval: poll})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := c.Election(name, dlock.ElectionOptions{TTL: ttl, PollInterval: poll})
 		return e
 	}
 

@@ -299,10 +299,7 @@ func lateCounterWrites(h *harness) {
 	name := h.key("counter")
 	na, inj := h.cmdNode(dlock.Options{})
 	admin := h.lockNode(dlock.Options{})
-	c, err := na.Locks.Counter(name, 4)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	c := na.Locks.Counter(name, 4)
 	const stock = 40
 	if err := c.Set(ctx, stock); err != nil {
 		h.t.Fatalf("Set: %v", err)
@@ -491,8 +488,8 @@ func pendingCounterSet(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	name := probeKey(t, "counter-set")
-	ctr, err := c.Counter(name, 1)
-	if err != nil || ctr.Set(ctx, 2) != nil {
+	ctr := c.Counter(name, 1)
+	if ctr.Set(ctx, 2) != nil {
 		return ""
 	}
 	hold := inj.Add(faultcmd.Rule{Action: faultcmd.Hold, HoldTimeout: 2 * time.Second,

@@ -17,10 +17,7 @@ func ExampleNew() {
 	defer locks.Close()
 
 	// One lock per SKU, but never more than 64 lock keys.
-	stripes, err := stripe.New("example:sku-locks", 64)
-	if err != nil {
-		panic(err)
-	}
+	stripes := stripe.New("example:sku-locks", 64)
 	lk, err := locks.Lock(ctx, stripes.Key("sku:1234"))
 	fmt.Println(err, lk.Key())
 	lk.Unlock(ctx)
@@ -29,7 +26,7 @@ func ExampleNew() {
 }
 
 func ExampleSet_Key() {
-	s, _ := stripe.New("inv", 8)
+	s := stripe.New("inv", 8)
 	fmt.Println(s.Key("sku:1"), s.Key("sku:2"))
 	// Keys with the same hash tag share a stripe.
 	fmt.Println(s.Key("user:{42}:cart") == s.Key("user:{42}:orders"))
@@ -45,7 +42,7 @@ func ExampleSet_Keys() {
 	locks, _ := dlock.New(rdb, dlock.Options{})
 	defer locks.Close()
 
-	s, _ := stripe.New("example:inv", 8)
+	s := stripe.New("example:inv", 8)
 	// Lock every item of an order at once, without deadlock. sku:1 and
 	// sku:9 share stripe 3, which is locked once.
 	lk, err := locks.LockMulti(ctx, s.Keys("sku:1", "sku:2", "sku:9"))
@@ -56,14 +53,14 @@ func ExampleSet_Keys() {
 }
 
 func ExampleSet_Index() {
-	s, _ := stripe.New("inv", 8)
+	s := stripe.New("inv", 8)
 	fmt.Println(s.Index("sku:1"), s.Len())
 	// Output:
 	// 3 8
 }
 
 func ExampleSet_Stripe() {
-	s, _ := stripe.New("inv", 4)
+	s := stripe.New("inv", 4)
 	for i := range s.Len() {
 		fmt.Print(s.Stripe(i), " ")
 	}
@@ -74,7 +71,7 @@ func ExampleSet_Stripe() {
 
 func ExampleSet_Len() {
 	var zero stripe.Set
-	s, _ := stripe.New("inv", 16)
+	s := stripe.New("inv", 16)
 	fmt.Println(s.Len(), zero.Len())
 	// Output:
 	// 16 1

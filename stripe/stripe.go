@@ -29,33 +29,55 @@ import (
 //
 // The zero Set has one stripe, named ":0".
 type Set struct {
-	s stripes.Set
+	s   stripes.Set
+	err error // a bad argument of New
 }
 
-// New returns n stripes named after name. On success, it returns the set
-// and a nil error. On failure, it returns the zero Set and an error
-// matching dlock.ErrInvalidArgument: dlock.ErrInvalidCount for n < 1, or
-// dlock.ErrEmptyKey or dlock.ErrKeyTooLong for the name (with the stripe
-// suffix). It makes no Redis call.
-func New(name string, n int) (Set, error) {
+// New returns n stripes named after name. Like dlock's constructors it
+// returns no error and makes no Redis call: if name or n is bad, the Set
+// is invalid: Err returns why (dlock.ErrInvalidCount for n < 1, or
+// dlock.ErrEmptyKey or dlock.ErrKeyTooLong for the name with the stripe
+// suffix; each matches dlock.ErrInvalidArgument), Len is 1, and every key
+// it returns is "", which every dlock call refuses (dlock.ErrEmptyKey), so
+// an invalid Set never locks anything.
+func New(name string, n int) Set {
 	if err := keyrules.ValidStripes(name, n); err != nil {
-		return Set{}, err
+		return Set{err: err}
 	}
-	return Set{stripes.Make(name, n)}, nil
+	return Set{s: stripes.Make(name, n)}
 }
 
-// Len returns the number of stripes (1 for the zero Set).
+// Err returns nil for a valid Set, else the bad argument of New.
+func (s Set) Err() error { return s.err }
+
+// Len returns the number of stripes (1 for the zero Set and an invalid one).
 func (s Set) Len() int { return s.s.Len() }
 
 // Index returns the stripe of key, in [0, Len()).
 func (s Set) Index(key string) int { return s.s.Index(key) }
 
-// Stripe returns the lock key of stripe i ("<name>:<i>").
-func (s Set) Stripe(i int) string { return s.s.Stripe(i) }
+// Stripe returns the lock key of stripe i ("<name>:<i>"; "" if the Set is
+// invalid).
+func (s Set) Stripe(i int) string {
+	if s.err != nil {
+		return ""
+	}
+	return s.s.Stripe(i)
+}
 
-// Key returns the lock key of the stripe key maps to.
-func (s Set) Key(key string) string { return s.s.Key(key) }
+// Key returns the lock key of the stripe key maps to ("" if the Set is
+// invalid).
+func (s Set) Key(key string) string { return s.Stripe(s.Index(key)) }
 
 // Keys returns the distinct stripe keys of keys, sorted: pass them to
-// dlock's LockMulti to hold all of the logical keys at once.
-func (s Set) Keys(keys ...string) []string { return s.s.Keys(keys...) }
+// dlock's LockMulti to hold all of the logical keys at once. For an
+// invalid Set it returns [""] (none for no keys).
+func (s Set) Keys(keys ...string) []string {
+	if s.err != nil {
+		if len(keys) == 0 {
+			return []string{}
+		}
+		return []string{""}
+	}
+	return s.s.Keys(keys...)
+}

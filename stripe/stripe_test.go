@@ -12,8 +12,8 @@ import (
 )
 
 func TestMapping(t *testing.T) {
-	s, err := stripe.New("inv", 16)
-	if err != nil {
+	s := stripe.New("inv", 16)
+	if err := s.Err(); err != nil {
 		t.Fatal(err)
 	}
 	counts := make([]int, 16)
@@ -52,8 +52,15 @@ func TestMapping(t *testing.T) {
 		n    int
 		want error
 	}{{"x", 0, dlock.ErrInvalidCount}, {"", 4, dlock.ErrEmptyKey}, {strings.Repeat("k", dlock.MaxKeyLength), 4, dlock.ErrKeyTooLong}} {
-		if _, err := stripe.New(tc.name, tc.n); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
-			t.Errorf("New(%d) = %v", tc.n, err)
+		s := stripe.New(tc.name, tc.n)
+		if err := s.Err(); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("New(%d).Err() = %v", tc.n, err)
+		}
+		// An invalid Set never names a lock key: every key is "", which
+		// dlock refuses.
+		if s.Len() != 1 || s.Index("x") != 0 || s.Stripe(0) != "" || s.Key("x") != "" ||
+			len(s.Keys("a", "b")) != 1 || s.Keys("a", "b")[0] != "" || len(s.Keys()) != 0 {
+			t.Errorf("New(%q, %d): Len %d, Stripe(0) %q, Key %q, Keys %q", tc.name, tc.n, s.Len(), s.Stripe(0), s.Key("x"), s.Keys("a", "b"))
 		}
 	}
 	var zero stripe.Set

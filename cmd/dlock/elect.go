@@ -180,13 +180,11 @@ func (a *app) cmdElect(args []string) int {
 		return exitFailed
 	}
 	defer c.Close()
-	el, code := a.electionOf("elect", c, name, dlock.ElectionOptions{TTL: f.ttl.d})
-	if el == nil {
-		return code
-	}
+	// A bad NAME is reported by the first campaign (see badKey).
+	el := c.Election(name, dlock.ElectionOptions{TTL: f.ttl.d})
 
 	for {
-		l, code := a.campaign(ctx, el, e, id, sigs)
+		l, code := a.campaign(ctx, c, el, e, id, sigs)
 		if l == nil {
 			return code
 		}
@@ -234,7 +232,7 @@ func teeSignals(in <-chan os.Signal) (out chan os.Signal, got func() bool, stop 
 
 // campaign waits to be elected, ending at once on a signal. It returns the
 // leadership, or nil and the exit code (having said why).
-func (a *app) campaign(ctx context.Context, el *dlock.Election, e *endpoint, id string, sigs <-chan os.Signal) (*dlock.Leadership, int) {
+func (a *app) campaign(ctx context.Context, c *dlock.Client, el *dlock.Election, e *endpoint, id string, sigs <-chan os.Signal) (*dlock.Leadership, int) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -259,6 +257,9 @@ func (a *app) campaign(ctx context.Context, el *dlock.Election, e *endpoint, id 
 		}
 		a.errorf("elect: got %v while campaigning in %q; not running the command", sig, el.Name())
 		return nil, 128 + signum(sig)
+	}
+	if code, bad := a.badKey(c, "elect", el.Name(), r.err); bad {
+		return nil, code
 	}
 	switch err := r.err; {
 	case err == nil:
@@ -297,17 +298,6 @@ func viewOfLeader(name string, li dlock.LeaderInfo) leaderView {
 		Since: li.Since.UTC(), AgeMS: time.Since(li.Since).Milliseconds(), Missed: li.Missed}
 }
 
-// electionOf returns the election name for the admin commands.
-func (a *app) electionOf(cmd string, c *dlock.Client, name string, opts dlock.ElectionOptions) (*dlock.Election, int) {
-	el, err := c.Election(name, opts)
-	if code, bad := a.badKey(c, cmd, name, err); bad {
-		return nil, code
-	}
-	if err != nil {
-		return nil, a.usageErr(cmd, "%s: %s", cmd, libMsg(err))
-	}
-	return el, exitOK
-}
 
 func (a *app) cmdLeader(args []string) int {
 	var asJSON bool
@@ -330,10 +320,7 @@ func (a *app) cmdLeader(args []string) int {
 		return code
 	}
 	defer done()
-	el, code := a.electionOf("leader", c, pos[0], dlock.ElectionOptions{})
-	if el == nil {
-		return code
-	}
+	el := c.Election(pos[0], dlock.ElectionOptions{})
 	li, err := el.Leader(ctx)
 	switch {
 	case errors.Is(err, dlock.ErrNoLeader):
@@ -344,7 +331,7 @@ func (a *app) cmdLeader(args []string) int {
 		}
 		return exitFree
 	case err != nil:
-		return a.leaderFailed(e, "leader", pos[0], err)
+		return a.leaderFailed(c, e, "leader", pos[0], err)
 	}
 	v := viewOfLeader(pos[0], li)
 	if asJSON {
@@ -391,10 +378,8 @@ func (a *app) cmdObserve(args []string) int {
 		return code
 	}
 	defer done()
-	el, code := a.electionOf("observe", c, pos[0], dlock.ElectionOptions{TTL: dlock.MaxTTL, PollInterval: poll.d})
-	if el == nil {
-		return code
-	}
+	// A bad NAME closes Observe's channel at once; Leader then says why.
+	el := c.Election(pos[0], dlock.ElectionOptions{TTL: dlock.MaxTTL, PollInterval: poll.d})
 	for li := range el.Observe(ctx) {
 		a.printObserved(pos[0], li, asJSON)
 	}
@@ -410,12 +395,16 @@ func (a *app) cmdObserve(args []string) int {
 	case err == nil, errors.Is(err, dlock.ErrNoLeader):
 		err = dlock.ErrWrongType // and fixed since
 	}
-	return a.leaderFailed(e, "observe", pos[0], err)
+	return a.leaderFailed(c, e, "observe", pos[0], err)
 }
 
 // leaderFailed reports an error reading the election name and returns
-// the exit code: 4 for keys of another type, else as redisFailed.
-func (a *app) leaderFailed(e *endpoint, cmd, name string, err error) int {
+// the exit code: a bad NAME as badKey, 4 for keys of another type, else
+// as redisFailed.
+func (a *app) leaderFailed(c *dlock.Client, e *endpoint, cmd, name string, err error) int {
+	if code, bad := a.badKey(c, cmd, name, err); bad {
+		return code
+	}
 	if errors.Is(err, dlock.ErrWrongType) {
 		a.errorf("%s: %s: %s", cmd, printable(name), libMsg(err))
 		return exitNotLock

@@ -49,10 +49,7 @@ func electionWorker(ctx context.Context, rdb redis.UniversalClient, s spec, stdi
 		return err
 	}
 	defer c.Close()
-	el, err := c.Election(s.Name, dlock.ElectionOptions{TTL: s.TTL})
-	if err != nil {
-		return err
-	}
+	el := c.Election(s.Name, dlock.ElectionOptions{TTL: s.TTL})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resign := make(chan struct{}, 1)
