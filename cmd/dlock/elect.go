@@ -298,7 +298,6 @@ func viewOfLeader(name string, li dlock.LeaderInfo) leaderView {
 		Since: li.Since.UTC(), AgeMS: time.Since(li.Since).Milliseconds(), Missed: li.Missed}
 }
 
-
 func (a *app) cmdLeader(args []string) int {
 	var asJSON bool
 	fs := newFlagSet("leader")
