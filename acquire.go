@@ -237,7 +237,16 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		if isRefusal(err) {
 			return false, 0, &refusedDoneError{ctxErr: ctx.Err(), refusal: err}
 		}
-		return false, 0, ctxDone(ctx)
+		// The context ended during the call: Redis failed, or had not
+		// answered yet. Say which, so that the caller can tell a key
+		// still held from a silent Redis (not when the caller cancelled).
+		switch {
+		case errors.Is(ctx.Err(), context.Canceled):
+			return false, 0, ctxDone(ctx)
+		case errors.Is(err, context.DeadlineExceeded):
+			return false, 0, ctxDoneAfter(ctx, &noReplyError{after: time.Since(sent), err: err})
+		}
+		return false, 0, ctxDoneAfter(ctx, unavailable(err))
 	}
 	return false, 0, unavailable(err)
 }

@@ -5,8 +5,8 @@ package dlock
 
 import (
 	"context"
-	"errors"
 
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -157,10 +157,10 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	legacy := false
 	switch typ.Val() {
 	case "none":
-		return errors.Join(ErrNotHeld, ErrExpired)
+		return oneline.Chain(ErrNotHeld, ErrExpired)
 	case "zset":
 		if member.Err() != nil { // not a holder: leave the semaphore alone
-			return errors.Join(ErrNotHeld, ErrTaken)
+			return oneline.Chain(ErrNotHeld, ErrTaken)
 		}
 		proto = c.adminSemaphore()
 	case "string":
@@ -197,11 +197,11 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	case code == codeGone:
 		// The key may still be held, by other handles than token.
 		if info, err := c.Inspect(ctx, key); err == nil && info.Held {
-			return errors.Join(ErrNotHeld, ErrTaken)
+			return oneline.Chain(ErrNotHeld, ErrTaken)
 		}
-		return errors.Join(ErrNotHeld, ErrExpired)
+		return oneline.Chain(ErrNotHeld, ErrExpired)
 	default:
-		return errors.Join(ErrNotHeld, ErrTaken)
+		return oneline.Chain(ErrNotHeld, ErrTaken)
 	}
 }
 

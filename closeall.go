@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -133,5 +134,5 @@ func closeError(left, total int, errs []error) error {
 	if len(errs) == 0 {
 		errs = []error{unavailable(context.DeadlineExceeded)}
 	}
-	return &CloseError{Left: left, Total: total, Err: errors.Join(errs...)}
+	return &CloseError{Left: left, Total: total, Err: oneline.Join(errs...)}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 )
@@ -93,7 +94,7 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 	took, err := s.add(ctx, lk, seg, -n)
 	if err != nil || !took {
 		var ma *maybeAppliedError
-		return errors.As(err, &ma), errors.Join(err, unlock())
+		return errors.As(err, &ma), oneline.Join(err, unlock())
 	}
 	if fn == nil {
 		return true, unlock()
@@ -107,7 +108,7 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 	if ferr == nil {
 		return true, unlock()
 	}
-	return false, errors.Join(ferr, s.putBack(ctx, lk, seg, n), unlock())
+	return false, oneline.Join(ferr, s.putBack(ctx, lk, seg, n), unlock())
 }
 
 // putBack puts n units back into segment seg while lk still holds it, and

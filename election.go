@@ -182,7 +182,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		case errors.Is(err, ErrLost), errors.Is(err, errOlderTerm):
 			continue // lost the lock before the record was out: stand again
 		case ctx.Err() != nil:
-			return nil, errors.Join(ErrContextDone, ctx.Err())
+			return nil, ctxDone(ctx)
 		}
 		return nil, err
 	}
@@ -322,7 +322,7 @@ func (l *Leadership) publishUntil(ctx context.Context) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(ErrContextDone, ctx.Err(), err)
+			return ctxDoneAfter(ctx, err)
 		case <-l.lk.Done():
 			t.Stop()
 			return l.lk.Err()

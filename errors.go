@@ -3,9 +3,11 @@ package dlock
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,6 +39,10 @@ var (
 
 	// ErrContextDone: the context ended before the lock was acquired. It is
 	// joined with ctx.Err(), so errors.Is(err, context.DeadlineExceeded) works.
+	// If Redis failed or did not answer while the call waited (the last
+	// attempt got an error, or was still without a reply when the context
+	// ended), that Redis error is joined too: errors.Is(err, ErrUnavailable)
+	// then tells "still held" from "Redis did not answer".
 	ErrContextDone = errors.New("dlock: context done before the lock was acquired")
 
 	// ErrUnavailable wraps an error from the Redis driver (network, timeout,
@@ -45,6 +51,14 @@ var (
 	// MOVED, CLUSTERDOWN, LOADING, MASTERDOWN) is retried until the ctx's
 	// deadline first; the error then names the last refusal.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
+
+	// ErrNoReply: Redis did not reply to a call in time (the driver's read
+	// timeout passed, or the context ended while the call was in flight):
+	// it may be paused, overloaded, or cut off. It comes with ErrUnavailable.
+	// A waiting call whose context ends returns it joined to ErrContextDone
+	// if its last attempt got no reply; its absence does not prove Redis
+	// answered, since a waiting call may be asleep when Redis stops.
+	ErrNoReply = errors.New("dlock: no reply from redis")
 
 	// ErrNoPermission: the Redis user's ACL refused something dlock needs:
 	// a command (EVAL and EVALSHA, or one a script runs), a key (the lock
@@ -170,7 +184,7 @@ type maybeAppliedError struct {
 }
 
 func (e *maybeAppliedError) Error() string {
-	return fmt.Sprintf("%v: %s %d units of %q: %v", ErrMaybeApplied, e.op, e.n, e.key, e.cause)
+	return fmt.Sprintf("%v: %s %d units of %q: %s", ErrMaybeApplied, e.op, e.n, e.key, oneline.Msg(e.cause))
 }
 func (e *maybeAppliedError) Is(target error) bool { return target == ErrMaybeApplied }
 func (e *maybeAppliedError) Unwrap() error        { return e.cause }
@@ -244,7 +258,7 @@ type lostError struct {
 }
 
 func (e *lostError) Error() string {
-	return fmt.Sprintf("dlock: lock %q lost: %v", e.key, e.cause)
+	return fmt.Sprintf("dlock: lock %q lost: %s", e.key, strings.TrimPrefix(oneline.Msg(e.cause), "dlock: "))
 }
 func (e *lostError) Is(target error) bool { return target == ErrLost || target == ErrNotHeld }
 func (e *lostError) Unwrap() error        { return e.cause }
@@ -258,11 +272,87 @@ func unavailable(err error) error {
 	if pe := permissionOf(err); pe != nil {
 		return pe
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if isConnTimeout(err) {
+		return &noReplyError{err: err}
+	}
+	return oneline.Chain(ErrUnavailable, err)
 }
 
+// isConnTimeout reports whether err is, or wraps, a timeout of the
+// driver's connection.
+func isConnTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// noReplyError is ErrNoReply: err is the driver's error, after (if
+// known) how long the call had waited for its reply.
+type noReplyError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *noReplyError) Error() string {
+	msg := ErrUnavailable.Error() + ": "
+	if e.after > 0 {
+		msg += fmt.Sprintf("no reply within %v: ", e.after.Round(time.Millisecond))
+	}
+	return msg + oneline.Msg(e.err)
+}
+
+func (e *noReplyError) Is(target error) bool {
+	return target == ErrNoReply || target == ErrUnavailable
+}
+
+func (e *noReplyError) Unwrap() error { return e.err }
+
+// ctxDone is ErrContextDone for ctx, which has ended.
 func ctxDone(ctx interface{ Err() error }) error {
-	return errors.Join(ErrContextDone, ctx.Err())
+	return &ctxDoneError{ctxErr: ctx.Err()}
+}
+
+// ctxDoneAfter is ErrContextDone for ctx, which ended after the Redis
+// error cause (nil: none) while the call waited.
+func ctxDoneAfter(ctx interface{ Err() error }, cause error) error {
+	return &ctxDoneError{ctxErr: ctx.Err(), cause: cause}
+}
+
+// ctxDoneError is ErrContextDone: it matches ErrContextDone, the
+// context's error and, if not nil, the last Redis error of the call.
+type ctxDoneError struct {
+	ctxErr, cause error
+}
+
+func (e *ctxDoneError) Error() string {
+	msg := ErrContextDone.Error()
+	if e.ctxErr != nil {
+		msg += ": " + oneline.Msg(e.ctxErr)
+	}
+	if e.cause != nil {
+		msg += "; the last Redis error while waiting: " + strings.TrimPrefix(oneline.Msg(e.cause), "dlock: ")
+	}
+	return msg
+}
+
+func (e *ctxDoneError) Unwrap() []error {
+	errs := []error{ErrContextDone}
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
+	}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}
+
+// withRedisCause returns err, an ErrContextDone, with cause as its Redis
+// cause if it has none.
+func withRedisCause(err, cause error) error {
+	var cd *ctxDoneError
+	if cause == nil || !errors.As(err, &cd) || cd.cause != nil {
+		return err
+	}
+	return &ctxDoneError{ctxErr: cd.ctxErr, cause: cause}
 }
 
 // ttlError is an ErrInvalidTTL naming the TTL given and the range that
@@ -301,8 +391,8 @@ type CloseError struct {
 }
 
 func (e *CloseError) Error() string {
-	return fmt.Sprintf("dlock: Close released %d of %d locks; %d are left to expire by their TTL: %v",
-		e.Total-e.Left, e.Total, e.Left, e.Err)
+	return fmt.Sprintf("dlock: Close released %d of %d locks; %d are left to expire by their TTL: %s",
+		e.Total-e.Left, e.Total, e.Left, oneline.Msg(e.Err))
 }
 
 // Is makes a CloseError match ErrUnavailable.
@@ -319,7 +409,7 @@ type EvictionError struct {
 }
 
 func (e *EvictionError) Error() string {
-	return fmt.Sprintf("%v: %s (locks need noeviction; Options.AllowEviction runs anyway)", ErrEvictionPolicy, strings.Join(e.Servers, ", "))
+	return fmt.Sprintf("%v: %s (locks need noeviction; Options.AllowEviction runs anyway)", ErrEvictionPolicy, oneline.String(strings.Join(e.Servers, ", ")))
 }
 
 // Is makes an EvictionError match ErrEvictionPolicy.
@@ -393,5 +483,5 @@ func refused(msg string) string {
 
 // oneLineMsg is err's message on one line.
 func oneLineMsg(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	return oneline.Msg(err)
 }

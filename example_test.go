@@ -248,8 +248,7 @@ func ExampleClient_ReleaseToken() {
 	fmt.Println(locks.ReleaseToken(ctx, "example:token", "not-the-token"))
 	fmt.Println(locks.ReleaseToken(ctx, "example:token", lock.Token()))
 	// Output:
-	// dlock: lock not held
-	// dlock: lock taken by another owner
+	// dlock: lock not held: lock taken by another owner
 	// <nil>
 }
 

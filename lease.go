@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -178,9 +179,9 @@ func (l *lease) onDeadline() (lost func()) {
 	cause := ErrExpired
 	switch {
 	case l.renewErr != nil:
-		cause = errors.Join(ErrUnreachable, l.renewErr)
+		cause = oneline.Chain(ErrUnreachable, l.renewErr)
 	case l.renewing:
-		cause = errors.Join(ErrUnreachable, errors.New("no reply to the renewal before the deadline"))
+		cause = oneline.Chain(ErrUnreachable, errors.New("no reply to the renewal before the deadline"))
 	}
 	l.mu.Unlock()
 	lost, _ = l.lose(l.ctx, cause)
@@ -362,7 +363,7 @@ func causeOf(code int64) error {
 	case codeGone:
 		return ErrExpired
 	case codeWrongType:
-		return errors.Join(ErrTaken, ErrWrongType)
+		return oneline.Chain(ErrTaken, ErrWrongType)
 	default:
 		return ErrTaken
 	}

@@ -7,8 +7,9 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/oneline"
 )
 
 // Lock is a held lock: exclusive, or (by what took it) a read lock
@@ -217,7 +218,7 @@ func (c *Client) run(ctx context.Context, lk *Lock, fn func(ctx context.Context)
 	stop()
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
 	defer rcancel()
-	return errors.Join(ferr, lk.Unlock(rctx))
+	return oneline.Join(ferr, lk.Unlock(rctx))
 }
 
 // lockCtxKey is the context key of the lock Do gives its function.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -287,13 +288,13 @@ type keptError struct{ acquire, rollback error }
 
 func (e *keptError) Error() string {
 	if e.rollback == nil {
-		return e.acquire.Error()
+		return oneline.Msg(e.acquire)
 	}
 	a := "a key is held"
 	if e.acquire != nil {
-		a = e.acquire.Error()
+		a = oneline.Msg(e.acquire)
 	}
-	return a + "; and the keys taken before could not be given back: " + e.rollback.Error()
+	return a + "; and the keys taken before could not be given back: " + oneline.Msg(e.rollback)
 }
 
 func (e *keptError) Unwrap() error { return e.acquire }

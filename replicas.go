@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -186,7 +187,7 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 	}
 	if n < int64(a.replicas) {
 		// Never report a grant a failover could lose: give it back.
-		return protocol.Grant{}, errors.Join(a.ackErr(n), withdraw(ctx, rdb, a, k, token))
+		return protocol.Grant{}, oneline.Join(a.ackErr(n), withdraw(ctx, rdb, a, k, token))
 	}
 	return g, nil
 }

@@ -105,7 +105,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 		case <-w.Wake:
 		case <-ctx.Done():
 			c.giveUp(a)
-			return waited, errors.Join(ctxDone(ctx), redisErr)
+			return waited, ctxDoneAfter(ctx, redisErr)
 		}
 		// No retry wake-up while attempting: the next is armed after it.
 		c.wd.unsleep(a)
@@ -144,7 +144,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			c.opts.Logger.Debug("dlock: redis error while waiting; retrying", "channel", a.keys.Wake, "err", err)
 		case errors.Is(err, ErrContextDone):
 			c.giveUp(a)
-			return waited, errors.Join(err, redisErr)
+			return waited, withRedisCause(err, redisErr)
 		default:
 			c.giveUp(a)
 			return waited, err

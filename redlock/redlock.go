@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/lualib"
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -70,7 +71,7 @@ func (e *QuorumError) Error() string {
 	fmt.Fprintf(&b, "redlock: %s: %d of %d nodes answered, %d needed", e.Op, e.Answered, e.Nodes, e.Quorum)
 	for i, err := range e.NodeErrs {
 		if err != nil {
-			fmt.Fprintf(&b, "; node %d: %v", i, err)
+			fmt.Fprintf(&b, "; node %d: %s", i, oneline.Msg(err))
 		}
 	}
 	return b.String()
@@ -155,7 +156,7 @@ type SameServerError struct {
 }
 
 func (e *SameServerError) Error() string {
-	return fmt.Sprintf("%v: nodes %d (%s) and %d (%s) have the same run_id %s", ErrSameServer, e.I, e.AddrI, e.J, e.AddrJ, e.RunID)
+	return oneline.String(fmt.Sprintf("%v: nodes %d (%s) and %d (%s) have the same run_id %s", ErrSameServer, e.I, e.AddrI, e.J, e.AddrJ, e.RunID))
 }
 
 func (e *SameServerError) Is(target error) bool { return target == ErrSameServer }

@@ -54,6 +54,7 @@ type endpoint struct {
 	kind    string   // "server", "sentinel" or "cluster"
 	addrs   []string // server address, Sentinel addresses or Cluster seed nodes
 	master  string   // Sentinel master name
+	tls     bool     // rediss: the connections start with a TLS handshake
 
 	newClient func() redis.UniversalClient
 	// pingClient, if set, is a client for the first PING that does not
@@ -118,6 +119,7 @@ func parseEndpoint(t target) (*endpoint, error) {
 		return e, fmt.Errorf("TLS options (tls_ca, tls_cert, tls_key, tls_server_name; --tls-*) need a rediss:// URL, not %s://", scheme)
 	}
 	tlsConf := func(c *tls.Config) (*tls.Config, error) { return topts.apply(c) }
+	e.tls = base == "rediss"
 	plain := base + "://" + rest
 	if mode == "" && base != "unix" && hasQueryParam(t.url, "master_name") {
 		mode = "sentinel"
@@ -214,6 +216,12 @@ func (a *app) connect(ctx context.Context, t target) (*endpoint, redis.Universal
 		if l := drvLog.lastLine(); l != "" && !strings.Contains(l, detail) && !strings.Contains(detail, l) {
 			detail += " (driver: " + l + ")"
 		}
+		if e.tls && isTimeout(err) {
+			// A server without TLS reads the handshake as a command that
+			// never ends, and answers nothing: say what was asked for.
+			detail = fmt.Sprintf("the TLS handshake with %s did not complete (%s): the server may not serve TLS "+
+				"(rediss:// asks for TLS; a server without it needs redis://)", strings.Join(e.addrs, ", "), detail)
+		}
 		a.errorf("%s at %s: %s", pingFailure(err), e.where(), detail)
 		if !t.explicit() {
 			fmt.Fprintln(a.stderr, "Give the Redis to use with --redis URL or $DLOCK_REDIS_URL / $REDIS_URL.")
@@ -221,6 +229,12 @@ func (a *app) connect(ctx context.Context, t target) (*endpoint, redis.Universal
 		return nil, nil, exitFailed
 	}
 	return e, rdb, exitOK
+}
+
+// isTimeout reports whether err is a deadline that passed or a network
+// timeout.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || isNetTimeout(err)
 }
 
 // pingFailure names what a failed first PING means: a refused password, a

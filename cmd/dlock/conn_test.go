@@ -172,3 +172,19 @@ func TestParseHelpers(t *testing.T) {
 		t.Errorf("parseInterspersed: %v %v %q %v", pos, j, tok, err)
 	}
 }
+
+// TestTLSToPlainServer: a rediss:// URL for a server that does not serve
+// TLS (it reads the handshake as a command and answers nothing) is
+// reported as a TLS handshake that did not complete, naming the address,
+// not as a bare deadline.
+func TestTLSToPlainServer(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"status", testKey(t)}, {"run", testKey(t), "true"}} {
+		r := dlockRun(t, nil, append([]string{"--redis", "rediss://" + srv.Addr()}, args...)...)
+		expectCode(t, r, 125)
+		expectStderr(t, r, "TLS handshake with "+srv.Addr()+" did not complete", "may not serve TLS", "rediss://")
+		if strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("want one line:\n%v", r)
+		}
+	}
+}

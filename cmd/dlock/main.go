@@ -136,9 +136,10 @@ func (s sysEnv) lookPath(file string) (string, error) {
 	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
 }
 
-// errorf prints "dlock: <message>" on stderr, with every known secret masked.
+// errorf prints "dlock: <message>" on stderr, on one line, with every known
+// secret masked.
 func (a *app) errorf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
+	msg := oneLine(fmt.Sprintf(format, args...)) // a wrapped error may hold newlines
 	fmt.Fprintln(a.stderr, a.redact.clean("dlock: "+msg))
 }
 

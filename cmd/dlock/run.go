@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -470,25 +471,43 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 	case errors.Is(err, dlock.ErrNoPermission):
 		a.errorf("run: Redis at %s refused %q to this user: %s", e.where(), key, permMsg(err))
 		return nil, exitFailed
-	case errors.Is(err, dlock.ErrUnavailable):
-		a.errorf("run: Redis at %s failed while acquiring %q: %v", e.where(), key, oneLine(err.Error()))
-		return nil, exitFailed
 	case errors.Is(err, dlock.ErrContextDone) && errors.Is(err, context.DeadlineExceeded):
 		// -w ran out. That the key is still held is true only if Redis
-		// answers: an outage while waiting looks the same to the wait.
+		// answered: the wait's error says whether its last attempt got an
+		// error or no reply, and a PING checks (a waiting call may have
+		// been asleep when Redis stopped answering; a reply cut short by
+		// the deadline is no outage).
+		if errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, dlock.ErrNoReply) {
+			a.errorf("run: Redis at %s failed while dlock waited for %q (%s); not running the command", e.where(), key, libMsg(err))
+			return nil, exitFailed
+		}
+		silent := errors.Is(err, dlock.ErrNoReply)
 		if probe != nil {
 			pctx, cancel := context.WithTimeout(context.Background(), heldCheckTimeout)
 			perr := probe(pctx)
 			cancel()
-			if perr != nil {
+			switch {
+			case perr == nil:
+				silent = false
+			case isTimeout(perr):
+				a.errorf("run: Redis at %s did not answer while dlock waited for %q (no reply to PING within %v); not running the command", e.where(), key, heldCheckTimeout)
+				return nil, exitFailed
+			default:
 				a.errorf("run: Redis at %s failed while dlock waited for %q (%s); not running the command", e.where(), key, oneLine(perr.Error()))
 				return nil, exitFailed
 			}
+		}
+		if silent {
+			a.errorf("run: Redis at %s did not answer while dlock waited for %q (%s); not running the command", e.where(), key, libMsg(err))
+			return nil, exitFailed
 		}
 		if !f.quiet {
 			a.errorf("run: %q still held after waiting %v; not running the command", key, f.wait.d)
 		}
 		return nil, f.conflict
+	case errors.Is(err, dlock.ErrUnavailable):
+		a.errorf("run: Redis at %s failed while acquiring %q: %v", e.where(), key, oneLine(err.Error()))
+		return nil, exitFailed
 	case errors.Is(err, dlock.ErrWrongType):
 		// A non-string value, or (legacy) a value that is not a timestamp.
 		what := notALock(ctx, c, key, f.limit > 0)
@@ -788,6 +807,12 @@ func oneLine(s string) string {
 		}
 	}
 	return strings.Join(lines, "; ")
+}
+
+// isNetTimeout reports whether err is, or wraps, a network timeout.
+func isNetTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func signum(s os.Signal) int {

@@ -125,8 +125,9 @@ func TestRunSkipQuietlyExample(t *testing.T) {
 }
 
 // TestRunRedisOutageWhileWaiting: when Redis stops answering while -w
-// waits, dlock exits 125 with the Redis error, not "still held" with -E's
-// code, and says so with -q too.
+// waits (a paused server: it accepts connections but answers nothing),
+// dlock exits 125 saying that Redis at its address did not answer, not
+// "still held" with -E's code, and says so with -q too.
 func TestRunRedisOutageWhileWaiting(t *testing.T) {
 	t.Parallel()
 	own := redistest.Start(t, redistest.Config{})
@@ -159,6 +160,7 @@ func TestRunRedisOutageWhileWaiting(t *testing.T) {
 	if err := own.Pause(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = own.Resume() })
 	var results []result
 	for _, p := range procs {
 		results = append(results, p.wait(60*time.Second))
@@ -168,7 +170,10 @@ func TestRunRedisOutageWhileWaiting(t *testing.T) {
 	}
 	for _, r := range results {
 		expectCode(t, r, 125)
-		expectStderr(t, r, "Redis at "+own.Addr())
+		expectStderr(t, r, "Redis at "+own.Addr(), "did not answer")
+		if strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("want one line on stderr:\n%v", r)
+		}
 		if strings.Contains(r.stderr, "still held") {
 			t.Errorf("an outage reported as a conflict:\n%v", r)
 		}

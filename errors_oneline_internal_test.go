@@ -1,0 +1,81 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/oneline"
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// nlReply is a Redis error reply whose text holds newlines.
+type nlReply string
+
+func (e nlReply) Error() string { return string(e) }
+func (nlReply) RedisError()     {}
+
+// TestWrappedErrorsOneLine: the errors dlock makes around what Redis, the
+// driver or the context said print on one line, and still match what they
+// wrap.
+func TestWrappedErrorsOneLine(t *testing.T) {
+	s := redistest.Start(t, redistest.Config{})
+	rdb := s.Client(t)
+	luaErr := rdb.Eval(context.Background(), "error('boom\\nsecond')", nil).Err()
+	if luaErr == nil {
+		t.Fatal("the script did not fail")
+	}
+	nl := nlReply("ERR Error running script\nstack traceback:\n\t[C]: in ?")
+	multi := errors.Join(errors.New("first"), nl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	cases := map[string]error{
+		"unavailable(redis error with newlines)": unavailable(nl),
+		"unavailable(lua error)":                 unavailable(luaErr),
+		"unavailable(joined)":                    unavailable(multi),
+		"ctxDone":                                ctxDone(ctx),
+		"ctxDoneAfter":                           ctxDoneAfter(ctx, unavailable(nl)),
+		"ctxDoneAfter(no reply)":                 ctxDoneAfter(ctx, &noReplyError{after: time.Second, err: multi}),
+		"withRedisCause":                         withRedisCause(ctxDone(ctx), unavailable(multi)),
+		"lostError(unreachable)":                 &lostError{key: "k", cause: oneline.Chain(ErrUnreachable, unavailable(nl))},
+		"lostError(taken, wrong type)":           &lostError{key: "k\nk", cause: oneline.Chain(ErrTaken, ErrWrongType)},
+		"lostError(joined)":                      &lostError{key: "k", cause: multi},
+		"keptError":                              &keptError{acquire: nl, rollback: multi},
+		"maybeAppliedError":                      &maybeAppliedError{op: "taking", key: "c\nc", n: 1, cause: multi},
+		"closeError":                             closeError(2, 3, []error{unavailable(nl), multi}),
+		"not held, expired":                      oneline.Chain(ErrNotHeld, ErrExpired),
+		"joined release errors":                  oneline.Join(multi, unavailable(nl)),
+		"permission":                             permissionOf(nlReply("NOPERM this user has no permissions\nto access one of the keys")),
+		"reservedKeyError":                       &reservedKeyError{key: "a\nb", lock: "c\nd", kind: AuxFence},
+		"segmentMismatchError":                   &segmentMismatchError{name: "n\nn", given: 2, recorded: 3},
+		"ttlError":                               &ttlError{ttl: time.Second, min: 2 * time.Second, max: time.Hour, renew: true},
+	}
+	for name, err := range cases {
+		if err == nil {
+			t.Errorf("%s: nil", name)
+			continue
+		}
+		if msg := err.Error(); strings.ContainsAny(msg, "\r\n") {
+			t.Errorf("%s prints on more than one line: %q", name, msg)
+		}
+	}
+	// Still matching what they wrap.
+	var re redis.Error
+	if e := unavailable(nl); !errors.Is(e, ErrUnavailable) || !errors.As(e, &re) {
+		t.Errorf("unavailable(%q) lost what it wraps: %v", nl, e)
+	}
+	if e := ctxDoneAfter(ctx, unavailable(nl)); !errors.Is(e, ErrContextDone) || !errors.Is(e, context.DeadlineExceeded) ||
+		!errors.Is(e, ErrUnavailable) || !errors.As(e, &re) {
+		t.Errorf("ctxDoneAfter lost what it wraps: %v", e)
+	}
+	if e := oneline.Chain(ErrNotHeld, ErrExpired); !errors.Is(e, ErrNotHeld) || !errors.Is(e, ErrExpired) {
+		t.Errorf("chain lost what it wraps: %v", e)
+	}
+	if got, want := oneline.Chain(ErrNotHeld, ErrExpired).Error(), "dlock: lock not held: lock key deleted, or its TTL ran out"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

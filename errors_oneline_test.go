@@ -1,0 +1,212 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fenced"
+	"github.com/dlock-go/dlock/legacy"
+	"github.com/dlock-go/dlock/redlock"
+)
+
+// multiLine is an error whose message spans lines, as a Redis error reply
+// with a stack, or errors.Join of several errors, can.
+var multiLine = errors.Join(errors.New("ERR first line"), errors.New("  second line\r\n\tthird"))
+
+// nlRedisError is a Redis error reply whose text holds newlines.
+type nlRedisError string
+
+func (e nlRedisError) Error() string { return string(e) }
+func (nlRedisError) RedisError()     {}
+
+// errorPackages are the directories of the packages whose exported errors
+// must print on one line.
+var errorPackages = []string{".", "redlock", "legacy", "fenced", "stripe", "protocol"}
+
+// exportedErrorNames parses the non-test files of dir and returns, as
+// "pkg.Name", its exported package-level variables named Err* or declared
+// as error, and its exported types with an Error method.
+func exportedErrorNames(t *testing.T, dir string) (vars, types []string) {
+	t.Helper()
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkg := f.Name.Name
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				if d.Tok != token.VAR {
+					continue
+				}
+				for _, spec := range d.Specs {
+					vs := spec.(*ast.ValueSpec)
+					typed := false
+					if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "error" {
+						typed = true
+					}
+					for _, n := range vs.Names {
+						if n.IsExported() && (typed || strings.HasPrefix(n.Name, "Err")) {
+							vars = append(vars, pkg+"."+n.Name)
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				if d.Recv == nil || d.Name.Name != "Error" || len(d.Recv.List) != 1 {
+					continue
+				}
+				rt := d.Recv.List[0].Type
+				if st, ok := rt.(*ast.StarExpr); ok {
+					rt = st.X
+				}
+				if id, ok := rt.(*ast.Ident); ok && id.IsExported() {
+					types = append(types, pkg+"."+id.Name)
+				}
+			}
+		}
+	}
+	return vars, types
+}
+
+// TestErrorsOneLine: every exported error variable and every exported
+// error type of the packages (found by parsing their sources, so that a
+// new one cannot be left out), and the errors that wrap what Redis or the
+// context said, print on one line.
+func TestErrorsOneLine(t *testing.T) {
+	vars := map[string]error{
+		"dlock.ErrNotAcquired":     dlock.ErrNotAcquired,
+		"dlock.ErrNotHeld":         dlock.ErrNotHeld,
+		"dlock.ErrLost":            dlock.ErrLost,
+		"dlock.ErrExpired":         dlock.ErrExpired,
+		"dlock.ErrTaken":           dlock.ErrTaken,
+		"dlock.ErrUnreachable":     dlock.ErrUnreachable,
+		"dlock.ErrContextDone":     dlock.ErrContextDone,
+		"dlock.ErrUnavailable":     dlock.ErrUnavailable,
+		"dlock.ErrNoReply":         dlock.ErrNoReply,
+		"dlock.ErrNoPermission":    dlock.ErrNoPermission,
+		"dlock.ErrWrongType":       dlock.ErrWrongType,
+		"dlock.ErrReplicaAck":      dlock.ErrReplicaAck,
+		"dlock.ErrEvictionPolicy":  dlock.ErrEvictionPolicy,
+		"dlock.ErrExhausted":       dlock.ErrExhausted,
+		"dlock.ErrNoLeader":        dlock.ErrNoLeader,
+		"dlock.ErrClosed":          dlock.ErrClosed,
+		"dlock.ErrReleased":        dlock.ErrReleased,
+		"dlock.ErrInvalidArgument": dlock.ErrInvalidArgument,
+		"dlock.ErrNilClient":       dlock.ErrNilClient,
+		"dlock.ErrNilContext":      dlock.ErrNilContext,
+		"dlock.ErrEmptyKey":        dlock.ErrEmptyKey,
+		"dlock.ErrKeyTooLong":      dlock.ErrKeyTooLong,
+		"dlock.ErrInvalidTTL":      dlock.ErrInvalidTTL,
+		"dlock.ErrInvalidOpts":     dlock.ErrInvalidOpts,
+		"dlock.ErrEmptyToken":      dlock.ErrEmptyToken,
+		"dlock.ErrInvalidOwner":    dlock.ErrInvalidOwner,
+		"dlock.ErrInvalidLimit":    dlock.ErrInvalidLimit,
+		"dlock.ErrInvalidPermits":  dlock.ErrInvalidPermits,
+		"dlock.ErrInvalidCount":    dlock.ErrInvalidCount,
+		"dlock.ErrReservedKey":     dlock.ErrReservedKey,
+		"dlock.ErrValueTooLong":    dlock.ErrValueTooLong,
+		"dlock.ErrMaybeApplied":    dlock.ErrMaybeApplied,
+		"dlock.ErrSegmentMismatch": dlock.ErrSegmentMismatch,
+		"redlock.ErrNoQuorum":      redlock.ErrNoQuorum,
+		"redlock.ErrTooSlow":       redlock.ErrTooSlow,
+		"redlock.ErrSameServer":    redlock.ErrSameServer,
+		"legacy.ErrNotTimestamp":   legacy.ErrNotTimestamp,
+		"fenced.ErrStale":          fenced.ErrStale,
+		"fenced.ErrSuperseded":     fenced.ErrSuperseded,
+	}
+	// Each type with field values that carry newlines where a caller or
+	// Redis can put them.
+	types := map[string][]error{
+		"dlock.NotAcquiredError": {
+			&dlock.NotAcquiredError{Key: "a\nkey", TTL: time.Second},
+			&dlock.NotAcquiredError{Key: "a\r\nkey", TTL: -1},
+		},
+		"dlock.CloseError": {
+			&dlock.CloseError{Left: 1, Total: 2, Err: multiLine},
+		},
+		"dlock.EvictionError": {
+			&dlock.EvictionError{Servers: []string{"127.0.0.1:1 has allkeys-lru", "the Sentinel master\nhas volatile-ttl"}},
+		},
+		"dlock.PermissionError": {
+			&dlock.PermissionError{What: "key", Err: nlRedisError("NOPERM no permissions\nto access a key")},
+			&dlock.PermissionError{What: "other", Err: multiLine},
+		},
+		"redlock.QuorumError": {
+			&redlock.QuorumError{Op: "acquire", Answered: 1, Quorum: 2, Nodes: 3, NodeErrs: []error{nil, multiLine, nlRedisError("ERR a\nb")}},
+		},
+		"redlock.SameServerError": {
+			&redlock.SameServerError{I: 0, J: 1, RunID: "abc", AddrI: "host\nname:6379", AddrJ: "127.0.0.1:6379"},
+		},
+		"fenced.StaleError": {
+			&fenced.StaleError{Key: "a\nkey", Fence: 1, Last: 2},
+			&fenced.StaleError{Key: "a\nkey", Fence: 2, Last: 2},
+		},
+	}
+	var missing []string
+	for _, dir := range errorPackages {
+		vs, ts := exportedErrorNames(t, dir)
+		for _, v := range vs {
+			if _, ok := vars[v]; !ok {
+				missing = append(missing, "variable "+v)
+			}
+		}
+		for _, ty := range ts {
+			if _, ok := types[ty]; !ok {
+				missing = append(missing, "type "+ty)
+			}
+		}
+	}
+	sort.Strings(missing)
+	for _, m := range missing {
+		t.Errorf("exported error %s is not checked here: add it", m)
+	}
+
+	check := func(name string, err error) {
+		t.Helper()
+		if msg := err.Error(); strings.ContainsAny(msg, "\r\n\v\f\u0085\u2028\u2029") {
+			t.Errorf("%s prints on more than one line: %q", name, msg)
+		}
+	}
+	for name, err := range vars {
+		check(name, err)
+	}
+	for name, errs := range types {
+		for i, err := range errs {
+			check(fmt.Sprintf("%s #%d", name, i), err)
+		}
+	}
+}
+
+// TestErrorsOneLineContextDone: ErrContextDone joined with the context's
+// error prints on one line.
+func TestErrorsOneLineContextDone(t *testing.T) {
+	c, _ := newClient(t, dlock.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Lock(ctx, key(t))
+	if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Lock with a cancelled context: %v", err)
+	}
+	if want := "dlock: context done before the lock was acquired: context canceled"; err.Error() != want {
+		t.Errorf("got %q, want %q", err, want)
+	}
+}
