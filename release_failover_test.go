@@ -19,40 +19,61 @@ import (
 // until then.
 func TestUnlockOnKilledClusterMaster(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	cl := redistest.StartCluster(t, redistest.ClusterConfig{Replicas: 1})
+	unlockOnKilledMaster(t, "{relfo}:k", 1, func() redis.UniversalClient {
+		o := cl.ClusterOptions()
+		o.ClusterStateReloadInterval = 0 // go-redis's default: a minute
+		o.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(o)
+	}, cl.MasterOf)
+}
+
+// TestUnlockOnKilledSentinelMaster: the same through a Sentinel failover
+// client (1 master, 2 replicas, 3 sentinels).
+func TestUnlockOnKilledSentinelMaster(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t, redistest.SentinelConfig{})
+	unlockOnKilledMaster(t, "relfo", 2, func() redis.UniversalClient {
+		o := s.FailoverOptions()
+		o.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(o)
+	}, func(ctx context.Context, _ string) (*redistest.Server, error) { return s.Master(ctx) })
+}
+
+// unlockOnKilledMaster holds k, queues a waiter on it, kills k's master
+// (once its replicas have the grant) and unlocks: Unlock must
+// answer released, and the waiter get k well before the TTL.
+func unlockOnKilledMaster(t *testing.T, k string, replicas int, newRDB func() redis.UniversalClient,
+	masterOf func(context.Context, string) (*redistest.Server, error)) {
+	ctx := t.Context()
 	// After the Clients close: go-redis re-dials the dead node's pool once
 	// a second, and notices the pool was closed only after that sleep.
 	t.Cleanup(func() { time.Sleep(1500 * time.Millisecond) })
 	newClient := func() *dlock.Client {
-		o := cl.ClusterOptions()
-		o.ClusterStateReloadInterval = 0 // go-redis's default: a minute
-		o.ContextTimeoutEnabled = true
-		cc := redis.NewClusterClient(o)
+		rdb := newRDB()
 		// A failover on a loaded machine can take several seconds.
-		c, err := dlock.New(cc, dlock.Options{ReleaseTimeout: 20 * time.Second})
+		c, err := dlock.New(rdb, dlock.Options{ReleaseTimeout: 20 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
 			_ = c.Close()
-			_ = cc.Close()
+			_ = rdb.Close()
 		})
 		return c
 	}
 	a, b := newClient(), newClient()
 	const ttl = 30 * time.Second
-	k := "{relfo}:k"
 	lk, err := a.Lock(ctx, k, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	master, err := cl.MasterOf(ctx, k)
+	master, err := masterOf(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The grant reached the replica.
-	if n, err := master.Client(t).Do(ctx, "wait", 1, 5000).Int(); err != nil || n != 1 {
+	// The grant reached the replicas.
+	if n, err := master.Client(t).Do(ctx, "wait", replicas, 5000).Int(); err != nil || n != replicas {
 		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
 	got := make(chan time.Time, 1)
