@@ -532,7 +532,7 @@ func redlockRotating(h *harness) {
 			// Lock retries for 5s: a loaded machine's nodes can miss the
 			// 100ms node timeout for a while.
 			if !w.Cycle(ctx, k, time.Second, 5*time.Second, 1, 0) {
-				h.t.Errorf("grant %d with node %d blackholed failed", i, i%3)
+				h.t.Errorf("grant %d with node %d blackholed failed: %s", i, i%3, h.lastErr(kindLock))
 			}
 			px.Blackhole(false)
 			px.CutAll()
