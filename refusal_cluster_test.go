@@ -134,6 +134,7 @@ func TestRefusalSlotMigration(t *testing.T) {
 			t.Fatalf("MIGRATE: %v", err)
 		}
 	}
+	moved := time.Now()
 	setSlot(dstC, "node", dstID)
 	setSlot(srcC, "node", dstID)
 	for _, m := range cl.Masters(ctx) {
@@ -143,6 +144,7 @@ func TestRefusalSlotMigration(t *testing.T) {
 	}
 
 	r := <-done
+	t.Logf("Lock acquired %v after the slot moved", time.Since(moved).Round(time.Millisecond))
 	if r.err != nil {
 		t.Fatalf("Lock with time left, through the migration = %v", r.err)
 	}
