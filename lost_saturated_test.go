@@ -132,7 +132,7 @@ func TestBlockedRenewHookDelaysNoLoss(t *testing.T) {
 		},
 		Lost: func(context.Context, dlock.LostInfo) { losses.Add(1) },
 	}})
-	locks := holdMany(t, c, key(t), n, dlock.WithTTL(600*time.Millisecond))
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(1200*time.Millisecond))
 	for deadline := time.Now().Add(10 * time.Second); c.Stats().RenewReportsDropped == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no report dropped with the Renew hook blocked: %+v", c.Stats())
