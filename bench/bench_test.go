@@ -58,6 +58,10 @@ func TestQuick(t *testing.T) {
 			t.Errorf("Markdown lacks a section for %s", s.Name)
 		}
 	}
+	if v := b.Machine.RedisVersion; !strings.HasPrefix(v, "Redis ") && !strings.HasPrefix(v, "Valkey ") ||
+		!strings.Contains(md.String(), v+" started by the benchmark") {
+		t.Errorf("Markdown does not name the server by its release (%q)", v)
+	}
 	if !strings.Contains(md.String(), "## Goals") {
 		t.Error("Markdown lacks the goals")
 	}
