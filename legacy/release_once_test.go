@@ -27,7 +27,9 @@ func TestLostReleaseRetryKeepsOthersLock(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	inj := faultcmd.New()
 	rdb.AddHook(inj)
-	a, err := dlock.New(rdb, dlock.Options{})
+	// ReleaseTimeout 1ns: Unlock sends the release once (it would send one
+	// that got no reply again), so the caller's own retry comes after B's.
+	a, err := dlock.New(rdb, dlock.Options{ReleaseTimeout: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
