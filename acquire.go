@@ -12,6 +12,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -234,7 +235,7 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload
 	}
 	if ctx.Err() != nil {
-		if isRefusal(err) {
+		if rexec.IsRefusal(err) {
 			return false, 0, &refusedDoneError{ctxErr: ctx.Err(), refusal: err}
 		}
 		// The context ended during the call: Redis failed, or had not
@@ -327,7 +328,7 @@ func acquireOnce(ctx context.Context, rdb redis.UniversalClient, p protocol.Prot
 func (c *Client) withdrawRetry(ctx context.Context, p protocol.Protocol, keys protocol.Keys, v string) error {
 	back := 10 * time.Millisecond
 	for {
-		err := withdraw(ctx, c.rdb, p, keys, v)
+		err := withdraw(ctx, c.exec, p, keys, v)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

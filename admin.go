@@ -102,7 +102,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	var used, limit *redis.StringCmd
 	var members, readerTokens, holdTokens *redis.StringSliceCmd
 	exists := make([]*redis.IntCmd, len(aux))
-	_, err := readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
+	_, err := c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		pttl = p.PTTL(ctx, key)

@@ -14,7 +14,7 @@ import (
 // unique to one holder (a re-send of a release that ran must not delete
 // another client that took the key since with the same timestamp).
 func (c *Client) releaseLegacy(ctx context.Context, ks protocol.Keys, value string) (int64, error) {
-	return runScript(ctx, c.rdb, legacyrelease.Call(ks, value, legacyLeft(value, time.Now()))).Int64()
+	return c.exec.Run(ctx, legacyrelease.Call(ks, value, legacyLeft(value, time.Now()))).Int64()
 }
 
 // legacyLeft is how long until the legacy timestamp value has passed: a

@@ -43,7 +43,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	var typ *redis.StatusCmd
 	var members *redis.StringSliceCmd
 	var val *redis.StringCmd
-	_, _ = readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
+	_, _ = c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		members = p.ZRange(ctx, key, 0, -1)
 		val = p.Get(ctx, key)
@@ -62,7 +62,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		sem := c.adminSemaphore()
 		released := false
 		for _, m := range members.Val() {
-			code, err := runScript(ctx, c.rdb, sem.release(ks, m, "force")).Int64()
+			code, err := c.exec.Run(ctx, sem.release(ks, m, "force")).Int64()
 			switch {
 			case err != nil:
 				return released, unavailable(err)
@@ -81,7 +81,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 // hands (its command delayed past its caller's timeout) leaves the new
 // holder alone.
 func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
-	code, err := runScript(ctx, c.rdb, protocol.Call{Script: scripts.Release, Keys: []string{ks.Lock, ks.Queue},
+	code, err := c.exec.Run(ctx, protocol.Call{Script: scripts.Release, Keys: []string{ks.Lock, ks.Queue},
 		Args: []any{v, ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
 	switch {
 	case err != nil:
@@ -143,7 +143,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	var val *redis.StringCmd
 	var holds *redis.IntCmd
 	var member *redis.FloatCmd
-	_, _ = readPipelined(ctx, c.rdb, func(p redis.Pipeliner) error {
+	_, _ = c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		member = p.ZScore(ctx, key, token)
@@ -185,7 +185,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if legacy {
 		code, err = c.releaseLegacy(ctx, ks, token)
 	} else {
-		code, err = releaseOnce(ctx, c.rdb, proto, ks, token)
+		code, err = releaseOnce(ctx, c.exec, proto, ks, token)
 	}
 	switch {
 	case err != nil:

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -99,7 +100,7 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 	}
 	var (
 		sent   []protocol.Call
-		raw    []rawCall          // raw[j]: sent[j] as built arguments (bulk renewals), if any
+		raw    []rexec.Raw        // raw[j]: sent[j] as built arguments (bulk renewals), if any
 		owners [][]int            // owners[j]: the calls (or renewals) sent[j] answers for
 		kind   []int8             // sent[j]: 0 a call, 1 a bulk release, 2 a bulk renewal
 		groups map[groupKey][]int // by Cluster slot or Ring shard
@@ -148,7 +149,7 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 			ids = ids[len(part):]
 			if k.s == scripts.ExtendMany {
 				if raw == nil {
-					raw = make([]rawCall, len(sent), len(sent)+(len(renewals)+bulkMax-1)/bulkMax)
+					raw = make([]rexec.Raw, len(sent), len(sent)+(len(renewals)+bulkMax-1)/bulkMax)
 				}
 				raw = append(raw[:len(sent)], bulkRenewCall(renewals, part, k.ttl, k.fttl))
 				sent, owners, kind = append(sent, protocol.Call{}), append(owners, part), append(kind, 2)
@@ -164,14 +165,14 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 	}
 	callReplies, renewalReplies = make([]reply, len(calls)), make([]reply, len(renewals))
 	if raw != nil {
-		raw = append(raw, make([]rawCall, len(sent)-len(raw))...)
+		raw = append(raw, make([]rexec.Raw, len(sent)-len(raw))...)
 	}
-	for j, cmd := range runRaw(ctx, c.rdb, sent, raw) {
-		if isRefusal(cmd.Err()) {
+	for j, cmd := range c.exec.Send(ctx, sent, raw) {
+		if rexec.IsRefusal(cmd.Err()) {
 			// Not retried here, in the batch: a refused renewal is
 			// retried by the watchdog, within its lease's deadline, and a
 			// refused release of Close by itself (see sentRelease).
-			c.pipe.refusals.Add(1)
+			c.exec.Refused(1)
 		}
 		switch kind[j] {
 		case 0:
@@ -201,7 +202,7 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 // directly, each lease's key and token boxed once by the lease, rather
 // than as a protocol.Call that go-redis copies into a new slice, boxing
 // every key again.
-func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) rawCall {
+func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) rexec.Raw {
 	nk := len(part)
 	if fttl != 0 {
 		nk *= 2
@@ -220,7 +221,7 @@ func bulkRenewCall(renewals []bulkRenewal, part []int, ttl, fttl int64) rawCall 
 	for _, i := range part {
 		args = append(args, arg(renewals[i].tokenArg, renewals[i].token))
 	}
-	return rawCall{args: args, src: extendManyBody}
+	return rexec.Raw{Args: args, Src: extendManyBody}
 }
 
 // bulkRenewReplies reads an extend_many reply for the renewals ids into

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/notify"
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -31,7 +32,7 @@ type Client struct {
 	// server, as on a Cluster (tests of the cross-slot path).
 	splitSlots bool
 
-	pipe *pipeline // rdb's caller pipeline (see Call.Run)
+	exec *rexec.Exec // runs the Client's script calls: its caller pipeline
 	// tokenLocks[m] is tokenLock(m), made once (New): a protocol in an
 	// interface is an allocation, which every acquire would pay otherwise.
 	tokenLocks [modeBarge + 1]protocol.Protocol
@@ -80,7 +81,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	}
 	h := o.Hooks
 	c.hookp.Store(&h)
-	c.pipe = pipelineFor(rdb)
+	c.exec = rexec.New(rdb)
 	c.wd = newWatchdog(c)
 	c.notify = notify.New(notify.Config{
 		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
@@ -132,7 +133,7 @@ func (c *Client) Options() Options { return c.opts }
 // Stats returns a snapshot of the Client's counters.
 func (c *Client) Stats() Stats {
 	s := c.stats.snapshot()
-	s.Refusals = c.pipe.refusals.Load()
+	s.Refusals = c.exec.Refusals()
 	return s
 }
 
@@ -198,7 +199,6 @@ func (c *Client) Close() error {
 		c.bgDone = true
 		c.bgMu.Unlock()
 		c.waitAside(c.opts.ReleaseTimeout)
-		dropPipeline(c.pipe)
 	})
 	return err
 }
@@ -297,11 +297,11 @@ func (c *Client) waitAside(d time.Duration) {
 
 // ambiguous reports whether err leaves unknown whether the command ran:
 // anything but an error reply from Redis itself, and an error a script
-// raised while running (it may have written before; see scriptRaised).
+// raised while running (it may have written before; see rexec.ScriptRaised).
 func ambiguous(err error) bool {
 	var re redis.Error
 	if errors.As(err, &re) {
-		return scriptRaised(re)
+		return rexec.ScriptRaised(re)
 	}
 	return err != nil
 }

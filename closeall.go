@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/oneline"
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -120,7 +121,7 @@ func sentRelease(ctx context.Context, value string) (code int64, err error, ok b
 		return 0, nil, false
 	}
 	r.used = true
-	if isRefusal(r.err) {
+	if rexec.IsRefusal(r.err) {
 		return 0, nil, false // it did not run: sent again by itself, retried within ctx
 	}
 	return r.code, r.err, true

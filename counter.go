@@ -158,7 +158,7 @@ func (s *Counter) setSegments(ctx context.Context, lk *Lock, total int64) ([][]i
 			Args: []any{lk.Token(), v, segs}}
 	}
 	res := make([][]int64, n)
-	for i, cmd := range runBatch(ctx, s.c.rdb, calls) {
+	for i, cmd := range s.c.exec.Batch(ctx, calls) {
 		r, err := cmd.Int64Slice()
 		if err != nil {
 			return nil, unavailable(err)
@@ -210,7 +210,7 @@ func (s *Counter) Total(ctx context.Context) (int64, error) {
 	n := s.segs.Len()
 	counts := make([]*redis.StringCmd, n+1) // and the count one past the last segment
 	recs := make([]*redis.StringCmd, n)
-	_, err := readPipelined(ctx, s.c.rdb, func(p redis.Pipeliner) error {
+	_, err := s.c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range recs {
 			counts[i] = p.Get(ctx, s.countKey(i))
 			recs[i] = p.Get(ctx, s.segsKey(i))

@@ -22,7 +22,7 @@ func (s *Counter) record(ctx context.Context) error {
 	if err := s.checkShape(ctx); err != nil {
 		return err
 	}
-	if err := s.recorded(runScript(ctx, s.c.rdb, s.recordCall(0))); err != nil {
+	if err := s.recorded(s.c.exec.Run(ctx, s.recordCall(0))); err != nil {
 		return err
 	}
 	calls := make([]protocol.Call, 0, s.segs.Len()-1)
@@ -32,7 +32,7 @@ func (s *Counter) record(ctx context.Context) error {
 	if len(calls) == 0 {
 		return nil
 	}
-	for _, cmd := range runBatch(ctx, s.c.rdb, calls) {
+	for _, cmd := range s.c.exec.Batch(ctx, calls) {
 		if err := s.recorded(cmd); err != nil {
 			return err
 		}
@@ -71,7 +71,7 @@ func (s *Counter) checkShape(ctx context.Context) error {
 	n := s.segs.Len()
 	var first, last, past *redis.IntCmd
 	var rec *redis.StringCmd
-	_, err := readPipelined(ctx, s.c.rdb, func(p redis.Pipeliner) error {
+	_, err := s.c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
 		first = p.Exists(ctx, s.countKey(0))
 		last = p.Exists(ctx, s.countKey(n-1))
 		past = p.Exists(ctx, s.countKey(n))

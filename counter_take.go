@@ -164,7 +164,7 @@ func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64) ([]in
 	window := s.c.opts.TTL
 	ctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()
-	return runScript(ctx, s.c.rdb, protocol.Call{Script: scripts.CounterAdd,
+	return s.c.exec.Run(ctx, protocol.Call{Script: scripts.CounterAdd,
 		Keys: []string{key, s.countKey(seg), op, s.segsKey(seg)},
 		Args: []any{lk.Token(), d, strconv.Itoa(s.segs.Len()), window.Milliseconds()}}).Int64Slice()
 }

@@ -350,7 +350,7 @@ func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 		l.lk.Token(), strconv.FormatUint(l.lk.Fence(), 10), strconv.FormatUint(l.rev, 10), l.value,
 		e.keep().Milliseconds(), e.channel, historyLen}}
 	sent := time.Now()
-	res, err := runScript(ctx, e.c.rdb, call).Slice()
+	res, err := e.c.exec.Run(ctx, call).Slice()
 	if err != nil {
 		return time.Time{}, unavailable(err)
 	}
@@ -454,7 +454,7 @@ const (
 func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, leaderState, error) {
 	call := protocol.Call{Script: scripts.ElectRead, Keys: []string{e.keys.Lock, e.history}, Args: []any{n}}
 	at := time.Now()
-	res, err := runScript(ctx, e.c.rdb, call).Slice()
+	res, err := e.c.exec.Run(ctx, call).Slice()
 	if err != nil {
 		return nil, leaderNone, unavailable(err)
 	}

@@ -485,3 +485,19 @@ func refused(msg string) string {
 func oneLineMsg(err error) string {
 	return oneline.Msg(err)
 }
+
+// refusedDoneError is the error of an acquiring call whose ctx ended while
+// Redis refused its acquire (see attempt): it matches ErrContextDone and
+// ctx's error, as any acquire the ctx ended, and ErrUnavailable, and it
+// names the last refusal.
+type refusedDoneError struct {
+	ctxErr, refusal error
+}
+
+func (e *refusedDoneError) Error() string {
+	return fmt.Sprintf("%v: %v; Redis refused the acquire until then: %v", ErrContextDone, e.ctxErr, oneLineMsg(e.refusal))
+}
+func (e *refusedDoneError) Is(target error) bool {
+	return target == ErrContextDone || target == ErrUnavailable
+}
+func (e *refusedDoneError) Unwrap() []error { return []error{e.ctxErr, e.refusal} }

@@ -75,12 +75,12 @@ func (d *ScriptDriver) Acquire(ctx context.Context, token, mode string, ttl time
 
 // Release releases token's hold; Leave withdraws token (waiting or held).
 func (d *ScriptDriver) Release(ctx context.Context, token string) (int64, error) {
-	return releaseOnce(ctx, d.c.rdb, d.proto("q"), d.keys, token)
+	return releaseOnce(ctx, d.c.exec, d.proto("q"), d.keys, token)
 }
 
 // Leave withdraws token, queued, handed or holding.
 func (d *ScriptDriver) Leave(ctx context.Context, token string) error {
-	return withdraw(ctx, d.c.rdb, d.proto("q"), d.keys, token)
+	return withdraw(ctx, d.c.exec, d.proto("q"), d.keys, token)
 }
 
 // Keys are the names of the driver's (first) lock.

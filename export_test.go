@@ -92,14 +92,10 @@ func OwnSubscribed(c *Client) bool { return c.notify.OwnSubscribed() }
 
 // PipelineWriters is how many calls c's Redis client has in flight before
 // further calls wait to be batched.
-func PipelineWriters(c *Client) int { return c.pipe.writers }
+func PipelineWriters(c *Client) int { return c.exec.Writers() }
 
 // PendingCalls is how many calls wait in c's pipeline for a writer.
-func PendingCalls(c *Client) int {
-	c.pipe.mu.Lock()
-	defer c.pipe.mu.Unlock()
-	return len(c.pipe.pending)
-}
+func PendingCalls(c *Client) int { return c.exec.Pending() }
 
 // SleepingWaiters is how many blocked calls of c wait for their retry in
 // the watchdog's heap.
@@ -134,7 +130,7 @@ func SemaphoreAttempt(ctx context.Context, c *Client, key, token, mode, channel 
 	if !ok {
 		panic("SemaphoreAttempt: mode " + mode)
 	}
-	s := semaphore{queueMode: queueMode{mode: m, channel: channel, lease: lease, pickup: pickup}, limit: limit, permits: n}
+	s := semaphore{queueMode: queueMode{mode: m, channel: channel, lease: lease, pickup: pickup, exec: c.exec}, limit: limit, permits: n}
 	g, err := s.Acquire(ctx, c.rdb, c.keysFor(key), token, ttl)
 	return g.Acquired, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/probe"
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -347,11 +348,11 @@ func (l *lease) swapAlt() bool {
 func (l *lease) renewNow(ctx, hctx context.Context, ttl time.Duration) (info RenewInfo, lost func(), err error) {
 	// A refused renewal is retried within the lease's deadline, never
 	// sent for a lease that has ended meanwhile.
-	ctx = withRefusalBound(ctx, l.Deadline())
+	ctx = rexec.WithRefusalBound(ctx, l.Deadline())
 	for {
 		l.setRenewing()
 		sent := time.Now()
-		next, code, rerr := renewOnce(ctx, l.c.rdb, l.proto, l.keys, l.token(), ttl)
+		next, code, rerr := renewOnce(ctx, l.c.exec, l.proto, l.keys, l.token(), ttl)
 		if info, lost, err = l.renewed(hctx, sent, ttl, next, code, rerr); err != errRetryAlt {
 			return info, lost, err
 		}
@@ -643,12 +644,12 @@ func (l *lease) resendTold(code int64, first time.Time) bool {
 func (l *lease) releaseOnce(ctx context.Context, value string) (int64, error) {
 	_, direct := l.proto.(protocol.DirectProtocol)
 	if _, token := l.proto.(tokenLock); direct || token {
-		return releaseOnce(ctx, l.c.rdb, l.proto, l.keys, value)
+		return releaseOnce(ctx, l.c.exec, l.proto, l.keys, value)
 	}
 	if code, err, ok := sentRelease(ctx, value); ok { // Close sent it in a pipeline
 		return code, err
 	}
-	return runScript(ctx, l.c.rdb, l.releaseCall(value)).Int64()
+	return l.c.exec.Run(ctx, l.releaseCall(value)).Int64()
 }
 
 // releaseCall returns the call that releases value: the one built for

@@ -4,7 +4,9 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
+	"github.com/redis/go-redis/v9"
 )
 
 // acquireMode is how one acquire attempt of a protocol whose waiters queue
@@ -57,6 +59,18 @@ type queueMode struct {
 	channel string        // the waiter's hand-off channel (modeJoin, modeQueued)
 	lease   time.Duration // the waiter's queue lease (modeJoin, modeQueued)
 	pickup  time.Duration // how long a hand-off waits for its confirmation
+	// exec runs the attempt's script: the Client's executor, whose
+	// pipeline it joins (nil in a protocol no Client set up: see on).
+	exec *rexec.Exec
+}
+
+// on returns the executor q's calls run on: the Client's, or for a
+// protocol no Client set up, one of their own over rdb.
+func (q queueMode) on(rdb redis.UniversalClient) *rexec.Exec {
+	if q.exec != nil {
+		return q.exec
+	}
+	return rexec.New(rdb)
 }
 
 // queueSettings returns the settings a protocol embedding q runs with; it
@@ -91,7 +105,7 @@ func withMode(p queued, m queueMode) protocol.Protocol {
 
 // queueMode returns the queue settings of this Client for mode.
 func (c *Client) queueMode(mode acquireMode) queueMode {
-	return queueMode{mode: mode, channel: c.notify.Own(), lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout}
+	return queueMode{mode: mode, channel: c.notify.Own(), lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout, exec: c.exec}
 }
 
 // modal returns proto set up for acquire mode m, and whether its waiters

@@ -92,7 +92,7 @@ func TestTokenLockBoxedArgs(t *testing.T) {
 					continue
 				}
 				for _, ttl := range []time.Duration{10 * time.Second, 5 * time.Second} {
-					got := fmt.Sprint(p.acquireRaw(ks, "tok", ttl).args)
+					got := fmt.Sprint(p.acquireRaw(ks, "tok", ttl).Args)
 					if want := commandOf(scripts.Acquire.Hash(), p.acquireCall(ks, "tok", ttl)); got != want {
 						t.Errorf("built for %v, sent as %+v, TTL %v: acquire sends %q, want %q", built, q, ttl, got, want)
 					}

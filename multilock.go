@@ -79,7 +79,7 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opt
 	groups := c.multiGroups(keys)
 	var proto protocol.Protocol = groups[0]
 	if len(groups) > 1 {
-		proto = multiSlots{groups: groups, rdb: c.rdb}
+		proto = multiSlots{queueMode: c.queueMode(modeTry), groups: groups}
 	}
 	return c.obtain(ctx, start, groups[0].ks[0], proto, cfg, wait)
 }
@@ -146,7 +146,7 @@ func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, t
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
-	res, err := runScript(ctx, rdb, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
+	res, err := m.on(rdb).Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
 		m.mode.String(), m.channel, m.lease.Milliseconds()}}).Int64Slice()
 	g := grant{Grant: protocol.Grant{Value: token}}
 	switch {
@@ -222,7 +222,6 @@ func (m multiLock) release(token, mode string) protocol.Call {
 type multiSlots struct {
 	queueMode
 	groups []multiLock
-	rdb    redis.UniversalClient
 }
 
 // group returns the protocol of the i-th slot, with m's queue settings.
@@ -315,7 +314,7 @@ func (m multiSlots) RenewDirect(ctx context.Context, _ protocol.Keys, token stri
 		g := m.group(i)
 		calls[i], _ = g.Renew(g.ks[0], token, ttl)
 	}
-	code, err := worstReply(runBatch(ctx, m.rdb, calls))
+	code, err := worstReply(m.exec.Batch(ctx, calls))
 	return token, code, err
 }
 
@@ -328,7 +327,7 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ protocol.Keys, token st
 		g := m.group(i)
 		calls[i] = g.Leave(g.ks[0], token)
 	}
-	return worstReply(runBatch(ctx, m.rdb, calls))
+	return worstReply(m.exec.Batch(ctx, calls))
 }
 
 // rollback gives back what an attempt took, for a token that goes on
@@ -338,7 +337,7 @@ func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {
 	for i := range m.groups {
 		calls[i] = m.group(i).release(token, "r")
 	}
-	return worstReply(runBatch(ctx, m.rdb, calls))
+	return worstReply(m.exec.Batch(ctx, calls))
 }
 
 // worstReply combines the replies of per-slot renewals or releases: a

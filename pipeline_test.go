@@ -13,31 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pipelineCounter records the size of every pipeline its client sends.
-type pipelineCounter struct {
-	mu    sync.Mutex
-	sizes []int
-}
-
-func (*pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (*pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
-}
-func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		p.mu.Lock()
-		p.sizes = append(p.sizes, len(cmds))
-		p.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
-func (p *pipelineCounter) got() []int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]int(nil), p.sizes...)
-}
-
 // blockWriters occupies every writer of c's pipeline with an acquire held
 // by inj until an ECHO of release completes; it returns when all are held.
 // wait waits for them and returns their first error. A cleanup releases
@@ -83,117 +58,6 @@ func waitPending(t *testing.T, c *dlock.Client, n int) {
 			t.Fatalf("%d calls pending, want %d", dlock.PendingCalls(c), n)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// While every writer is busy, the calls of other goroutines wait and then
-// leave together, as one pipeline, and each gets its own reply.
-func TestPipelineBatchesWaitingCalls(t *testing.T) {
-	rdb := srv.NewClient()
-	inj := faultcmd.New()
-	pc := &pipelineCounter{}
-	rdb.AddHook(inj)
-	rdb.AddHook(pc)
-	c, _ := newClientOn(t, rdb, dlock.Options{})
-	ctx := context.Background()
-	prefix := t.Name()
-
-	writers := blockWriters(t, c, rdb, inj, prefix, "go")
-	const n = 20
-	var wg sync.WaitGroup
-	locks := make([]*dlock.Lock, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			locks[i], errs[i] = c.TryLock(ctx, fmt.Sprintf("%s:k:%d", prefix, i), dlock.WithoutRenewal())
-		}()
-	}
-	waitPending(t, c, n)
-	if err := rdb.Echo(ctx, "go").Err(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	if err := writers(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("call %d: %v", i, errs[i])
-		}
-		if v, _ := rdb.Get(ctx, locks[i].Key()).Result(); v != locks[i].Token() {
-			t.Fatalf("%s holds %q, want the lock's token", locks[i].Key(), v)
-		}
-		if locks[i].Fence() == 0 {
-			t.Fatalf("%s: no fence", locks[i].Key())
-		}
-	}
-	found := false
-	for _, s := range pc.got() {
-		found = found || s >= n
-	}
-	if !found {
-		t.Fatalf("pipelines sent: %v; want one carrying the %d waiting acquires", pc.got(), n)
-	}
-	// The releases go the same way.
-	for _, lk := range locks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := lk.Unlock(ctx); err != nil {
-				t.Errorf("unlock %s: %v", lk.Key(), err)
-			}
-		}()
-	}
-	wg.Wait()
-	for _, lk := range locks {
-		if n, _ := rdb.Exists(ctx, lk.Key()).Result(); n != 0 {
-			t.Fatalf("%s still exists after Unlock", lk.Key())
-		}
-	}
-}
-
-// A caller whose ctx ends while its call waits for a writer takes it back:
-// it returns at once, and the call is never sent.
-func TestPipelineCallerLeavesBeforeSend(t *testing.T) {
-	rdb := srv.NewClient()
-	inj := faultcmd.New()
-	rdb.AddHook(inj)
-	c, _ := newClientOn(t, rdb, dlock.Options{})
-	prefix := t.Name()
-	seen := inj.Add(faultcmd.Rule{Name: "sent", Action: faultcmd.Observe,
-		Match: faultcmd.Match{Script: "acquire", Key: prefix + ":left"}})
-
-	writers := blockWriters(t, c, rdb, inj, prefix, "go")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.TryLock(ctx, prefix+":left", dlock.WithoutRenewal())
-		done <- err
-	}()
-	waitPending(t, c, 1)
-	cancel()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the caller did not leave when its ctx ended")
-	}
-	if !errors.Is(err, dlock.ErrContextDone) {
-		t.Fatalf("TryLock: %v, want ErrContextDone", err)
-	}
-	// What may wait now is the engine's withdrawal of the token, not the
-	// acquire.
-	_ = rdb.Echo(context.Background(), "go").Err()
-	if err := writers(); err != nil {
-		t.Fatal(err)
-	}
-	if seen.Fired() != 0 {
-		t.Fatal("the acquire of a caller that left was sent")
-	}
-	if n, _ := rdb.Exists(context.Background(), prefix+":left").Result(); n != 0 {
-		t.Fatal("the key is held")
 	}
 }
 
@@ -264,7 +128,7 @@ func TestPipelineLateGrantIsWithdrawn(t *testing.T) {
 }
 
 // valueClient is a UniversalClient that is not a pointer and not
-// comparable: the pipeline registry cannot key it, and must not panic.
+// comparable: a Client over it works (nothing may hash or compare it).
 type valueClient struct {
 	*redis.Client
 	tags []string

@@ -187,7 +187,7 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 	}
 	if n < int64(a.replicas) {
 		// Never report a grant a failover could lose: give it back.
-		return protocol.Grant{}, oneline.Join(a.ackErr(n), withdraw(ctx, rdb, a, k, token))
+		return protocol.Grant{}, oneline.Join(a.ackErr(n), withdraw(ctx, a.on(rdb), a, k, token))
 	}
 	return g, nil
 }
@@ -209,5 +209,5 @@ func (a ackedTokenLock) RenewDirect(ctx context.Context, k protocol.Keys, token 
 }
 
 func (a ackedTokenLock) ReleaseDirect(ctx context.Context, k protocol.Keys, token string) (int64, error) {
-	return runScript(ctx, a.rdb, a.Release(k, token)).Int64()
+	return a.on(a.rdb).Run(ctx, a.Release(k, token)).Int64()
 }

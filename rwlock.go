@@ -114,5 +114,5 @@ func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k pr
 	c := protocol.Call{Script: scripts.SharedAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(), s.channel + "{r",
 			s.lease.Milliseconds(), s.pickup.Milliseconds(), s.group}}
-	return grantOf(token, runScript(ctx, rdb, c))
+	return grantOf(token, s.on(rdb).Run(ctx, c))
 }

@@ -93,7 +93,7 @@ type semaphore struct {
 const codeAboveLimit = -3
 
 func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	cmd := runScript(ctx, rdb, protocol.Call{Script: scripts.SemaphoreAcquire,
+	cmd := s.on(rdb).Run(ctx, protocol.Call{Script: scripts.SemaphoreAcquire,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
 			fmt.Sprintf("%s{%d", s.channel, s.permits), s.lease.Milliseconds(), s.permits, s.limit,

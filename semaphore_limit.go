@@ -78,7 +78,7 @@ func (s *Semaphore) setLimitOnce(ctx context.Context, k protocol.Keys, limit int
 	case err != nil:
 		return 0, unavailable(err)
 	}
-	n, err := runScript(ctx, c.rdb, protocol.Call{Script: scripts.SemaphoreLimit,
+	n, err := c.exec.Run(ctx, protocol.Call{Script: scripts.SemaphoreLimit,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue, ver},
 		Args: []any{limit, c.opts.PickupTimeout.Milliseconds(), v}}).Int64()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -59,9 +60,9 @@ func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration)
 
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	if t.boxed() != nil {
-		return t.grant(token, runRawScript(ctx, rdb, t.acquireRaw(k, token, ttl)))
+		return t.grant(token, t.on(rdb).RunRaw(ctx, t.acquireRaw(k, token, ttl)))
 	}
-	return t.grant(token, runScript(ctx, rdb, t.acquireCall(k, token, ttl)))
+	return t.grant(token, t.on(rdb).Run(ctx, t.acquireCall(k, token, ttl)))
 }
 
 // boxed returns t's boxed arguments if they were boxed for t's queue
@@ -77,18 +78,18 @@ func (t tokenLock) boxed() *tokenArgs {
 // acquireRaw is acquireCall as the arguments of its EVALSHA command, with
 // the arguments boxed once (t.args) reused: the same command, with fewer
 // allocations. Only for a t whose boxed() is not nil.
-func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) rawCall {
+func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) rexec.Raw {
 	a := t.args
 	ttlMs, fttlMs := a.ttlMs, a.fttlMs
 	if ttl != a.ttl {
 		ttlMs, fttlMs = ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()
 	}
 	if !t.mode.queued() {
-		return rawCall{args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
-			token, ttlMs, fttlMs, a.mode}, src: acquireBody}
+		return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
+			token, ttlMs, fttlMs, a.mode}, Src: acquireBody}
 	}
-	return rawCall{args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
-		token, ttlMs, fttlMs, a.mode, a.channel, a.leaseMs}, src: acquireBody}
+	return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
+		token, ttlMs, fttlMs, a.mode, a.channel, a.leaseMs}, Src: acquireBody}
 }
 
 // grant decodes acquire.lua's reply.
@@ -135,12 +136,12 @@ func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
 
 // release runs Release's call, as the arguments of its EVALSHA command
 // (see acquireRaw) if t has its arguments boxed.
-func (t tokenLock) release(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string) *redis.Cmd {
+func (t tokenLock) release(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd {
 	if t.boxed() == nil {
-		return runScript(ctx, rdb, t.Release(k, token))
+		return x.Run(ctx, t.Release(k, token))
 	}
-	return runRawScript(ctx, rdb, rawCall{args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
-		token, k.Wake, t.args.pickupMs, "0"}, src: releaseBody})
+	return x.RunRaw(ctx, rexec.Raw{Args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
+		token, k.Wake, t.args.pickupMs, "0"}, Src: releaseBody})
 }
 
 // Leave takes a waiter out of the queue and passes on a hand-off that

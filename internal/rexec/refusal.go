@@ -1,4 +1,4 @@
-package dlock
+package rexec
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/protocol"
+	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -23,16 +23,16 @@ import (
 // some of them a few times, within milliseconds, and a slot migration
 // takes seconds. A call refused so is sent again with a jittered,
 // exponential back-off until it runs, or until its bound: the caller's
-// ctx, and for a renewal the lease's deadline (see withRefusalBound). A
+// ctx, and for a renewal the lease's deadline (see WithRefusalBound). A
 // ctx without a deadline is bounded by refusalWait. Each refused try is
-// counted in Stats.Refusals. When the bound comes first, the call's error
+// counted (Exec.Refusals). When the bound comes first, the call's error
 // is the last refusal, with how many tries were refused and for how long.
 //
 // An error a script raises while it runs is not a refusal, whatever its
 // text: "ERR Script attempted to access a non local key" (a key of a
 // migrating slot the script did not declare) comes after the script's
 // earlier writes, which Redis does not roll back. Such replies carry the
-// script's name and line (see scriptRaised) and are never retried here.
+// script's name and line (see ScriptRaised) and are never retried here.
 
 // refusalCodes are the error codes of the replies that refuse a command
 // before it runs.
@@ -47,9 +47,9 @@ const (
 	refusalWait = 10 * time.Second
 )
 
-// isRefusal reports whether err is an error reply by which Redis refused a
+// IsRefusal reports whether err is an error reply by which Redis refused a
 // command before running it (see refusalCodes).
-func isRefusal(err error) bool {
+func IsRefusal(err error) bool {
 	if err == nil {
 		return false
 	}
@@ -58,7 +58,7 @@ func isRefusal(err error) bool {
 		return false
 	}
 	msg := re.Error()
-	if scriptRaised(re) {
+	if ScriptRaised(re) {
 		return false
 	}
 	for _, code := range refusalCodes {
@@ -67,6 +67,21 @@ func isRefusal(err error) bool {
 		}
 	}
 	return false
+}
+
+// ScriptRaised reports whether the error reply re was raised by a script
+// while it ran (a failing redis.call, a Lua error, SCRIPT KILL), rather
+// than refused before it started (NOSCRIPT, BUSY, MOVED, LOADING...).
+// Redis does not roll back a script's writes when it fails, so such an
+// error is ambiguous, never definite: the scripts check every type before
+// their first write, but one raised after a write would otherwise leave
+// a key written that nobody withdraws. Redis 7 ends these replies with
+// "script: <sha>, on @user_script:<line>."; Redis 6 starts them with
+// "ERR Error running script".
+func ScriptRaised(re redis.Error) bool {
+	msg := re.Error()
+	return strings.Contains(msg, "@user_script:") || strings.Contains(msg, "Error running script") ||
+		strings.Contains(msg, "user_script:")
 }
 
 // refusedError is the error of a call whose tries were all refused until
@@ -79,35 +94,19 @@ type refusedError struct {
 }
 
 func (e *refusedError) Error() string {
-	return fmt.Sprintf("%s (refused %d times over %v)", oneLineMsg(e.last), e.tries, e.took.Round(time.Millisecond))
+	return fmt.Sprintf("%s (refused %d times over %v)", oneline.Msg(e.last), e.tries, e.took.Round(time.Millisecond))
 }
 func (e *refusedError) Unwrap() error { return e.last }
 func (e *refusedError) RedisError()   {}
 
-// refusedDoneError is the error of an acquiring call whose ctx ended while
-// Redis refused its acquire (see attempt): it matches ErrContextDone and
-// ctx's error, as any acquire the ctx ended, and ErrUnavailable, and it
-// names the last refusal.
-type refusedDoneError struct {
-	ctxErr, refusal error
-}
-
-func (e *refusedDoneError) Error() string {
-	return fmt.Sprintf("%v: %v; Redis refused the acquire until then: %v", ErrContextDone, e.ctxErr, oneLineMsg(e.refusal))
-}
-func (e *refusedDoneError) Is(target error) bool {
-	return target == ErrContextDone || target == ErrUnavailable
-}
-func (e *refusedDoneError) Unwrap() []error { return []error{e.ctxErr, e.refusal} }
-
 // refusalBoundKey carries a bound on the retries of refused calls, earlier
-// than the ctx's deadline (see withRefusalBound).
+// than the ctx's deadline (see WithRefusalBound).
 type refusalBoundKey struct{}
 
-// withRefusalBound returns ctx with refused calls retried until t at the
+// WithRefusalBound returns ctx with refused calls retried until t at the
 // latest: a renewal's retries stay within its lease's deadline, never
 // sent for a lease that has ended.
-func withRefusalBound(ctx context.Context, t time.Time) context.Context {
+func WithRefusalBound(ctx context.Context, t time.Time) context.Context {
 	return context.WithValue(ctx, refusalBoundKey{}, t)
 }
 
@@ -128,7 +127,7 @@ func refusalUntil(ctx context.Context, now time.Time) (until time.Time, ctxs boo
 // try and paces the tries.
 type refusals struct {
 	ctx   context.Context
-	rdb   any
+	x     *Exec
 	start time.Time
 	until time.Time
 	ctxs  bool // until is ctx's deadline
@@ -136,17 +135,17 @@ type refusals struct {
 	tries int
 }
 
-func newRefusals(ctx context.Context, rdb any) *refusals {
+func (x *Exec) newRefusals(ctx context.Context) *refusals {
 	now := time.Now()
 	until, ctxs := refusalUntil(ctx, now)
-	return &refusals{ctx: ctx, rdb: rdb, start: now, until: until, ctxs: ctxs, back: refusalFirst}
+	return &refusals{ctx: ctx, x: x, start: now, until: until, ctxs: ctxs, back: refusalFirst}
 }
 
 // again counts n refused tries and waits before the next: it reports
 // false, without waiting past it, if the bound comes first.
 func (r *refusals) again(n int) bool {
 	r.tries += n
-	countRefusals(r.rdb, n)
+	r.x.Refused(n)
 	d := r.back/2 + rand.N(r.back/2+1)
 	r.back = min(2*r.back, refusalMax)
 	if left := time.Until(r.until); d >= left {
@@ -173,98 +172,19 @@ func (r *refusals) fail(cmd redis.Cmder) {
 	cmd.SetErr(&refusedError{last: cmd.Err(), tries: r.tries, took: time.Since(r.start)})
 }
 
-// countRefusals adds n refused tries to the count of rdb's pipeline, if
-// an open Client uses rdb.
-func countRefusals(rdb any, n int) {
-	u, ok := rdb.(redis.UniversalClient)
-	if !ok {
-		return
-	}
-	if p := pipelineOf(u); p != nil {
-		p.refusals.Add(uint64(n))
-	}
-}
-
 // retryRefused returns cmd, the reply of one call send made, or if Redis
 // refused it, the reply of the first try send makes again that is not
 // refused, within ctx (see refusals).
-func retryRefused(ctx context.Context, rdb any, cmd *redis.Cmd, send func() *redis.Cmd) *redis.Cmd {
-	if !isRefusal(cmd.Err()) {
+func (x *Exec) retryRefused(ctx context.Context, cmd *redis.Cmd, send func() *redis.Cmd) *redis.Cmd {
+	if !IsRefusal(cmd.Err()) {
 		return cmd
 	}
-	r := newRefusals(ctx, rdb)
+	r := x.newRefusals(ctx)
 	for r.again(1) {
-		if cmd = send(); !isRefusal(cmd.Err()) {
+		if cmd = send(); !IsRefusal(cmd.Err()) {
 			return cmd
 		}
 	}
 	r.fail(cmd)
 	return cmd
-}
-
-// runBatchRetrying is runRaw for calls whose ctx bounds them all: a call
-// Redis refused is sent again, alone with the others refused, until it
-// runs or ctx's bound (see refusals).
-func runBatchRetrying(ctx context.Context, rdb redis.UniversalClient, calls []protocol.Call) []*redis.Cmd {
-	cmds := runRaw(ctx, rdb, calls, nil)
-	var r *refusals
-	for {
-		var again []int
-		for i, cmd := range cmds {
-			if isRefusal(cmd.Err()) {
-				again = append(again, i)
-			}
-		}
-		if len(again) == 0 {
-			return cmds
-		}
-		if r == nil {
-			r = newRefusals(ctx, rdb)
-		}
-		if !r.again(len(again)) {
-			for _, i := range again {
-				r.fail(cmds[i])
-			}
-			return cmds
-		}
-		sub := make([]protocol.Call, len(again))
-		for n, i := range again {
-			sub[n] = calls[i]
-		}
-		for n, cmd := range runRaw(ctx, rdb, sub, nil) {
-			cmds[again[n]] = cmd
-		}
-	}
-}
-
-// readPipelined is rdb.Pipelined for a pipeline of reads: if Redis
-// refused any of its commands, fn's pipeline is sent again, whole, until
-// none is refused or ctx's bound (see refusals). fn must assign the
-// commands it reads anew each time it runs.
-func readPipelined(ctx context.Context, rdb redis.UniversalClient, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
-	cmds, err := rdb.Pipelined(ctx, fn)
-	var r *refusals
-	for {
-		n := 0
-		for _, cmd := range cmds {
-			if isRefusal(cmd.Err()) {
-				n++
-			}
-		}
-		if n == 0 {
-			return cmds, err
-		}
-		if r == nil {
-			r = newRefusals(ctx, rdb)
-		}
-		if !r.again(n) {
-			for _, cmd := range cmds {
-				if isRefusal(cmd.Err()) {
-					r.fail(cmd)
-				}
-			}
-			return cmds, err
-		}
-		cmds, err = rdb.Pipelined(ctx, fn)
-	}
 }
