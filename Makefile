@@ -1,5 +1,6 @@
 # Every target runs against real redis-server processes the tests start
-# themselves on free loopback ports (redis-server must be on PATH).
+# themselves on free loopback ports (redis-server must be on PATH; set
+# DLOCK_REDIS_SERVER=/usr/bin/valkey-server to run the tests on Valkey).
 
 GO ?= go
 
