@@ -90,6 +90,8 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		"FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).")
 	refusals := observable("dlock.refusals", "{call}",
 		"Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).")
+	releasesLeft := observable("dlock.releases_left", "{lock}",
+		"Locks of the tracked clients whose release no reply confirmed before their deadline, left to expire by their TTL (Stats.ReleasesLeft).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -102,6 +104,7 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		o.ObserveInt64(redials, int64(v.redials))
 		o.ObserveInt64(handoffs, int64(v.handoffs))
 		o.ObserveInt64(refusals, int64(v.refusals))
+		o.ObserveInt64(releasesLeft, int64(v.releasesLeft))
 		return nil
 	}, observed...)
 	if err != nil {

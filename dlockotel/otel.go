@@ -70,6 +70,7 @@
 //	dlock.pubsub.redials         counter (observed), {connection}: pub/sub connections replaced (Stats.PubSubRedials)
 //	dlock.handoffs_received      counter (observed), {handoff}: FIFO hand-offs received by queued waiters (Stats.Handoffs)
 //	dlock.refusals               counter (observed), {call}: calls a Redis node refused before running them, sent again (Stats.Refusals)
+//	dlock.releases_left          counter (observed), {lock}: locks whose release went unconfirmed, left to expire (Stats.ReleasesLeft)
 //
 // The observed ones are read from the Clients given to [Telemetry.Track]
 // (sums over them); the others are recorded by the Hooks, for every
@@ -91,6 +92,13 @@
 // changed (TRYAGAIN, ASK, MOVED, CLUSTERDOWN, LOADING, MASTERDOWN): each
 // was sent again while its caller's deadline allowed. Clients over the
 // same go-redis client share the count.
+//
+// dlock.releases_left (Stats.ReleasesLeft) counts the locks whose release
+// no reply confirmed before their deadline: Unlock (after its retries,
+// within dlock.Options.ReleaseTimeout) or Close gave up on an unreachable
+// Redis, and the key was left to expire by its TTL, held by nobody until
+// then (unless the release ran and only its reply was lost). A rise means
+// waiters on those keys waited out a TTL.
 //
 // Through the OpenTelemetry Prometheus exporter these become the names
 // dlockprom uses (dlock_acquire_duration_seconds, dlock_lost_total,
@@ -189,7 +197,9 @@ type Telemetry struct {
 }
 
 // statsCounts are the Stats counters the observable counters report.
-type statsCounts struct{ behind, dropped, redials, handoffs, refusals uint64 }
+type statsCounts struct {
+	behind, dropped, redials, handoffs, refusals, releasesLeft uint64
+}
 
 func (a *statsCounts) add(s dlock.Stats) {
 	a.behind += s.Behind
@@ -197,6 +207,7 @@ func (a *statsCounts) add(s dlock.Stats) {
 	a.redials += s.PubSubRedials
 	a.handoffs += s.Handoffs
 	a.refusals += s.Refusals
+	a.releasesLeft += s.ReleasesLeft
 }
 
 // observation is what the observable instruments report: the gauges
@@ -255,8 +266,8 @@ func (t *Telemetry) Hooks() dlock.Hooks {
 // Track adds s (normally the *dlock.Client that runs t's Hooks) to the
 // sources the observable instruments read (dlock.held, dlock.waiting and
 // the counters of Stats.Behind, RenewReportsDropped, PubSubRedials,
-// Handoffs and Refusals); they report the sum over all tracked sources. The returned
-// func stops tracking s; call it when the Client is closed for good if the
+// Handoffs, Refusals and ReleasesLeft); they report the sum over all
+// tracked sources. The returned func stops tracking s; call it when the Client is closed for good if the
 // Telemetry outlives it. The counters keep the counts s had then, so they
 // never go down.
 func (t *Telemetry) Track(s StatsSource) (untrack func()) {

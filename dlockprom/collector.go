@@ -7,8 +7,8 @@
 //     histograms and counters;
 //   - the Client's [dlock.Client.Stats] snapshot, read at scrape time, for
 //     the dlock_held and dlock_waiting gauges and the counters of
-//     Stats.Behind, RenewReportsDropped, PubSubRedials, Handoffs and
-//     Refusals ([Collector.Track]).
+//     Stats.Behind, RenewReportsDropped, PubSubRedials, Handoffs,
+//     Refusals and ReleasesLeft ([Collector.Track]).
 //
 // It registers nothing itself: register it on the registry you serve.
 // Install its Hooks on the Client (with AddHooks, or in dlock.Options at
@@ -40,6 +40,7 @@
 //	dlock_pubsub_redials_total         counter            pub/sub connections replaced
 //	dlock_handoffs_received_total      counter            FIFO hand-offs received by queued waiters
 //	dlock_refusals_total               counter            calls a Redis node refused before running them, sent again
+//	dlock_releases_left_total          counter            locks whose release went unconfirmed, left to expire
 //
 // The labels name the event's [dlock.Outcome] (dlock.OutcomeOf of its
 // error). result of dlock_acquire_duration_seconds is one of acquired,
@@ -52,9 +53,9 @@
 // Without Opts.KeyLabel, every one of these label values is exported from
 // the first scrape, at 0.
 //
-// The last seven are read from the tracked Clients' Stats at scrape time
+// The last eight are read from the tracked Clients' Stats at scrape time
 // (sums over them); the others are fed by the Hooks. A Client no longer
-// tracked keeps adding its last counts to the five Stats-fed counters, so
+// tracked keeps adding its last counts to the six Stats-fed counters, so
 // they never go down.
 //
 // dlock_refusals_total (Stats.Refusals) counts the script calls and
@@ -62,6 +63,13 @@
 // topology changed (TRYAGAIN, ASK, MOVED, CLUSTERDOWN, LOADING,
 // MASTERDOWN): each was sent again while its caller's deadline allowed.
 // Clients over the same go-redis client share the count.
+//
+// dlock_releases_left_total (Stats.ReleasesLeft) counts the locks whose
+// release no reply confirmed before their deadline: Unlock (after its
+// retries, within dlock.Options.ReleaseTimeout) or Close gave up on an
+// unreachable Redis, and the key was left to expire by its TTL, held by
+// nobody until then (unless the release ran and only its reply was lost).
+// A rise means waiters on those keys waited out a TTL.
 //
 // # Hand-offs
 //
@@ -187,6 +195,7 @@ type Collector struct {
 	heldDesc, waitingDesc                *prometheus.Desc
 	behindDesc, droppedDesc, redialsDesc *prometheus.Desc
 	handoffsRecvDesc, refusalsDesc       *prometheus.Desc
+	releasesLeftDesc                     *prometheus.Desc
 
 	// Series resolved up front, used when keyLabel is nil; indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -204,7 +213,9 @@ type Collector struct {
 }
 
 // statsCounters are the counters read from Stats.
-type statsCounters struct{ behind, dropped, redials, handoffs, refusals uint64 }
+type statsCounters struct {
+	behind, dropped, redials, handoffs, refusals, releasesLeft uint64
+}
 
 func (a *statsCounters) add(s dlock.Stats) {
 	a.behind += s.Behind
@@ -212,6 +223,7 @@ func (a *statsCounters) add(s dlock.Stats) {
 	a.redials += s.PubSubRedials
 	a.handoffs += s.Handoffs
 	a.refusals += s.Refusals
+	a.releasesLeft += s.ReleasesLeft
 }
 
 // NewCollector returns a Collector. Add its Hooks to the Client, Track the
@@ -285,6 +297,8 @@ func NewCollector(opts Opts) *Collector {
 			"FIFO hand-offs received by queued Lock calls of the tracked clients (Stats.Handoffs).", nil, opts.ConstLabels),
 		refusalsDesc: prometheus.NewDesc("dlock_refusals_total",
 			"Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).", nil, opts.ConstLabels),
+		releasesLeftDesc: prometheus.NewDesc("dlock_releases_left_total",
+			"Locks of the tracked clients whose release no reply confirmed before their deadline, left to expire by their TTL (Stats.ReleasesLeft).", nil, opts.ConstLabels),
 		sources: make(map[*StatsSource]struct{}),
 	}
 	if c.keyLabel == nil {
@@ -321,8 +335,8 @@ func (c *Collector) Hooks() dlock.Hooks {
 // Track adds s (normally the *dlock.Client that runs c's Hooks) to the
 // sources of the Stats-fed series (dlock_held, dlock_waiting and the
 // counters of Stats.Behind, RenewReportsDropped, PubSubRedials,
-// Handoffs and Refusals), which report the sum over all tracked sources. The returned func stops
-// tracking s; call it when the Client is closed for good if the Collector
+// Handoffs, Refusals and ReleasesLeft), which report the sum over all
+// tracked sources. The returned func stops tracking s; call it when the Client is closed for good if the Collector
 // outlives it. The counters keep the counts s had then.
 func (c *Collector) Track(s StatsSource) (untrack func()) {
 	p := &s
@@ -355,6 +369,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.redialsDesc
 	ch <- c.handoffsRecvDesc
 	ch <- c.refusalsDesc
+	ch <- c.releasesLeftDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -388,6 +403,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.redialsDesc, prometheus.CounterValue, float64(counts.redials))
 	ch <- prometheus.MustNewConstMetric(c.handoffsRecvDesc, prometheus.CounterValue, float64(counts.handoffs))
 	ch <- prometheus.MustNewConstMetric(c.refusalsDesc, prometheus.CounterValue, float64(counts.refusals))
+	ch <- prometheus.MustNewConstMetric(c.releasesLeftDesc, prometheus.CounterValue, float64(counts.releasesLeft))
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
