@@ -244,6 +244,8 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
 			return false, 0, ctxDone(ctx)
+		case errors.Is(err, context.DeadlineExceeded) && time.Since(sent) < noReplyAfter:
+			return false, 0, ctxDone(ctx) // sent just before the deadline: the deadline cut it, not Redis
 		case errors.Is(err, context.DeadlineExceeded):
 			return false, 0, ctxDoneAfter(ctx, &noReplyError{after: time.Since(sent), err: err})
 		}
@@ -251,6 +253,12 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 	}
 	return false, 0, unavailable(err)
 }
+
+// noReplyAfter is how long a call cut off by its context's deadline must
+// have waited for its reply before the error says Redis did not reply
+// (ErrNoReply): a call sent a moment before the deadline says nothing about
+// Redis.
+const noReplyAfter = 250 * time.Millisecond
 
 // isKept reports whether err is a *keptError (apart from attempt, so
 // that only a failed attempt pays for the variable errors.As needs).

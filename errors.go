@@ -56,8 +56,10 @@ var (
 	// timeout passed, or the context ended while the call was in flight):
 	// it may be paused, overloaded, or cut off. It comes with ErrUnavailable.
 	// A waiting call whose context ends returns it joined to ErrContextDone
-	// if its last attempt got no reply; its absence does not prove Redis
-	// answered, since a waiting call may be asleep when Redis stops.
+	// if its last attempt got no reply for at least 250 ms; its absence does
+	// not prove Redis answered, since a waiting call may be asleep when
+	// Redis stops, or have sent its last attempt a moment before the
+	// deadline.
 	ErrNoReply = errors.New("dlock: no reply from redis")
 
 	// ErrNoPermission: the Redis user's ACL refused something dlock needs:
