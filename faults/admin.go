@@ -11,11 +11,13 @@ import (
 // count. The checker counts a grant an admin release may have given back
 // until the release's call at most; one that returned after that call (a
 // hand-off confirmed while the release ran) is not counted at all. In the
-// model, the release drops its targets at its linearization point (a
-// ForceRelease meets each holder at some point while it runs: the model
-// orders a grant that returned meanwhile before the release or after it,
-// as the holder's later operations need); an Unlock that a ReleaseToken's
-// tombstone made succeed is legal without a holder.
+// model, the release drops its targets at its linearization point; a
+// ForceRelease of a semaphore, which releases the holders it found one
+// script each, is one model operation per target, so each is dropped at
+// its own point while it runs (or missed: a grant that returned meanwhile
+// goes before its drop or after it, as the holder's later operations
+// need, independently of the other targets); an Unlock that a
+// ReleaseToken's tombstone made succeed is legal without a holder.
 
 // adminRelease is an admin release that may have applied (ok or unknown)
 // and the grants it may have ended, by owner.
@@ -84,6 +86,18 @@ func adminModelOps(ops []operation) (admin []operation, tombstoned func(operatio
 			owners = append(owners, o)
 		}
 		slices.Sort(owners)
+		if op.Kind == kindForceRelease && semaphoreKey(ops, op.Key) {
+			// One script per holder it found: each target is released at
+			// its own point (or missed), not all at once.
+			for _, o := range owners {
+				if !endedBefore(ops, op.Key, o, op.Call) {
+					one := op
+					one.Owner = o
+					admin = append(admin, one)
+				}
+			}
+			continue
+		}
 		op.Owner = strings.Join(owners, ",")
 		admin = append(admin, op)
 	}
@@ -109,4 +123,21 @@ func stepAdmin(s mState, i mInput) []any {
 		return []any{next}
 	}
 	return []any{s, next}
+}
+
+// semaphoreKey reports whether key is a semaphore's: one of ops granted it
+// as one.
+func semaphoreKey(ops []operation, key string) bool {
+	return slices.ContainsFunc(ops, func(g operation) bool {
+		return g.Key == key && (g.Kind == kindLock || g.Kind == kindTry) && g.Mode == modeSemaphore
+	})
+}
+
+// endedBefore reports whether owner's hold of key ended (its Unlock
+// returned, ok or not) before t: an admin release called at t cannot
+// meet it.
+func endedBefore(ops []operation, key, owner string, t int64) bool {
+	return slices.ContainsFunc(ops, func(u operation) bool {
+		return u.Kind == kindUnlock && u.Key == key && u.Owner == owner && u.Status != evInfo && u.Return < t
+	})
 }

@@ -35,7 +35,8 @@ import (
 //	unlock ok (t): legal only if t holds (or a ReleaseToken of t may have
 //	  run before it); it is dropped.
 //	releasetoken, forcerelease ok (targets): the targets are dropped;
-//	  unknown: they are dropped or not (see admin.go).
+//	  unknown: they are dropped or not (see admin.go). A semaphore's
+//	  forcerelease is one such operation per target (not atomic).
 //	renew/unlock found the lock gone (fail): legal if t does not hold, or
 //	  its lease may have lapsed (the library also reports a loss locally
 //	  at its deadline, minExp less the drift); it is dropped. A reentrant

@@ -200,6 +200,26 @@ func TestModelSemaphoreAdminRelease(t *testing.T) {
 		h.unlock(3, "s", "W", 55*ms, 57*ms, evFail)
 		expectOnly(t, h.check(t, defaultParams()))
 	})
+	// ForceRelease releases a semaphore's holders one script each: here
+	// V before X's grant, W (handed permits at M's release, confirming
+	// with a fence after X's) after it, and neither X nor Y. No moment
+	// holds more than 3; an atomic release cannot explain it.
+	t.Run("ForceRelease meets its holders one by one", func(t *testing.T) {
+		var h hb
+		h.op(event{Proc: 8, Kind: kindSetLimit, Key: "s", Limit: 3}, 0, 1*ms, evOK)
+		h.grantAs(0, "s", "V", 1, 2*ms, 5*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(1, "s", "M", 2, 6*ms, 8*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(2, "s", "W", 4, 10*ms, 38*ms, ttl, modeSemaphore, "", 2, 2) // handed at M's release
+		h.unlock(1, "s", "M", 20*ms, 31*ms, evOK)
+		admin(&h, kindForceRelease, "", 30*ms, 40*ms)
+		h.grantAs(3, "s", "X", 3, 32*ms, 36*ms, ttl, modeSemaphore, "", 2, 1)
+		h.grantAs(4, "s", "Y", 5, 37*ms, 39*ms, ttl, modeSemaphore, "", 2, 2)
+		h.unlock(0, "s", "V", 41*ms, 43*ms, evFail)
+		h.unlock(2, "s", "W", 44*ms, 46*ms, evFail)
+		h.unlock(3, "s", "X", 41*ms, 45*ms, evOK)
+		h.unlock(4, "s", "Y", 46*ms, 48*ms, evOK)
+		expectOnly(t, h.check(t, defaultParams()))
+	})
 	t.Run("a grant above the limit after ForceRelease", func(t *testing.T) {
 		var h hb
 		above(&h)
