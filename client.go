@@ -82,6 +82,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	h := o.Hooks
 	c.hookp.Store(&h)
 	c.exec = rexec.New(rdb)
+	// A call riding out a Cluster's refusals ends when Close starts, as a
+	// waiting Lock does; the Client's own releases and clean-ups
+	// (clientRelease, background) keep theirs.
+	c.exec.EndRefusalsOn(c.closing, ErrClosed)
 	c.wd = newWatchdog(c)
 	c.notify = notify.New(notify.Config{
 		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
@@ -138,7 +142,8 @@ func (c *Client) Stats() Stats {
 }
 
 // Close stops the watchdog and the pub/sub connection, wakes every waiting
-// Lock call (they return ErrClosed), and releases every lock the Client
+// Lock call (they return ErrClosed), ends every call waiting to send
+// again what a Cluster node refused (it returns ErrClosed), and releases every lock the Client
 // still holds, and every lock whose Unlock failed: in pipelines, several
 // at once, like renewals, all within one Options.ReleaseTimeout. As with
 // Unlock, each lock ends (Done closes, Err returns ErrReleased) before its
@@ -222,7 +227,7 @@ func (c *Client) closed() bool {
 // goroutine.
 func (c *Client) background(fn func(ctx context.Context) error) {
 	run := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		ctx, cancel := context.WithTimeout(rexec.OutlivingClose(context.Background()), c.opts.ReleaseTimeout)
 		defer cancel()
 		_ = fn(ctx)
 	}

@@ -49,7 +49,8 @@ var (
 	// server error reply). errors.As reaches the driver's own error. A
 	// Cluster node's refusal of a call it did not run (TRYAGAIN, ASK,
 	// MOVED, CLUSTERDOWN, LOADING, MASTERDOWN) is retried until the ctx's
-	// deadline first; the error then names the last refusal.
+	// deadline first; the error then names the last refusal. Close ends
+	// those retries: the call then returns ErrClosed, naming the refusal.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
 
 	// ErrNoReply: Redis did not reply to a call in time (the driver's read
@@ -273,6 +274,11 @@ func unavailable(err error) error {
 	}
 	if pe := permissionOf(err); pe != nil {
 		return pe
+	}
+	if errors.Is(err, ErrClosed) {
+		// Close ended the retries of a call Redis refused (see
+		// rexec.Exec.EndRefusalsOn): the call did not run.
+		return err
 	}
 	if isConnTimeout(err) {
 		return &noReplyError{err: err}

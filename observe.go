@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/rexec"
 )
 
 // Hooks are called when locks are acquired, released, renewed and lost.
@@ -159,9 +161,9 @@ func (l *lease) releaseHook(ctx context.Context, start time.Time, err error) {
 type clientReleaseKey struct{}
 
 // clientRelease returns the base context of a release the Client makes on
-// its own.
+// its own: Close does not end its refusal retries (see rexec.OutlivingClose).
 func clientRelease() context.Context {
-	return context.WithValue(context.Background(), clientReleaseKey{}, true)
+	return rexec.OutlivingClose(context.WithValue(context.Background(), clientReleaseKey{}, true))
 }
 
 func releasedByClient(ctx context.Context) bool { return ctx.Value(clientReleaseKey{}) != nil }

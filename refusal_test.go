@@ -176,3 +176,59 @@ func TestRefusalRenewalWithinLease(t *testing.T) {
 		}
 	}
 }
+
+// Close ends the calls riding out a Cluster's refusals: a TryLock or a
+// Lock whose acquire is refused returns ErrClosed soon after Close starts,
+// not at its deadline.
+func TestRefusalEndsOnClose(t *testing.T) {
+	c, inj := faultyClient(t, dlock.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		err  error
+		when time.Time
+	}
+	calls := map[string]func(string) error{
+		"TryLock": func(k string) error { _, err := c.TryLock(ctx, k); return err },
+		"Lock":    func(k string) error { _, err := c.Lock(ctx, k); return err },
+	}
+	done := map[string]chan result{}
+	for name, call := range calls {
+		k := key(t)
+		h := inj.Add(faultcmd.Rule{Name: name + " refused", Action: faultcmd.FailBefore, Times: -1,
+			Match: faultcmd.Match{Script: "acquire", Key: k}, Err: tryAgain})
+		ch := make(chan result, 1)
+		done[name] = ch
+		go func() {
+			err := call(k)
+			ch <- result{err, time.Now()}
+		}()
+		select {
+		case <-h.FiredC():
+		case <-time.After(time.Minute):
+			t.Fatalf("%s's acquire was not sent", name)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // into the back-off
+	closed := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range done {
+		var r result
+		select {
+		case r = <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s still riding out refusals 30s after Close", name)
+		}
+		took := r.when.Sub(closed)
+		t.Logf("%s returned %v after Close started: %v", name, took.Round(time.Millisecond), r.err)
+		if !errors.Is(r.err, dlock.ErrClosed) || errors.Is(r.err, dlock.ErrUnavailable) {
+			t.Errorf("%s refused until Close = %v, want ErrClosed (not ErrUnavailable)", name, r.err)
+		}
+		// Its deadline is a minute away; one back-off wait is at most 250ms.
+		if took > 10*time.Second {
+			t.Errorf("%s returned %v after Close started, not at once", name, took)
+		}
+	}
+}

@@ -27,6 +27,9 @@ import (
 // ctx without a deadline is bounded by refusalWait. Each refused try is
 // counted (Exec.Refusals). When the bound comes first, the call's error
 // is the last refusal, with how many tries were refused and for how long.
+// When the Client closes first (Exec.EndRefusalsOn), it is that, matching
+// the Client's closed error too, unless the call is the Client's own
+// clean-up (OutlivingClose), which keeps its bound.
 //
 // An error a script raises while it runs is not a refusal, whatever its
 // text: "ERR Script attempted to access a non local key" (a key of a
@@ -99,6 +102,31 @@ func (e *refusedError) Error() string {
 func (e *refusedError) Unwrap() error { return e.last }
 func (e *refusedError) RedisError()   {}
 
+// closedRefusedError is the error of a refused call whose retries the
+// Client's closing ended (see Exec.EndRefusalsOn). Like refusedError, it
+// is a Redis error reply (definite: the call did not run); it matches
+// closed as well as the last refusal.
+type closedRefusedError struct {
+	refusedError
+	closed error
+}
+
+func (e *closedRefusedError) Error() string {
+	return oneline.Msg(e.closed) + " while a refused call waited to be sent again: " + e.refusedError.Error()
+}
+func (e *closedRefusedError) Unwrap() []error { return []error{e.closed, e.last} }
+
+// outlivingCloseKey marks the ctx of calls whose refusals Close does not
+// end (see OutlivingClose).
+type outlivingCloseKey struct{}
+
+// OutlivingClose returns ctx with its refused calls sent again until
+// their bound even once the Client closes: the Client's own releases and
+// clean-ups, which Close sends or waits for.
+func OutlivingClose(ctx context.Context) context.Context {
+	return context.WithValue(ctx, outlivingCloseKey{}, true)
+}
+
 // refusalBoundKey carries a bound on the retries of refused calls, earlier
 // than the ctx's deadline (see WithRefusalBound).
 type refusalBoundKey struct{}
@@ -126,19 +154,25 @@ func refusalUntil(ctx context.Context, now time.Time) (until time.Time, ctxs boo
 // refusals retries refused calls of one caller: it counts each refused
 // try and paces the tries.
 type refusals struct {
-	ctx   context.Context
-	x     *Exec
-	start time.Time
-	until time.Time
-	ctxs  bool // until is ctx's deadline
-	back  time.Duration
-	tries int
+	ctx     context.Context
+	x       *Exec
+	closing <-chan struct{} // ends the retries (nil: never)
+	start   time.Time
+	until   time.Time
+	ctxs    bool // until is ctx's deadline
+	closed  bool // closing ended the retries
+	back    time.Duration
+	tries   int
 }
 
 func (x *Exec) newRefusals(ctx context.Context) *refusals {
 	now := time.Now()
 	until, ctxs := refusalUntil(ctx, now)
-	return &refusals{ctx: ctx, x: x, start: now, until: until, ctxs: ctxs, back: refusalFirst}
+	r := &refusals{ctx: ctx, x: x, start: now, until: until, ctxs: ctxs, back: refusalFirst}
+	if ctx.Value(outlivingCloseKey{}) == nil {
+		r.closing = x.closing
+	}
+	return r
 }
 
 // again counts n refused tries and waits before the next: it reports
@@ -148,11 +182,21 @@ func (r *refusals) again(n int) bool {
 	r.x.Refused(n)
 	d := r.back/2 + rand.N(r.back/2+1)
 	r.back = min(2*r.back, refusalMax)
+	select {
+	case <-r.closing:
+		r.closed = true
+		return false
+	default:
+	}
 	if left := time.Until(r.until); d >= left {
 		if r.ctxs {
 			// The ctx's deadline comes first: the call ends with it (an
 			// acquire then fails as any the ctx ended), not just before.
-			<-r.ctx.Done()
+			select {
+			case <-r.ctx.Done():
+			case <-r.closing:
+				r.closed = true
+			}
 		}
 		return false
 	}
@@ -160,6 +204,9 @@ func (r *refusals) again(n int) bool {
 	defer t.Stop()
 	select {
 	case <-r.ctx.Done():
+		return false
+	case <-r.closing:
+		r.closed = true
 		return false
 	case <-t.C:
 	}
@@ -169,7 +216,12 @@ func (r *refusals) again(n int) bool {
 // fail sets the error of cmd, refused on its last try, to the refusal
 // with the tries and time the retries took.
 func (r *refusals) fail(cmd redis.Cmder) {
-	cmd.SetErr(&refusedError{last: cmd.Err(), tries: r.tries, took: time.Since(r.start)})
+	e := refusedError{last: cmd.Err(), tries: r.tries, took: time.Since(r.start)}
+	if r.closed && r.x.closed != nil {
+		cmd.SetErr(&closedRefusedError{refusedError: e, closed: r.x.closed})
+		return
+	}
+	cmd.SetErr(&e)
 }
 
 // retryRefused returns cmd, the reply of one call send made, or if Redis

@@ -143,3 +143,73 @@ func TestRefusedBatchRetried(t *testing.T) {
 		t.Fatalf("Pipelined refused once: %q, %v after %d runs; want v after 2", v, err, runs)
 	}
 }
+
+// A call riding out refusals stops when the Client closes: it fails at
+// once with an error that matches the closed error and the last refusal,
+// not at its deadline. A call of the Client's own clean-ups
+// (OutlivingClose) keeps its bound.
+func TestRefusalsEndOnClose(t *testing.T) {
+	x, _, inj, _ := faulty(t)
+	closing := make(chan struct{})
+	errClosed := errors.New("test: client closed")
+	x.EndRefusalsOn(closing, errClosed)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	k, b := key(t, "run"), key(t, "batch")
+	hk := inj.Add(faultcmd.Rule{Action: faultcmd.FailBefore, Times: -1, Match: faultcmd.Match{Script: "acquire", Key: k}, Err: tryAgain})
+	hb := inj.Add(faultcmd.Rule{Action: faultcmd.FailBefore, Times: -1, Match: faultcmd.Match{Script: "acquire", Key: b}, Err: tryAgain})
+	type result struct {
+		err  error
+		when time.Time
+	}
+	run, batch := make(chan result, 1), make(chan result, 1)
+	go func() {
+		err := x.Run(ctx, acquire(k, "t")).Err()
+		run <- result{err, time.Now()}
+	}()
+	go func() {
+		err := x.Batch(ctx, []protocol.Call{acquire(b, "t")})[0].Err()
+		batch <- result{err, time.Now()}
+	}()
+	for _, h := range []*faultcmd.Handle{hk, hb} {
+		select {
+		case <-h.FiredC():
+		case <-time.After(time.Minute):
+			t.Fatal("the call was not sent")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // into the back-off
+	closed := time.Now()
+	close(closing)
+	for name, c := range map[string]chan result{"Run": run, "Batch": batch} {
+		var r result
+		select {
+		case r = <-c:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s still riding out refusals 30s after Close", name)
+		}
+		var re redis.Error
+		if !errors.Is(r.err, errClosed) || !errors.Is(r.err, tryAgain) || !errors.As(r.err, &re) {
+			t.Errorf("%s refused until Close = %v; want a Redis error reply matching %v and %v", name, r.err, errClosed, tryAgain)
+		}
+		took := r.when.Sub(closed)
+		t.Logf("%s returned %v after Close: %v", name, took.Round(time.Millisecond), r.err)
+		// A back-off wait is at most refusalMax (250ms); a call still
+		// waiting for it at its deadline (a minute away) would show.
+		if took > 10*time.Second {
+			t.Errorf("%s returned %v after Close, not at once", name, took)
+		}
+	}
+
+	o := key(t, "outliving")
+	ho := inj.Add(faultcmd.Rule{Action: faultcmd.FailBefore, Times: -1, Match: faultcmd.Match{Script: "acquire", Key: o}, Err: tryAgain})
+	octx := rexec.OutlivingClose(rexec.WithRefusalBound(ctx, time.Now().Add(2*time.Second)))
+	err := x.Run(octx, acquire(o, "t")).Err()
+	if !errors.Is(err, tryAgain) || errors.Is(err, errClosed) {
+		t.Fatalf("clean-up refused after Close = %v; want %v, not %v", err, tryAgain, errClosed)
+	}
+	if ho.Fired() < 2 {
+		t.Fatalf("clean-up sent %d times after Close; want it sent again until its bound", ho.Fired())
+	}
+}

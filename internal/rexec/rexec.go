@@ -38,6 +38,11 @@ type Exec struct {
 	pending []*pended // calls waiting for a writer, oldest first
 
 	refusals atomic.Uint64 // tries Redis refused (see refusal.go)
+
+	// closing, once closed, ends the back-off of refused calls, which
+	// then fail with closed (see EndRefusalsOn); nil: never.
+	closing <-chan struct{}
+	closed  error
 }
 
 // New returns an Exec over rdb.
@@ -51,6 +56,15 @@ func New(rdb redis.UniversalClient) *Exec {
 // than one lets a batch form while another is in flight, and a slow reply
 // (a paused server, a busy machine) does not stall every caller.
 func pipelineWriters() int { return max(4, runtime.GOMAXPROCS(0)) }
+
+// EndRefusalsOn makes the refused calls of x stop being sent again once
+// closing is closed (the Client closes): one waiting to be sent again
+// then fails at once with an error that matches closed and reads as the
+// last refusal, instead of at its bound; a call whose ctx came from
+// OutlivingClose keeps its bound. Call it before x is used.
+func (x *Exec) EndRefusalsOn(closing <-chan struct{}, closed error) {
+	x.closing, x.closed = closing, closed
+}
 
 // Refusals returns how many tries of x's calls Redis refused.
 func (x *Exec) Refusals() uint64 { return x.refusals.Load() }
