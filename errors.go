@@ -82,7 +82,9 @@ var (
 	ErrWrongType = errors.New("dlock: key holds a non-string value (not a lock)")
 
 	// ErrReplicaAck: fewer replicas than Options.MinReplicas acknowledged a
-	// grant (which was then released) or a renewal.
+	// grant (which was then released), a renewal, or a release (sent again
+	// until ReleaseTimeout or the lock's deadline; the key may be freed on
+	// the master all the same).
 	ErrReplicaAck = errors.New("dlock: not enough replicas acknowledged the lock")
 
 	// ErrEvictionPolicy: a Redis master the Client writes to may evict keys

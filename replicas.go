@@ -15,10 +15,10 @@ import (
 )
 
 // ackedTokenLock is the token lock with Options.MinReplicas: every write
-// that grants or renews the lock is followed, on the same connection to the
-// key's master, by WAIT MinReplicas ReplicaTimeout. It renews and releases
-// directly (one pipeline per lock), since WAIT only covers the writes of
-// the connection it runs on.
+// that grants, renews or releases the lock is followed, on the same
+// connection to the key's master, by WAIT MinReplicas ReplicaTimeout. It
+// renews and releases directly (one pipeline per lock), since WAIT only
+// covers the writes of the connection it runs on.
 type ackedTokenLock struct {
 	tokenLock
 	rdb      redis.UniversalClient
@@ -208,6 +208,23 @@ func (a ackedTokenLock) RenewDirect(ctx context.Context, k protocol.Keys, token 
 	return next, code, err
 }
 
+// ReleaseDirect releases the lock and waits for the replicas, as a grant
+// does: a release a master accepted just before a failover, which no
+// replica saw, is lost with that master, and the promoted replica keeps
+// the token until its TTL. A release that ran but that fewer than
+// MinReplicas replicas acknowledged answers codeOK with ErrReplicaAck: it
+// is not confirmed, and the engine sends it again (releaseRetry, within
+// ReleaseTimeout) until the replicas acknowledge it. A second run is
+// harmless: the release is token-checked, and a run that finds the
+// tombstone of one that ran answers codeOK (internal/lualib/queue.lua).
 func (a ackedTokenLock) ReleaseDirect(ctx context.Context, k protocol.Keys, token string) (int64, error) {
-	return a.on(a.rdb).Run(ctx, a.Release(k, token)).Int64()
+	cmd, n, err := a.runAcked(ctx, a.rdb, a.Release(k, token))
+	if err != nil {
+		return 0, err
+	}
+	code, err := cmd.Int64()
+	if err == nil && code == codeOK && n < int64(a.replicas) {
+		err = a.ackErr(n)
+	}
+	return code, err
 }
