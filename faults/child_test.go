@@ -182,7 +182,7 @@ func (h *harness) spawn(cfg childConfig) *child {
 	read := clock.Now()
 	if hello.T < started-int64(time.Millisecond) || hello.T > read+int64(time.Millisecond) {
 		h.t.Fatalf("child %d's time base disagrees with the parent's: it started at %s, between %s and %s "+
-			"(was the wall clock stepped?)", cfg.Proc, dur(hello.T), dur(started), dur(read))
+			"(its CLOCK_MONOTONIC placement is off)", cfg.Proc, dur(hello.T), dur(started), dur(read))
 	}
 	return c
 }
