@@ -136,10 +136,11 @@ type LeaderInfo struct {
 	// reached back to the last one delivered: leaders may have come and
 	// gone unseen before it (see Observe).
 	Missed bool
-	// NoLeader is set on an observed event that says nobody leads any
-	// more: the last leader delivered resigned or its lease ran out, and
-	// no candidate holds the election's lock. Its other fields are zero.
-	// It is delivered once per such gap (see Observe).
+	// NoLeader is set on an observed event that says nobody leads: at
+	// the start of an observer that finds nobody leading, or once the last
+	// leader delivered resigned or its lease ran out, and no candidate
+	// holds the election's lock. Its other fields are zero. It is
+	// delivered once per such gap (see Observe).
 	NoLeader bool
 }
 

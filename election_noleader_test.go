@@ -24,6 +24,15 @@ func nextObserved(t *testing.T, ch <-chan dlock.LeaderInfo, wait time.Duration) 
 	return dlock.LeaderInfo{}
 }
 
+// nobodyFirst checks that an observer started on an election nobody leads
+// says so first.
+func nobodyFirst(t *testing.T, ch <-chan dlock.LeaderInfo) {
+	t.Helper()
+	if li := nextObserved(t, ch, 20*time.Second); li != (dlock.LeaderInfo{NoLeader: true}) {
+		t.Fatalf("first observed %+v on an election nobody leads, want NoLeader", li)
+	}
+}
+
 // noMore checks that ch delivers nothing for a few poll intervals.
 func noMore(t *testing.T, ch <-chan dlock.LeaderInfo, d time.Duration) {
 	t.Helper()
@@ -43,6 +52,7 @@ func TestObserveNoLeaderAfterResign(t *testing.T) {
 	name := key(t)
 	opts := dlock.ElectionOptions{TTL: 10 * time.Second, PollInterval: 50 * time.Millisecond}
 	ch := newElection(t, oc, name, opts).Observe(ctx)
+	nobodyFirst(t, ch)
 	el := newElection(t, lc, name, opts)
 	a, err := el.Campaign(ctx, "a")
 	if err != nil {
@@ -75,6 +85,7 @@ func TestObserveNoLeaderAfterExpiry(t *testing.T) {
 	oc, _ := newClient(t, dlock.Options{})
 	name := key(t)
 	ch := newElection(t, oc, name, dlock.ElectionOptions{TTL: 10 * time.Second, PollInterval: 50 * time.Millisecond}).Observe(ctx)
+	nobodyFirst(t, ch)
 	a := startCandidate(t, name, "a", time.Second)
 	la, _ := a.until(t, "leading", 20*time.Second)
 	if li := nextObserved(t, ch, 20*time.Second); li.Value != "a" || li.Term != termOf(t, la) {
@@ -109,6 +120,7 @@ func TestObserveNoNoLeaderOnHandoff(t *testing.T) {
 	name := key(t)
 	opts := dlock.ElectionOptions{TTL: 10 * time.Second, PollInterval: 20 * time.Millisecond}
 	ch := newElection(t, c, name, opts).Observe(ctx)
+	nobodyFirst(t, ch)
 	el := newElection(t, c, name, opts)
 	a, err := el.Campaign(ctx, "a")
 	if err != nil {
@@ -154,4 +166,61 @@ func TestObserveNoNoLeaderOnHandoff(t *testing.T) {
 		t.Fatalf("observed %+v after a hand-off, want c", li)
 	}
 	noMore(t, ch, 200*time.Millisecond)
+}
+
+// An observer that starts on an election never held says nobody leads,
+// once, then delivers the first leader when one is elected.
+func TestObserveNoLeaderAtStart(t *testing.T) {
+	ctx := t.Context()
+	oc, _ := newClient(t, dlock.Options{})
+	lc, _ := newClient(t, dlock.Options{})
+	name := key(t)
+	opts := dlock.ElectionOptions{TTL: 10 * time.Second, PollInterval: 50 * time.Millisecond}
+	ch := newElection(t, oc, name, opts).Observe(ctx)
+	nobodyFirst(t, ch)
+	noMore(t, ch, 300*time.Millisecond) // six polls: still nobody, said once
+	a, err := newElection(t, lc, name, opts).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Resign(ctx)
+	if li := nextObserved(t, ch, 20*time.Second); li.Value != "a" || li.Term != a.Term() || li.NoLeader {
+		t.Fatalf("observed %+v, want a", li)
+	}
+}
+
+// An observer that starts while a leader leads delivers that leader
+// first, and no NoLeader.
+func TestObserveLeaderAtStart(t *testing.T) {
+	ctx := t.Context()
+	oc, _ := newClient(t, dlock.Options{})
+	lc, _ := newClient(t, dlock.Options{})
+	name := key(t)
+	opts := dlock.ElectionOptions{TTL: 10 * time.Second, PollInterval: 50 * time.Millisecond}
+	a, err := newElection(t, lc, name, opts).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Resign(ctx)
+	ch := newElection(t, oc, name, opts).Observe(ctx)
+	if li := nextObserved(t, ch, 20*time.Second); li.Value != "a" || li.Term != a.Term() || li.NoLeader {
+		t.Fatalf("first observed %+v while a leads, want a", li)
+	}
+	noMore(t, ch, 300*time.Millisecond)
+}
+
+// An observer that starts while a candidate holds the lock but has not
+// published itself says nothing until it knows: that nobody leads, once
+// the lock is freed without a record.
+func TestObserveNoLeaderAfterPendingStart(t *testing.T) {
+	ctx := t.Context()
+	c, rdb := newClient(t, dlock.Options{})
+	name := key(t)
+	opts := dlock.ElectionOptions{TTL: 10 * time.Second, PollInterval: 50 * time.Millisecond}
+	rdb.Set(ctx, name, "0123456789abcdef0123456789abcdef", time.Minute)
+	ch := newElection(t, c, name, opts).Observe(ctx)
+	noMore(t, ch, 300*time.Millisecond) // six polls: a candidate holds the lock
+	rdb.Del(ctx, name)
+	nobodyFirst(t, ch)
+	noMore(t, ch, 300*time.Millisecond)
 }

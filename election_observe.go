@@ -18,7 +18,7 @@ import (
 // subscription and one read per change or interval, not 1,000.
 
 // Observe returns a channel that delivers the election's leaders in order:
-// first the current leader (if any), then every new leader and every new
+// first the current leader (or NoLeader if nobody leads), then every new leader and every new
 // value a leader proclaims, each once, with strictly increasing (Term,
 // Rev). A leader that came and went between two reads is still delivered,
 // and so is each of several values proclaimed between two reads: the
@@ -32,8 +32,11 @@ import (
 // about PollInterval after the lock is freed at the latest (the poll finds
 // a resignation or an expiry: neither is announced on the channel). A
 // resignation handed straight to a waiting candidate delivers no NoLeader:
-// the next leader follows. An observer that starts while nobody leads
-// delivers nothing until someone does.
+// the next leader follows. An observer that starts while nobody leads (no
+// candidate holds the lock) delivers a NoLeader first, then the next
+// leader; one that starts while a candidate holds the lock but has not yet
+// published itself delivers that leader first (or NoLeader, if the lock
+// is freed before it publishes).
 //
 // The channel is closed when ctx ends, the Client is closed, or the
 // election's keys hold values of another type (Leader then returns
@@ -54,6 +57,7 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 		var last LeaderInfo // the last record delivered (or seen at the start)
 		started := false
 		leading := false // the last event delivered was a leader, not NoLeader
+		told := false    // an event has been delivered
 		for {
 			snap := f.snapshot()
 			if snap.wrongType {
@@ -66,19 +70,22 @@ func (e *Election) Observe(ctx context.Context) <-chan LeaderInfo {
 					if len(snap.recs) > 0 {
 						last = snap.recs[0]
 						if snap.state == leaderLive {
-							batch = snap.recs[:1]
+							batch = []LeaderInfo{snap.recs[0]} // not an alias of the shared snapshot
 						}
 					}
 				} else {
 					batch = newer(snap.recs, last)
 				}
-				if snap.state == leaderNone && (leading || len(batch) > 0) {
+				// Nobody leads: said at the first read that finds it
+				// before anything was delivered, and after each leader.
+				if snap.state == leaderNone && (leading || len(batch) > 0 || !told) {
 					batch = append(batch, LeaderInfo{NoLeader: true})
 				}
 			}
 			for _, li := range batch {
 				select {
 				case out <- li:
+					told = true
 					if leading = !li.NoLeader; leading {
 						last = li
 					}

@@ -23,8 +23,9 @@ type RunConfig struct {
 	OnStoppedLeading func()
 	// OnNewLeader, if set, is called with every leader observed (this
 	// candidate included), in order, from one goroutine, and with a
-	// LeaderInfo whose NoLeader is set when nobody leads any more (see
-	// Observe).
+	// LeaderInfo whose NoLeader is set when nobody leads: first, if nobody
+	// led when Run started observing (this candidate may not have taken
+	// the lock yet), and whenever nobody leads any more (see Observe).
 	OnNewLeader func(LeaderInfo)
 	// Again makes Run campaign again after a leadership ends, until ctx
 	// ends. Without it Run returns after one leadership.

@@ -162,6 +162,23 @@ func TestElectionObserveEveryLeader(t *testing.T) {
 	if n := rdb.PubSubNumSub(ctx, ch).Val()[ch]; n != 1 {
 		t.Errorf("%d subscriptions for %d observers on one Client, want 1", n, observers)
 	}
+	// Each observer first says that nobody leads.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n := 0
+		mu.Lock()
+		for _, g := range got {
+			if len(g) > 0 {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n == observers {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d observers said anything before the first leader", n, observers)
+		}
+	}
 
 	// Leaders on other Clients, one after another; some proclaim.
 	var truth []dlock.LeaderInfo
@@ -211,10 +228,13 @@ func TestElectionObserveEveryLeader(t *testing.T) {
 	cancel()
 	wg.Wait()
 	for i, g := range got {
-		checkObserved(t, fmt.Sprint("observer ", i), g, truth)
+		if g[0] != (dlock.LeaderInfo{NoLeader: true}) {
+			t.Fatalf("observer %d first observed %+v before any leader, want NoLeader", i, g[0])
+		}
+		checkObserved(t, fmt.Sprint("observer ", i), g[1:], truth)
 	}
-	if len(got[0]) != len(truth) {
-		t.Logf("observer 0 saw %d of %d changes (pub/sub plus polling should see all)", len(got[0]), len(truth))
+	if len(got[0][1:]) != len(truth) {
+		t.Logf("observer 0 saw %d of %d changes (pub/sub plus polling should see all)", len(got[0][1:]), len(truth))
 	}
 }
 
@@ -400,6 +420,14 @@ func topoElection(t *testing.T, tp *topo) {
 				e2 := newElection(t, c2, name, dlock.ElectionOptions{PollInterval: 100 * time.Millisecond})
 				octx, cancel := context.WithCancel(ctx)
 				obs := e2.Observe(octx)
+				select {
+				case li := <-obs:
+					if !li.NoLeader {
+						t.Fatalf("first observed %+v on a new election, want NoLeader", li)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("no NoLeader at the start")
+				}
 				a, err := e1.Campaign(ctx, "a")
 				if err != nil {
 					t.Fatal(err)
@@ -456,7 +484,14 @@ func TestElectionObservePollingOnly(t *testing.T) {
 	name := key(t)
 	e := newElection(t, c, name, dlock.ElectionOptions{PollInterval: 30 * time.Millisecond})
 	obs := e.Observe(ctx)
-	time.Sleep(100 * time.Millisecond) // the feed's first read: no leader yet
+	select { // the feed's first read: no leader yet
+	case li := <-obs:
+		if li != (dlock.LeaderInfo{NoLeader: true}) {
+			t.Fatalf("first observed %+v on a new election, want NoLeader", li)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no NoLeader at the start")
+	}
 	other, _ := newClient(t, dlock.Options{})
 	eo := newElection(t, other, name, dlock.ElectionOptions{})
 	var truth []dlock.LeaderInfo

@@ -65,7 +65,7 @@ func ExampleElection_Observe() {
 	defer done()
 	e := c.Election("example:observe", dlock.ElectionOptions{PollInterval: 100 * time.Millisecond})
 	// Every leader, in order, with increasing terms, and NoLeader when
-	// nobody leads any more; closed when ctx ends.
+	// nobody leads (first, if nobody does yet); closed when ctx ends.
 	leaders := e.Observe(ctx)
 	show := func(li dlock.LeaderInfo) {
 		if li.NoLeader {
@@ -74,6 +74,7 @@ func ExampleElection_Observe() {
 		}
 		fmt.Println("leader:", li.Value)
 	}
+	show(<-leaders) // nobody has campaigned yet
 	for _, who := range []string{"first", "second"} {
 		l, err := e.Campaign(ctx, who)
 		if err != nil {
@@ -84,6 +85,7 @@ func ExampleElection_Observe() {
 		show(<-leaders) // within about PollInterval
 	}
 	// Output:
+	// no leader
 	// leader: first
 	// no leader
 	// leader: second

@@ -77,8 +77,8 @@ const usageObserve = `Usage:
 
 Prints one line for every change of leader of the election NAME and every
 value a leader publishes, each once, in order (by term, then rev), until
-interrupted (INT or TERM: exit 0). The first line is the current leader, if
-any. A change whose notification was lost is printed at most --poll later
+interrupted (INT or TERM: exit 0). The first line is the current leader,
+or "TIME  no leader" if nobody leads. A change whose notification was lost is printed at most --poll later
 (default 1s); a leader that came and went meanwhile is still printed, and
 so is each of several values published in between (the election keeps the
 last 64). When nobody leads any more (the last leader resigned or its
