@@ -96,6 +96,10 @@ func TestElectKillTakeover(t *testing.T) {
 	name := testKey(t)
 	dir := t.TempDir()
 	obs := startDlock(t, nil, onSrv("observe", name, "--json", "--poll", "100ms")...)
+	// Nobody leads yet: observe says so first.
+	waitFor(t, 20*time.Second, "observe's first no-leader line", func() bool {
+		return strings.Contains(obs.out(), `"leader":false`)
+	})
 	run := func(id string) *proc {
 		return startDlock(t, nil, onSrv("elect", name, "--id", id, "--ttl", "2s", "-c",
 			`echo $DLOCK_TERM > `+filepath.Join(dir, id)+`.tmp; mv `+filepath.Join(dir, id)+`.tmp `+filepath.Join(dir, id)+`; echo $$ > `+filepath.Join(dir, id)+`.pid; sleep 60`)...)
@@ -122,8 +126,8 @@ func TestElectKillTakeover(t *testing.T) {
 	}
 	b.signal(syscall.SIGTERM)
 	b.wait(30 * time.Second)
-	// observe prints a, then b, then (b resigned, nobody queued) that
-	// nobody leads. Between a's lease running out and b taking the lock
+	// observe prints that nobody leads, a, then b, then (b resigned,
+	// nobody queued) that nobody leads. Between a's lease running out and b taking the lock
 	// nobody led either: a "no leader" line may come between a and b.
 	lines := func() []string { return strings.Split(strings.TrimSpace(obs.out()), "\n") }
 	waitFor(t, 20*time.Second, "observe's no-leader line", func() bool {
@@ -145,7 +149,7 @@ func TestElectKillTakeover(t *testing.T) {
 			t.Fatalf("observe line %q: %v", line, err)
 		}
 		if !v.Leader {
-			if i == 0 || !strings.Contains(out[i-1], `"leader":true`) || v.Term != 0 {
+			if i > 0 && !strings.Contains(out[i-1], `"leader":true`) || v.Term != 0 {
 				t.Fatalf("observe's no-leader line %d %q:\n%v", i, line, r)
 			}
 			continue
@@ -226,5 +230,33 @@ func TestElectGuardMessagesSayElect(t *testing.T) {
 	expectStderr(t, r, "elect: dlock is gone", "SIGTERM")
 	if strings.Contains(r.stderr, "run:") {
 		t.Errorf("a message under elect says run:\n%v", r)
+	}
+}
+
+// observe on an election nobody leads says so at once, and then prints
+// the leader when one is elected.
+func TestObserveNoLeaderAtStart(t *testing.T) {
+	t.Parallel()
+	name := testKey(t)
+	obs := startDlock(t, nil, onSrv("observe", name, "--poll", "100ms")...)
+	waitFor(t, 20*time.Second, "observe's no-leader line", func() bool {
+		return strings.Contains(obs.out(), "no leader")
+	})
+	c, _ := lib(t)
+	ctx := context.Background()
+	l, err := c.Election(name, dlock.ElectionOptions{}).Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Resign(ctx)
+	waitFor(t, 20*time.Second, "observe's leader line", func() bool {
+		return strings.Contains(obs.out(), "leader a ")
+	})
+	obs.signal(syscall.SIGINT)
+	r := obs.wait(10 * time.Second)
+	expectCode(t, r, 0)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], "  no leader") || !strings.Contains(lines[1], "  leader a  term ") {
+		t.Fatalf("observe printed %q, want a no-leader line, then a", lines)
 	}
 }
