@@ -31,7 +31,7 @@ func TestQuick(t *testing.T) {
 		switch {
 		case o.Err != nil:
 			t.Errorf("%s: the run failed: %v", name, o.Err)
-		case o.Res.Overlaps != 0:
+		case o.Res.Overlaps != 0 && o.Lib.Library == "dlock":
 			t.Errorf("%s: %d overlapping critical sections", name, o.Res.Overlaps)
 		case o.Res.Sections == 0:
 			t.Errorf("%s: no critical section completed (%d failures, first: %v)", name, o.Failures(), o.Res.FirstError)
@@ -39,6 +39,11 @@ func TestQuick(t *testing.T) {
 			t.Errorf("%s: commands %d, round trips %d: not measured", name, o.Res.Commands, o.Res.RoundTrips)
 		case o.Res.Ping.N == 0:
 			t.Errorf("%s: no PING measured during the run", name)
+		}
+		if o.Res.Overlaps != 0 && o.Lib.Library != "dlock" {
+			// A peer's broken lock is a finding the report shows in bold,
+			// not a defect of this benchmark.
+			t.Logf("%s: %d overlapping critical sections", name, o.Res.Overlaps)
 		}
 		if o.Failures() > 0 {
 			// Peers may give up under load; that is a result, not a test failure.
@@ -78,7 +83,7 @@ func TestQuick(t *testing.T) {
 		t.Errorf("JSON: %d runs, %d goals", len(out.Runs), len(out.Goals))
 	}
 	for _, r := range out.Runs {
-		if r.Report == nil || r.Sections == 0 || r.Overlaps != 0 {
+		if r.Report == nil || r.Sections == 0 || r.Overlaps != 0 && strings.HasPrefix(r.Library, "dlock") {
 			t.Errorf("JSON run %s / %s: %+v", r.Scenario, r.Library, r.Report)
 		}
 	}

@@ -95,12 +95,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else {
 		writeMarkdown(stdout, b)
 	}
+	code := 0
 	for _, o := range b.Outcomes {
 		if o.Res.Overlaps > 0 {
 			fmt.Fprintf(stderr, "bench: %s / %s: %d overlapping critical sections: a broken lock\n",
 				o.Scenario.Name, o.Lib.Name, o.Res.Overlaps)
-			return 1
+			if o.Lib.Library == "dlock" {
+				code = 1 // a peer's overlap is reported, dlock's fails the run
+			}
 		}
 	}
-	return 0
+	return code
 }
