@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/defaults"
 	"math"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ func FuzzAuxKeys(f *testing.F) {
 		}
 		slot := Slot(key)
 		names := map[string]string{"fence": ks.Fence, "queue": ks.Queue, "wake": ks.Wake,
-			"lease": ks.Queue + ":" + newToken(), "guard": auxBase(DefaultPrefix, key) + guardSuffix}
+			"lease": ks.Queue + ":" + newToken(), "guard": auxBase(defaults.Prefix, key) + guardSuffix}
 		for what, name := range names {
 			if Slot(name) != slot {
 				t.Fatalf("key %q (slot %d), prefix %q: %s %q is in slot %d", key, slot, prefix, what, name, Slot(name))

@@ -334,7 +334,7 @@ func TestManyWaiters(t *testing.T) {
 		g1 = runtime.NumGoroutine()
 		for i := range 5 {
 			if i > 0 {
-				time.Sleep(dlock.DefaultWaiterLease / 3 / 4)
+				time.Sleep(3 * time.Second / 3 / 4) // a quarter of the default WaiterLease's refresh
 			}
 			perWaiter = append(perWaiter, float64(int64(liveHeap())-int64(live0))/float64(n))
 			if i == 0 && name != "" {

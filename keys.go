@@ -3,6 +3,7 @@ package dlock
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"github.com/dlock-go/dlock/internal/defaults"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ const (
 	limitVSuffix  = ":limitver" // string: the version of that limit, bumped by each SetLimit (no TTL)
 	countSuffix   = ":count"    // string: a Counter segment's count (no TTL)
 	segsSuffix    = ":segments" // string: a Counter's segment count, beside each segment (no TTL)
-	guardSuffix   = ":guard"    // hash: a fenced resource's guard record (always DefaultPrefix)
+	guardSuffix   = ":guard"    // hash: a fenced resource's guard record (always the default prefix)
 	leaderSuffix  = ":leader"   // list: an election's leader records, newest first
 	electedSuffix = ":elected"  // pub/sub channel: an election's leader changed
 )
@@ -48,7 +49,7 @@ const (
 	AuxLimitVer AuxKind = "limitver" // <P>:{K}:limitver, the version of a semaphore's limit
 	AuxCount    AuxKind = "count"    // <P>:{K}:count
 	AuxSegments AuxKind = "segments" // <P>:{K}:segments, a Counter's segment count
-	AuxGuard    AuxKind = "guard"    // dlock:{K}:guard (package fenced, DefaultPrefix)
+	AuxGuard    AuxKind = "guard"    // dlock:{K}:guard (package fenced, the default prefix)
 	AuxLeader   AuxKind = "leader"   // <P>:{K}:leader, an election's leader history
 	AuxElected  AuxKind = "elected"  // <P>:{K}:elected (a pub/sub channel)
 )
@@ -103,25 +104,25 @@ func (c *Client) AuxKeyOf(name string) (key string, kind AuxKind, ok bool) {
 }
 
 // auxKeyOf is decodeAux under prefix, plus the guard records, which are
-// always under DefaultPrefix.
+// always under the default prefix.
 func auxKeyOf(prefix, name string) (key string, kind AuxKind, ok bool) {
-	if key, kind, ok = decodeAux(prefix, name); ok || prefix == DefaultPrefix {
+	if key, kind, ok = decodeAux(prefix, name); ok || prefix == defaults.Prefix {
 		return key, kind, ok
 	}
-	if k, ok := keyOfAux(DefaultPrefix, guardSuffix, name); ok && guardKey(k) == name {
+	if k, ok := keyOfAux(defaults.Prefix, guardSuffix, name); ok && guardKey(k) == name {
 		return k, AuxGuard, true
 	}
 	return "", "", false
 }
 
 // guardKey names the guard record package fenced keeps for the resource
-// key: like an auxiliary key of a lock on key under DefaultPrefix, so it
+// key: like an auxiliary key of a lock on key under the default prefix, so it
 // is in key's Cluster slot and reserved (no lock may be taken on it).
-func guardKey(key string) string { return auxBase(DefaultPrefix, key) + guardSuffix }
+func guardKey(key string) string { return auxBase(defaults.Prefix, key) + guardSuffix }
 
 // The key rules package fenced shares (see internal/keyrules).
 func init() {
-	keyrules.ValidKey = func(key string) error { return validKey(DefaultPrefix, key) }
+	keyrules.ValidKey = func(key string) error { return validKey(defaults.Prefix, key) }
 	keyrules.GuardKey = guardKey
 	keyrules.Unavailable = unavailable
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"errors"
+	"github.com/dlock-go/dlock/internal/defaults"
 	"strings"
 	"testing"
 )
@@ -43,7 +44,7 @@ func auxNamesOf(prefix, key, tok string) map[string]AuxKind {
 	for _, a := range auxTable {
 		p := prefix
 		if a.kind == AuxGuard {
-			p = DefaultPrefix
+			p = defaults.Prefix
 		}
 		out[auxBase(p, key)+a.suffix] = a.kind
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/defaults"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -143,19 +144,6 @@ type Options struct {
 	Hooks Hooks
 }
 
-// Default values of Options.
-const (
-	DefaultPrefix         = "dlock"
-	DefaultTTL            = 10 * time.Second
-	DefaultDriftFactor    = 0.01
-	DefaultMinDrift       = 2 * time.Millisecond
-	DefaultRetryInterval  = time.Second
-	DefaultReleaseTimeout = 5 * time.Second
-	DefaultPickupTimeout  = time.Second
-	DefaultWaiterLease    = 3 * time.Second
-	DefaultReplicaTimeout = 100 * time.Millisecond
-)
-
 // withDefaults validates o and fills in defaults.
 func (o Options) withDefaults() (Options, error) {
 	if err := validPrefix(o.Prefix); err != nil {
@@ -174,42 +162,42 @@ func (o Options) withDefaults() (Options, error) {
 		return o, &ttlError{ttl: o.TTL, min: time.Millisecond, max: MaxTTL}
 	}
 	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+		o.Prefix = defaults.Prefix
 	}
 	if o.TTL == 0 {
-		o.TTL = DefaultTTL
+		o.TTL = defaults.TTL
 	}
 	switch {
 	case math.IsNaN(o.DriftFactor) || o.DriftFactor > maxDriftFactor:
 		return o, fmt.Errorf("%w: DriftFactor %v is above %v (or NaN)", ErrInvalidOpts, o.DriftFactor, maxDriftFactor)
 	case o.DriftFactor == 0:
-		o.DriftFactor = DefaultDriftFactor
+		o.DriftFactor = defaults.DriftFactor
 	case o.DriftFactor < 0:
 		o.DriftFactor = 0
 	}
 	switch {
 	case o.MinDrift == 0:
-		o.MinDrift = DefaultMinDrift
+		o.MinDrift = defaults.MinDrift
 	case o.MinDrift < 0:
 		o.MinDrift = 0
 	}
 	if o.RetryInterval == 0 {
-		o.RetryInterval = DefaultRetryInterval
+		o.RetryInterval = defaults.RetryInterval
 	}
 	if o.ReleaseTimeout == 0 {
-		o.ReleaseTimeout = DefaultReleaseTimeout
+		o.ReleaseTimeout = defaults.ReleaseTimeout
 	}
 	if o.PickupTimeout == 0 {
-		o.PickupTimeout = DefaultPickupTimeout
+		o.PickupTimeout = defaults.PickupTimeout
 	}
 	if o.WaiterLease == 0 {
-		o.WaiterLease = DefaultWaiterLease
+		o.WaiterLease = defaults.WaiterLease
 	}
 	if o.MinReplicas < 0 || o.ReplicaTimeout < 0 {
 		return o, fmt.Errorf("%w: MinReplicas %d or ReplicaTimeout %v is negative", ErrInvalidOpts, o.MinReplicas, o.ReplicaTimeout)
 	}
 	if o.ReplicaTimeout == 0 {
-		o.ReplicaTimeout = DefaultReplicaTimeout
+		o.ReplicaTimeout = defaults.ReplicaTimeout
 	}
 	if o.PickupTimeout < time.Millisecond || o.WaiterLease < 3*time.Millisecond {
 		return o, fmt.Errorf("%w: PickupTimeout %v is below 1ms or WaiterLease %v below 3ms", ErrInvalidOpts, o.PickupTimeout, o.WaiterLease)

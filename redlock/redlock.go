@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/defaults"
 	mrand "math/rand/v2"
 	"net"
 	"slices"
@@ -318,13 +319,13 @@ func New(nodes []redis.UniversalClient, opts Options) (*Protocol, error) {
 	}
 	switch {
 	case opts.DriftFactor == 0:
-		opts.DriftFactor = dlock.DefaultDriftFactor
+		opts.DriftFactor = defaults.DriftFactor
 	case opts.DriftFactor < 0:
 		opts.DriftFactor = 0
 	}
 	switch {
 	case opts.MinDrift == 0:
-		opts.MinDrift = dlock.DefaultMinDrift
+		opts.MinDrift = defaults.MinDrift
 	case opts.MinDrift < 0:
 		opts.MinDrift = 0
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/defaults"
 	"os"
 	"os/signal"
 	"strconv"
@@ -102,7 +103,7 @@ func defaultID() string {
 }
 
 func (a *app) cmdElect(args []string) int {
-	f := runFlags{ttl: durationValue{d: dlock.DefaultTTL}, verb: "elect", conflict: 1, protocol: "token"}
+	f := runFlags{ttl: durationValue{d: defaults.TTL}, verb: "elect", conflict: 1, protocol: "token"}
 	var id string
 	var again bool
 	fs := newFlagSet("elect")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"github.com/dlock-go/dlock/internal/defaults"
 	"io/fs"
 	"net"
 	"os"
@@ -148,7 +149,7 @@ type runFlags struct {
 func (a *app) cmdRun(args []string) int {
 	f := runFlags{
 		conflict: 1,
-		ttl:      durationValue{d: dlock.DefaultTTL},
+		ttl:      durationValue{d: defaults.TTL},
 		protocol: "token",
 		unit:     "s",
 	}
