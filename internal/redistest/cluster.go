@@ -284,30 +284,7 @@ func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var errs []error
-	for _, n := range c.Nodes {
-		if n.PID() == 0 {
-			continue
-		}
-		rc := redis.NewClient(&redis.Options{Addr: n.Addr(), DialTimeout: time.Second, ReadTimeout: time.Second, MaxRetries: -1})
-		//lint:ignore SA1019 CLUSTER SLOTS answers on every Redis version the tests run on; CLUSTER SHARDS needs 7.0
-		slots, err := rc.ClusterSlots(ctx).Result()
-		_ = rc.Close()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, s := range slots {
-			if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-				if m := c.node(s.Nodes[0].Addr); m != nil {
-					return m, nil
-				}
-				return nil, fmt.Errorf("redistest: slot %d served by unknown node %s", slot, s.Nodes[0].Addr)
-			}
-		}
-		return nil, fmt.Errorf("redistest: slot %d not served (per %s)", slot, n.Addr())
-	}
-	return nil, fmt.Errorf("redistest: CLUSTER SLOTS: no node answered: %w", errors.Join(errs...))
+	return c.masterOfSlot(ctx, slot)
 }
 
 // Masters returns the running nodes that answer ROLE as master.
