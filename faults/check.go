@@ -84,6 +84,7 @@ type result struct {
 	Unparsed           int // MONITOR lines that could not be parsed (the view missed a command)
 	Orphans            []int64
 	Counter            []counterRun   // Counter stock checks
+	Reshard            []reshardRun   // live-reshard figures
 	Refused            int            // acquires (or Clients) refused as invalid arguments
 	CmdFaults          map[string]int // command-level faults injected, by action
 	Pauses             int            // scheduler pauses injected at the engine's pause points
@@ -143,6 +144,7 @@ func (r *result) Merge(o result) {
 	r.Handoffs += o.Handoffs
 	r.Orphans = append(r.Orphans, o.Orphans...)
 	r.Counter = append(r.Counter, o.Counter...)
+	r.Reshard = append(r.Reshard, o.Reshard...)
 	r.Refused += o.Refused
 	r.Pauses += o.Pauses
 	for k, v := range o.CmdFaults {
@@ -165,6 +167,24 @@ func (r *result) Merge(o result) {
 // committed), what was left, and the Take calls that failed.
 type counterRun struct {
 	Stock, Sold, Left, Errors int64
+}
+
+// reshardRun is what one live-reshard history measured (see
+// reshard_test.go): the moves, and what they cost the locks' users.
+type reshardRun struct {
+	Slots, Keys int // slot moves, keys they migrated
+	// Increments made under a lock, and the count the resource holds:
+	// fewer is a lost update.
+	Increments, Count int64
+	// Errors that reached a caller (Lock, TryLock, Unlock) whose ctx had
+	// time left, those among them other than a script failing mid-way,
+	// and the scripts that failed mid-way (in calls and renewals) on a
+	// key of a migrating slot they did not declare.
+	CallerErrors, CallerOther, MidScript int
+	Lost                                 int    // held locks lost
+	LongestGap                           int64  // longest span a lock key had no holder, ns
+	GapKey                               string // ... on which key
+	Samples                              []string
 }
 
 // grant is one successful acquire and what followed it.

@@ -509,6 +509,9 @@ func figures(r result) string {
 		f = append(f, fmt.Sprintf("counter stock %d: sold %d, left %d, missing %d, Take errors %d",
 			c.Stock, c.Sold, c.Left, c.Stock-c.Sold-c.Left, c.Errors))
 	}
+	if len(r.Reshard) > 0 {
+		f = append(f, reshardFigures(r.Reshard))
+	}
 	if len(f) == 0 {
 		return "-"
 	}

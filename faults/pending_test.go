@@ -417,3 +417,28 @@ func pendingLateConfirm(t *testing.T) string {
 	}
 	return ""
 }
+
+// pendingDeclaredKeys (issue 34): every key a script touches is in its
+// KEYS. In a Cluster, a script that touches an undeclared key of a
+// migrating slot fails mid-way, after writes Redis does not roll back (a
+// release that freed the key but wrote no tombstone, re-sent, reports the
+// lock lost). Probed by its most common case: a released token's
+// tombstone is a key of its own, whose name the release script builds.
+func pendingDeclaredKeys(t *testing.T) string {
+	c, rdb, done := probeClient(t)
+	defer done()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	k := probeKey(t, "declared")
+	lk, err := c.TryLock(ctx, k)
+	if err != nil {
+		return ""
+	}
+	if err := lk.Unlock(ctx); err != nil {
+		return ""
+	}
+	if n, err := rdb.Exists(ctx, "dlock:{"+k+"}:q:"+lk.Token()).Result(); err == nil && n > 0 {
+		return "scripts build key names they do not declare (a released token's tombstone key)"
+	}
+	return ""
+}

@@ -251,8 +251,12 @@ var errOrderRejected = errors.New("order rejected")
 // that may have applied the sale are counted apart (units may be missing
 // then, never extra).
 func counterSales(h *harness, nodes []*node, stop time.Time, name string) {
+	counterSalesOf(h, nodes, stop, name, 40)
+}
+
+// counterSalesOf is counterSales of a stock of stock units.
+func counterSalesOf(h *harness, nodes []*node, stop time.Time, name string, stock int64) {
 	ctx := h.t.Context()
-	const stock = 40
 	c0 := nodes[0].Locks.Counter(name, 4)
 	var err error
 	for range 10 { // Set itself may meet a command fault

@@ -22,7 +22,8 @@ import (
 // legacy, Counter) under the random command-fault schedule plus proxy
 // resets and server stalls, with scheduler pauses at the engine's pause
 // points. One history per round, until DLOCK_SOAK_DURATION (default 10m,
-// split between the rows) is spent. Every invariant must hold: the mix
+// split between the rows) is spent. Then one 30 s live reshard of a
+// 3-master Cluster: 16 workers on 64 locks while their slots move. Every invariant must hold: the mix
 // leaves out the documented limits (restarts without persistence, power
 // loss). Run it with DLOCK_SOAK=1 (or -soak); DLOCK_SEED reproduces a
 // run's schedule (not the machine's load).
@@ -55,6 +56,9 @@ func TestSoak(t *testing.T) {
 	} {
 		t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, max(rounds, 1)) })
 	}
+	// One 30 s live reshard (the quick tier has a 4 s one).
+	sc := reshardScenario("live reshard, soak", reshardLocksSoak)
+	t.Run(sc.name, func(t *testing.T) { runScenario(t, sc, 1) })
 }
 
 // soakRound is one history: 6 workers on 3 Clients, each Client behind

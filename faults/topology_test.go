@@ -41,6 +41,7 @@ func topologyScenarios() []scenario {
 			note: "3+3 cluster: grant not replicated, the key's master SIGKILLed, its replica promoted" + fenceNote},
 		{topo: "cluster", name: "failovers MinReplicas=1", rounds: 1, run: clusterMinReplicasFailovers,
 			note: "3+6 cluster, MinReplicas 1: CLUSTER FAILOVER with a lock held across it, then SIGKILL of the new master; grants resume at once"},
+		reshardScenario("live reshard", reshardLocksQuick),
 		{topo: "redlock", name: "minority blackholed", rounds: 1, run: redlockMinority,
 			note: "3 nodes behind proxies, 4 workers; one node blackholed for 1s of 2s"},
 		{topo: "redlock", name: "rotating majorities", rounds: 1, run: redlockRotating,
