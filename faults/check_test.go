@@ -382,8 +382,10 @@ func TestAnalyzeMonitorScriptClock(t *testing.T) {
 		// 200ms, so the script's snapshot is past A's expiry.
 		line(50*ms, false, "evalsha", "s", "3", "k", "f", "q", "B", "100"),
 		line(200*ms, true, "GET", "k"),
-		line(200*ms, true, "SET", "k", "B", "PX", "100"),
-		// C's script runs at once, while B's lock is live: R1.
+		line(200*ms, true, "SET", "k", "B", "PX", "1000"),
+		// C's script runs at once, while B's lock is live (its PX based
+		// at 50ms at the earliest, on a server that bases it on the
+		// script's snapshot): R1.
 		line(210*ms, false, "evalsha", "s", "3", "k", "f", "q", "C", "100"),
 		line(210*ms+50_000, true, "GET", "k"),
 		line(210*ms+60_000, true, "SET", "k", "C", "PX", "100"),
@@ -393,7 +395,7 @@ func TestAnalyzeMonitorScriptClock(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 	d := st.Details[0]
-	for _, want := range []string{"token C ", "held B", "latest commands on it", "50.0ms", "200.0ms   lua SET k B PX 100",
+	for _, want := range []string{"token C ", "held B", "latest commands on it", "50.0ms", "200.0ms   lua SET k B PX 1000",
 		"210.1ms   lua SET k C PX 100 (script of 210.0ms)"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("detail lacks %q:\n%s", want, d)
@@ -598,5 +600,26 @@ func TestMonitorPexpireGT(t *testing.T) {
 	applyWrite("k", p, "PEXPIRE", []string{"PEXPIRE", "k", "5000", "GT"}, at, true, noEnd)
 	if p.exp != 0 {
 		t.Fatalf("PEXPIRE GT gave a key without a TTL one: %+v", *p)
+	}
+}
+
+// Valkey 8 and Redis 7.2+ base a PX inside a script on the script's time
+// snapshot, its start: a server stalled inside A's script (its SET line
+// 4.6ms after the EVALSHA's) gives A's lock an expiry that early, and B's
+// later script finding it gone and writing the key is no foreign write.
+func TestMonitorPXFromScriptStart(t *testing.T) {
+	line := func(t int64, lua bool, args ...string) monLine { return monLine{T: t, Lua: lua, Args: args} }
+	us := int64(time.Microsecond)
+	lines := []monLine{
+		line(18100*us, false, "evalsha", "s", "3", "k", "f", "q", "A", "300", "10300", "try"),
+		line(22600*us, true, "LINDEX", "q", "0"),
+		line(22700*us, true, "SET", "k", "A", "NX", "PX", "300", "GET"),
+		line(319800*us, false, "evalsha", "s", "3", "k", "f", "q", "B", "1000", "11000", "q"),
+		line(319800*us, true, "GET", "k"),
+		line(319900*us, true, "SET", "k", "B", "PX", "1000"),
+	}
+	st := analyzeMonitor(lines, map[string]bool{"k": true}, map[string]bool{"A": true, "B": true}, 0, never)
+	if st.Foreign != 0 {
+		t.Fatalf("foreign writes: %v", st.Details)
 	}
 }

@@ -316,10 +316,10 @@ type orphan struct {
 const liveSlack = int64(2 * time.Millisecond)
 
 // keyState is what the replay knows of a lock key. Its expiry is known
-// within [exp, expHi]: Redis bases a PX or PEXPIRE on its clock when the
-// command runs, which in a script is after the script's MONITOR line (the
-// replay's time for it) and before the command's own line (fed once the
-// command ran); a server stalled inside a script widens the interval.
+// within [exp, expHi]: Redis bases a PX or PEXPIRE in a script on a time
+// between the script's MONITOR line (the replay's time for it) and the
+// command's own line (fed once the command ran; see when); a server
+// stalled inside a script widens the interval.
 type keyState struct {
 	known  bool
 	value  string // "" absent
@@ -422,7 +422,6 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 		line   int   // its EVALSHA's index in lines
 		t      int64 // its EVALSHA's line: before it ran
 		first  int64 // its first command's line: after its clock snapshot
-		prev   int64 // its latest line before the current one
 		token  string
 		tokens map[string]string // a bulk script's token of each lock key
 		force  bool
@@ -450,7 +449,7 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 			continue
 		}
 		cmd := strings.ToUpper(l.Args[0])
-		t, base := l.T, l.T
+		t := l.T
 		if !l.Lua {
 			script.active = false
 			if l.T >= from && l.T <= to && cmd != "ECHO" {
@@ -466,7 +465,7 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 					continue
 				}
 				argv := l.Args[3+n:]
-				script.active, script.line, script.t, script.first, script.prev = true, i, l.T, 0, l.T
+				script.active, script.line, script.t, script.first = true, i, l.T, 0
 				script.token, script.tokens, script.force = "", nil, false
 				if len(argv) > 0 {
 					script.token = argv[0]
@@ -506,7 +505,6 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 			if script.first == 0 {
 				script.first = l.T
 			}
-			base, script.prev = script.prev, l.T
 		} else {
 			continue
 		}
@@ -540,7 +538,10 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 		}
 		w := when{lo: t, hi: t, base: t, line: l.T}
 		if l.Lua {
-			w.hi, w.base = script.first, base
+			// Redis 7.0 bases a PX on its clock when the command runs,
+			// Valkey 8 and Redis 7.2+ on the script's time snapshot: the
+			// script's start is the earliest of both.
+			w.hi, w.base = script.first, script.t
 		}
 		applyWrite(k, s, cmd, l.Args, w, l.Lua, endTenure)
 	}
@@ -602,9 +603,11 @@ func isWrite(cmd string) bool {
 
 // when places a write in time: Redis judged the key's expiry at a moment
 // in [lo, hi] (a script's clock snapshot; for a top-level command lo = hi,
-// its line), and based a PX or PEXPIRE on its clock when the command ran:
-// in [base, line], after the line before it and before its own (MONITOR
-// feeds a command's line once it ran, an EVALSHA's before the script).
+// its line), and based a PX or PEXPIRE on a time in [base, line]: its
+// clock when the command ran (Redis 7.0; before its own line, as MONITOR
+// feeds a command's line once it ran), or the script's time snapshot
+// (Valkey 8, Redis 7.2+), so base is the script's start (an EVALSHA's line
+// is fed before the script runs).
 type when struct{ lo, hi, base, line int64 }
 
 func applyWrite(k string, s *keyState, cmd string, args []string, w when, script bool, endTenure func(string, *keyState, int64)) {
