@@ -25,8 +25,9 @@
 //
 // # Faults
 //
-// Server faults (stalls, crashes, restarts, failovers, a proxy's latency,
-// blackholes and resets), process faults (SIGSTOP, SIGKILL of child
+// Server faults (stalls, crashes, restarts, failovers, a Cluster's slots
+// moved between masters while in use, a proxy's latency, blackholes and
+// resets), process faults (SIGSTOP, SIGKILL of child
 // holders), command-level faults on a Client's own connections
 // (internal/faultcmd: a reply dropped after the command ran, a command
 // failed before it was sent, delayed, or held until another completed; by
