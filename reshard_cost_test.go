@@ -20,9 +20,11 @@ import (
 // (one Client takes and releases it again and again, each Lock with 30 s
 // of ctx) and a lock held throughout; the slot is moved to another master
 // at redis-cli's pace (redistest.MoveSlot: 10 keys per MIGRATE, back to
-// back). It reports how long the migration took, the longest a Lock on
-// the slot's key waited, and both per 1,000 keys; how long after the
-// move that Lock returned (the refusal retry's back-off); the Lock calls that
+// back). It reports how long the migration took and how long the slot's
+// key was out of reach (the longest Lock-and-Unlock cycle that overlapped
+// the migration: a Lock waits while the slot's keys are split between the
+// masters, and so does an Unlock), both per 1,000 keys; how long after the
+// move that cycle ended (the refusal retry's back-off); the calls that
 // failed, the refusals ridden out, and whether the held lock was kept. It
 // asserts only that the held lock was kept and that the key is taken again
 // after the move. By default a smoke run of 200 keys; the measurement:
@@ -43,11 +45,12 @@ func TestReshardCost(t *testing.T) {
 	}
 }
 
-// lockWait is one Lock of the prober: when it was called, how long it took.
-type lockWait struct {
-	at   time.Time
-	wait time.Duration
-	err  error
+// cycle is one Lock and Unlock of the prober: when Lock was called, how
+// long each took, and their errors.
+type cycle struct {
+	at           time.Time
+	lock, unlock time.Duration
+	err          error
 }
 
 func reshardCost(t *testing.T, n int) {
@@ -91,7 +94,7 @@ func reshardCost(t *testing.T, n int) {
 	}
 
 	var mu sync.Mutex
-	var probes []lockWait
+	var probes []cycle
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -104,10 +107,11 @@ func reshardCost(t *testing.T, n int) {
 			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			start := time.Now()
 			lk, err := c.Lock(lctx, key)
-			p := lockWait{at: start, wait: time.Since(start), err: err}
+			p := cycle{at: start, lock: time.Since(start), err: err}
 			cancel()
 			if err == nil {
-				_ = lk.Unlock(ctx)
+				err = lk.Unlock(ctx)
+				p.unlock, p.err = time.Since(start)-p.lock, err
 			}
 			mu.Lock()
 			probes = append(probes, p)
@@ -127,25 +131,42 @@ func reshardCost(t *testing.T, n int) {
 	close(stop)
 	wg.Wait()
 
-	var longest, lag time.Duration
+	t.Logf("%d keys in the slot: %s; %d refusals ridden out; held lock kept: %v",
+		m.Keys, summarize(probes, m), refusals, held.Err() == nil)
+	if err := held.Err(); err != nil {
+		t.Errorf("a lock held through its slot's migration: %v", err)
+	}
+	if !takenAfter(probes, m) {
+		t.Error("the slot's key was not taken again after the move")
+	}
+	if err := held.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrLost) {
+		t.Error(err)
+	}
+}
+
+// summarize describes the prober's cycles that overlapped the move m: the
+// longest Lock, the longest Unlock, the longest cycle (from Lock's call to
+// Unlock's return: how long the key was out of reach) and when it ended,
+// each per 1,000 keys moved; and the errors.
+func summarize(probes []cycle, m redistest.SlotMove) string {
+	var lock, unlock, longest, lag time.Duration
 	var during, failed int
 	var errs []string
-	after := false
 	for _, p := range probes {
-		end := p.at.Add(p.wait)
-		if end.After(m.Start) && p.at.Before(m.End) {
-			during++
-			if p.wait > longest {
-				longest, lag = p.wait, end.Sub(m.End)
-			}
+		end := p.at.Add(p.lock + p.unlock)
+		if !end.After(m.Start) || !p.at.Before(m.End) {
+			continue
+		}
+		during++
+		lock, unlock = max(lock, p.lock), max(unlock, p.unlock)
+		if p.lock+p.unlock > longest {
+			longest, lag = p.lock+p.unlock, end.Sub(m.End)
 		}
 		if p.err != nil {
 			failed++
 			if len(errs) < 3 {
 				errs = append(errs, p.err.Error())
 			}
-		} else if p.at.After(m.End) {
-			after = true
 		}
 	}
 	per := func(d time.Duration) time.Duration {
@@ -154,19 +175,19 @@ func reshardCost(t *testing.T, n int) {
 		}
 		return (d * 1000 / time.Duration(m.Keys)).Round(time.Millisecond)
 	}
-	t.Logf("%d keys in the slot: migration %v (%v per 1,000 keys); Lock on the slot's key waited at most %v (%v per 1,000 keys), "+
-		"returning %v after the move; "+
-		"%d Locks during the migration, %d failed %q; %d refusals ridden out; held lock kept: %v",
-		m.Keys, m.Duration().Round(time.Millisecond), per(m.Duration()), longest.Round(time.Millisecond), per(longest),
-		lag.Round(time.Millisecond),
-		during, failed, errs, refusals, held.Err() == nil)
-	if err := held.Err(); err != nil {
-		t.Errorf("a lock held through its slot's migration: %v", err)
+	ms := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("migration %v (%v per 1,000 keys); the slot's key out of reach at most %v (%v per 1,000 keys: "+
+		"Lock %v, Unlock %v), until %v after the move; %d cycles during it, %d failed %q",
+		ms(m.Duration()), per(m.Duration()), ms(longest), per(longest), ms(lock), ms(unlock), ms(lag), during, failed, errs)
+}
+
+// takenAfter reports whether a cycle that began after the move m
+// succeeded.
+func takenAfter(probes []cycle, m redistest.SlotMove) bool {
+	for _, p := range probes {
+		if p.at.After(m.End) && p.err == nil {
+			return true
+		}
 	}
-	if !after {
-		t.Errorf("the slot's key was not taken again after the move (%d Locks failed: %q)", failed, errs)
-	}
-	if err := held.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrLost) {
-		t.Error(err)
-	}
+	return false
 }
