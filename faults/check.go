@@ -184,6 +184,8 @@ type reshardRun struct {
 	Lost                                 int    // held locks lost
 	LongestGap                           int64  // longest span a lock key had no holder, ns
 	GapKey                               string // ... on which key
+	Blocked                              int64  // longest span a lock key had no holder while a caller waited for it, ns
+	BlockedKey                           string // ... on which key
 	Samples                              []string
 }
 

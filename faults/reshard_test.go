@@ -30,7 +30,8 @@ import (
 // scripts that failed mid-way (on a key of a migrating slot the script did
 // not declare, after writes Redis does not roll back); held
 // locks lost; and the longest span a lock key had no holder while slots
-// moved. Refusals (TRYAGAIN, ASK) are ridden out within the caller's ctx,
+// moved, and while a caller waited for it (a lock left held by nobody
+// until its TTL shows there). Refusals (TRYAGAIN, ASK) are ridden out within the caller's ctx,
 // so no caller meets an error other than a script's failing mid-way; that
 // is asserted. The scripts that fail mid-way, the locks they leave lost or
 // blocked for a TTL, and the histories S3 rejects for it (an Unlock whose
@@ -80,8 +81,8 @@ func checkReshard(t *testing.T, r result, ttl time.Duration) {
 		if declared && (x.MidScript > 0 || x.Lost > 0) {
 			t.Errorf("live reshard: %d scripts failed mid-way, %d held locks lost: %s", x.MidScript, x.Lost, strings.Join(x.Samples, " | "))
 		}
-		if declared && x.LongestGap >= int64(ttl) {
-			t.Errorf("live reshard: %s had no holder for %s, a TTL (%v) or more", x.GapKey, dur(x.LongestGap), ttl)
+		if declared && x.Blocked >= int64(ttl) {
+			t.Errorf("live reshard: %s had no holder for %s while callers waited, a TTL (%v) or more", x.BlockedKey, dur(x.Blocked), ttl)
 		}
 		if x.Slots == 0 {
 			t.Errorf("live reshard: no slot moved")
@@ -209,7 +210,8 @@ func liveReshard(load reshardLoad) func(h *harness) {
 			run.Count += n
 		}
 		run.Increments = incs.Load()
-		run.LongestGap, run.GapKey = longestGap(h.hist.Events(), keys, first, last)
+		g := holderGaps(h.hist.Events(), keys, first, last)
+		run.LongestGap, run.GapKey, run.Blocked, run.BlockedKey = g.idle, g.idleKey, g.blocked, g.blockedKey
 		stats.mu.Lock()
 		run.CallerErrors, run.CallerOther, run.MidScript = stats.callerErrors, stats.callerOther, stats.midScript
 		run.Lost, run.Samples = stats.lost, stats.samples
@@ -275,59 +277,6 @@ func reshardCycle(ctx context.Context, w *worker, key, count string, ttl time.Du
 	return n
 }
 
-// longestGap returns the longest span within [from, to] in which one of
-// keys had no holder, and that key: a grant is held from its return to the
-// first of its Unlock call, its loss signal and its last deadline.
-func longestGap(events []event, keys []string, from, to int64) (int64, string) {
-	type hold struct {
-		start, end int64
-		ended      bool
-	}
-	holds := map[string]map[string]*hold{} // key, owner
-	for _, e := range events {
-		if !slices.Contains(keys, e.Key) || e.Owner == "" {
-			continue
-		}
-		m := holds[e.Key]
-		if m == nil {
-			m = map[string]*hold{}
-			holds[e.Key] = m
-		}
-		g := m[e.Owner]
-		switch {
-		case (e.Kind == kindLock || e.Kind == kindTry) && e.Type == evOK:
-			m[e.Owner] = &hold{start: e.T, end: e.Deadline}
-		case g == nil || g.ended:
-		case e.Kind == kindRenew && e.Type == evOK:
-			g.end = max(g.end, e.Deadline)
-		case (e.Kind == kindUnlock && e.Type == evInvoke) || e.Kind == kindLost:
-			g.end, g.ended = min(g.end, e.T), true
-		}
-	}
-	var worst int64
-	var worstKey string
-	for _, k := range keys {
-		var hs []*hold
-		for _, g := range holds[k] {
-			hs = append(hs, g)
-		}
-		slices.SortFunc(hs, func(a, b *hold) int { return int(a.start - b.start) })
-		cur := from
-		for _, g := range hs {
-			if g.start > cur && cur < to {
-				if gap := min(g.start, to) - cur; gap > worst {
-					worst, worstKey = gap, k
-				}
-			}
-			cur = max(cur, g.end)
-		}
-		if cur < to && to-cur > worst {
-			worst, worstKey = to-cur, k
-		}
-	}
-	return worst, worstKey
-}
-
 // reshardFigures is the report's account of live-reshard histories.
 func reshardFigures(runs []reshardRun) string {
 	var x reshardRun
@@ -339,8 +288,11 @@ func reshardFigures(runs []reshardRun) string {
 		if r.LongestGap >= x.LongestGap {
 			x.LongestGap, x.GapKey = r.LongestGap, r.GapKey
 		}
+		if r.Blocked >= x.Blocked {
+			x.Blocked, x.BlockedKey = r.Blocked, r.BlockedKey
+		}
 	}
 	return fmt.Sprintf("reshard: %d slot moves, %d keys migrated; %d increments, %d lost; %d errors reached a caller with time left (%d other than "+
-		"a script failing mid-way); %d scripts failed mid-way (an undeclared key); %d held locks lost; longest no-holder span %s",
-		x.Slots, x.Keys, x.Increments, x.Increments-x.Count, x.CallerErrors, x.CallerOther, x.MidScript, x.Lost, dur(x.LongestGap))
+		"a script failing mid-way); %d scripts failed mid-way (an undeclared key); %d held locks lost; longest span with no holder %s, with no holder while a caller waited %s",
+		x.Slots, x.Keys, x.Increments, x.Increments-x.Count, x.CallerErrors, x.CallerOther, x.MidScript, x.Lost, dur(x.LongestGap), dur(x.Blocked))
 }
