@@ -300,6 +300,19 @@ local function q_released(q, token)
   redis.call('SET', q .. ':' .. token, Q_DEAD, 'PX', Q_DEAD_MS)
 end
 
+-- q_rereleased answers a release of token that found the key not holding
+-- it but token's release tombstone there: an earlier run of the release
+-- ran (its reply was lost, and the call was sent again). It writes the
+-- tombstone again, with its value and TTL unchanged, so that this run
+-- writes too: a WAIT after it (MinReplicas) then waits for the replicas to
+-- reach this write, and so the earlier run's, on whatever connection that
+-- ran. Without a write, WAIT waits for the last write of its own
+-- connection only (Redis 7.2 and later, Valkey): a connection older than
+-- the earlier run confirms at once, while a replica may lack its delete.
+local function q_rereleased(q, token)
+  redis.call('SET', q .. ':' .. token, Q_DEAD, 'KEEPTTL')
+end
+
 -- q_handoff passes the exclusive key k, which the caller just gave up, to
 -- the first live waiter of q (q_serve): k holds that waiter's token for
 -- pickup ms (the waiter's next acquire confirms it), the waiter's lease is
@@ -345,7 +358,8 @@ end
 -- to q's first live waiter or frees it (q_handoff), and leaves token's
 -- release tombstone (q_released). A release of token that finds the key
 -- not holding it but the tombstone there already ran (its reply was lost
--- and the Redis client sent it again): it answers 1, not a loss. Returns
+-- and the Redis client sent it again): it answers 1, not a loss, and
+-- writes the tombstone again (q_rereleased). Returns
 -- release.lua's replies: 1 released, 0 gone, -1 another owner's token,
 -- -2 k is not a string or q not a list (nothing written).
 --
@@ -359,6 +373,7 @@ local function q_release(k, q, token, wake, pickup)
     -- q is not a list: nothing popped, nothing to write.
     local code = owner_check(k, token)
     if code ~= 1 and code ~= -2 and q_dead(q, token) then
+      q_rereleased(q, token)
       return 1
     end
     return code == 1 and -2 or code
@@ -377,6 +392,7 @@ local function q_release(k, q, token, wake, pickup)
       q_unpop(q, m, p)
     end
     if code ~= -2 and q_dead(q, token) then
+      q_rereleased(q, token)
       return 1
     end
     return code
