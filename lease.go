@@ -619,8 +619,9 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 // tombstone there answers codeOK. Their codeGone or codeOther is then a
 // loss even on a retry: the hold was gone before any release of it ran
 // (taken by an operator's ForceRelease, which leaves no tombstone, or
-// expired and taken since). multi_release.lua does not tell: a waiter's
-// leave there leaves the same tombstone whatever the keys held.
+// expired and taken since). multi_release.lua tells key by key: a key the
+// first run found not ours keeps another tombstone (q_mark_lost), and the
+// second run's verdict on it stands.
 type resendTellingRelease interface {
 	releaseTellsResend()
 }

@@ -330,6 +330,13 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ protocol.Keys, token st
 	return worstReply(m.exec.Batch(ctx, calls))
 }
 
+// releaseTellsResend: multi_release.lua answers a second run of a release
+// that ran by each key's tombstone (see resendTellingRelease).
+func (multiLock) releaseTellsResend() {}
+
+// releaseTellsResend: as multiLock's, slot by slot.
+func (multiSlots) releaseTellsResend() {}
+
 // rollback gives back what an attempt took, for a token that goes on
 // (the next attempt, e.g. a queued one after TryLock's, uses it again).
 func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {

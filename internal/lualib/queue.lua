@@ -31,13 +31,20 @@
 -- (delayed in the network, or behind a stalled client) can neither take
 -- the key nor rejoin the queue: the token is never granted again, and
 -- nothing is left held by nobody. The engine never reuses a withdrawn
--- token. No payload equals Q_DEAD (a payload starts with a channel name,
--- or '!' and a channel name).
-local Q_DEAD, Q_DEAD_MS = '~', 10000
+-- token. A multi-key lock's release, or leave, that finds a key not
+-- holding its token leaves Q_LOST in that key's queue instead (see
+-- q_mark_lost): a tombstone too. No payload equals either (a payload
+-- starts with a channel name, or '!' and a channel name).
+local Q_DEAD, Q_LOST, Q_DEAD_MS = '~', '~-', 10000
+
+-- q_is_dead reports whether v, the value of a lease key, is a tombstone.
+local function q_is_dead(v)
+  return v == Q_DEAD or v == Q_LOST
+end
 
 -- q_dead reports whether token left q for good within the last Q_DEAD_MS.
 local function q_dead(q, token)
-  return redis.pcall('GET', q .. ':' .. token) == Q_DEAD
+  return q_is_dead(redis.pcall('GET', q .. ':' .. token))
 end
 
 -- q_dead_fence is q_dead(q, token) and fence_read(f) in one read (MGET),
@@ -53,7 +60,7 @@ local function q_dead_fence(q, token, f, k)
   else
     r = redis.call('MGET', q .. ':' .. token, f)
   end
-  if r[1] == Q_DEAD then
+  if q_is_dead(r[1]) then
     return true
   end
   return false, fence_mget(f, r[2]), r[3] or nil
@@ -134,7 +141,7 @@ local function q_serve(q, self, peek, serve, head, lease)
       if p == nil then
         p = redis.call('GET', l)
       end
-      if p and p ~= Q_DEAD then
+      if p and not q_is_dead(p) then
         ch, req = q_parse(p)
         act, stop = serve(m, req, ch)
       end
@@ -300,6 +307,23 @@ local function q_released(q, token)
   redis.call('SET', q .. ':' .. token, Q_DEAD, 'PX', Q_DEAD_MS)
 end
 
+-- q_mark_lost turns token's tombstone in q, left by q_leave, into Q_LOST:
+-- a multi-key lock's release (or leave) found the key not holding token.
+-- A second run of that release (its reply was lost, and it was sent
+-- again) then tells the key it released from the key it had lost
+-- (multi_release.lua), as Q_DEAD alone could not: it is left in every
+-- queue of the lock.
+local function q_mark_lost(q, token)
+  redis.call('SET', q .. ':' .. token, Q_LOST, 'PX', Q_DEAD_MS)
+end
+
+-- q_released_here reports whether q holds token's Q_DEAD tombstone, not
+-- Q_LOST: an earlier run of a multi-key release released that key (see
+-- q_mark_lost).
+local function q_released_here(q, token)
+  return redis.pcall('GET', q .. ':' .. token) == Q_DEAD
+end
+
 -- q_rereleased answers a release of token that found the key not holding
 -- it but token's release tombstone there: an earlier run of the release
 -- ran (its reply was lost, and the call was sent again). It writes the
@@ -342,7 +366,7 @@ end
 -- is its only one; if m is dead (no lease, or a tombstone), q stays gone,
 -- as the next walk of q would have left it.
 local function q_unpop(q, m, p)
-  if not p or p == Q_DEAD then
+  if not p or q_is_dead(p) then
     redis.call('LPUSHX', q, m)
     return
   end

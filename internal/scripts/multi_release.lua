@@ -11,9 +11,12 @@
 --           goes on: just take the token out of every queue; otherwise
 --           ('0' a release, '1' a waiter leaving or an abandoned acquire)
 --           the token is done: leave a tombstone in every queue
---           (lualib/queue.lua), and count a key that no longer holds the token
---           but already had its tombstone as released (this release ran
---           before and lost its reply; the Redis client re-sent it)
+--           (lualib/queue.lua), Q_LOST in the queue of a key that did not
+--           hold the token (q_mark_lost), and count a key that no longer
+--           holds the token but already had the Q_DEAD tombstone as
+--           released (this release ran before and lost its reply; it was
+--           sent again); a key whose Q_LOST tombstone is there was not
+--           ours when the earlier run came: its verdict stands
 --
 -- Returns  1  every key held our token (all released)
 --          0  some key was gone (the others were released)
@@ -33,17 +36,18 @@ end
 for i = 1, #KEYS / 2 do
   local k, q = KEYS[2 * i - 1], KEYS[2 * i]
   local v = redis.pcall('GET', k)
-  local ran = done and q_dead(q, token)
+  local ran = done and q_released_here(q, token)
   if is_err(v) or not leave(q, token) then
     worse(-2)
   elseif v == token then
     q_handoff(k, q, ARGV[2], ARGV[2 + i])
   elseif ran then
     -- released by an earlier run of this call
-  elseif not v then
-    worse(0)
   else
-    worse(-1)
+    if done then
+      q_mark_lost(q, token)
+    end
+    worse(v and -1 or 0)
   end
 end
 return code
