@@ -227,6 +227,13 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		return false, 0, err // the protocol's own verdict, not a Redis failure
 	case ambiguous(err) && g.Value != "":
 		a.abandon(p, g.Value)
+	case !a.wait && rexec.MayFollowRun(err) && g.Value != "":
+		// Refused (or READONLY) on its last try, but go-redis may have
+		// sent it before by itself, after a connection error that lost
+		// the reply of a try that ran: a try ends here, so withdraw. (A
+		// waiting call keeps its token: its next attempt finds a grant
+		// its own, and giving up withdraws it.)
+		a.abandon(p, g.Value)
 	}
 	if ambiguous(err) && ctx.Err() == nil {
 		c.evict.stale() // a new master may answer the next attempt

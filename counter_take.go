@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/oneline"
+	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 )
@@ -122,7 +123,7 @@ func (s *Counter) putBack(ctx context.Context, lk *Lock, seg int, n int64) error
 		return nil
 	case err == nil:
 		err = s.replyErr(lk, seg, res)
-	case ambiguous(err):
+	case ambiguous(err), rexec.MayFollowRun(err):
 		return &maybeAppliedError{op: "putting back", key: s.countKey(seg), n: n, cause: err}
 	default:
 		err = unavailable(err)
@@ -142,8 +143,10 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 		res, err = s.addOnce(ctx, lk, seg, d)
 	}
 	switch {
-	case ambiguous(err):
-		// The script may have run: the units may have been taken.
+	case ambiguous(err), rexec.MayFollowRun(err):
+		// The script may have run: the units may have been taken (also
+		// when the last try was refused: go-redis may have sent it before
+		// by itself, see rexec.MayFollowRun).
 		return false, &maybeAppliedError{op: "taking", key: s.countKey(seg), n: -d, cause: err}
 	case err != nil:
 		return false, unavailable(err)

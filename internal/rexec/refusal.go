@@ -18,10 +18,12 @@ import (
 // multi-key call whose keys are split between the two masters of a
 // migrating slot), ASK and MOVED (the keys are on another node; go-redis
 // follows these, but only MaxRedirects times, and not a redirect that ends
-// in TRYAGAIN), CLUSTERDOWN, LOADING and MASTERDOWN. Such a command did
-// not run, so sending it again cannot apply it twice; go-redis retries
-// some of them a few times, within milliseconds, and a slot migration
-// takes seconds. A call refused so is sent again with a jittered,
+// in TRYAGAIN), CLUSTERDOWN, LOADING and MASTERDOWN. The try refused did
+// not run (an earlier try go-redis made by itself may have: the scripts
+// are safe to run twice, and a call that ends refused is withdrawn or
+// reported as one that may have run where that matters, see
+// MayFollowRun); go-redis retries some of them a few times, within
+// milliseconds, and a slot migration takes seconds. A call refused so is sent again with a jittered,
 // exponential back-off until it runs, or until its bound: the caller's
 // ctx, and for a renewal the lease's deadline (see WithRefusalBound). A
 // ctx without a deadline is bounded by refusalWait. Each refused try is
@@ -72,6 +74,41 @@ func IsRefusal(err error) bool {
 	return false
 }
 
+// retriedCodes are the error codes of the replies go-redis sends a
+// command again on by itself, as it does after a connection error: a
+// failover or a topology change answers these for a while.
+var retriedCodes = [...]string{"TRYAGAIN", "ASK", "MOVED", "CLUSTERDOWN", "LOADING", "MASTERDOWN",
+	"READONLY", "NOREPLICAS", "ERR max number of clients reached"}
+
+// MayFollowRun reports whether err, a call's error, may be the reply to
+// the last of several tries go-redis made of it by itself, an earlier one
+// of which ran and lost its reply to a broken connection (go-redis sends
+// a command again after a connection error and after these replies, and
+// reports the last try's reply alone): a refusal, READONLY, NOREPLICAS or
+// too many clients, also once the refusal retry gave up on it. Such an
+// error says that the last try did not run, not that no try did. A call
+// that ends on it is taken as one that may have run where a run left
+// behind matters (an acquire that ends, a Counter's take); a waiting
+// acquire keeps its token and its place in the queue.
+func MayFollowRun(err error) bool {
+	var rf *refusedError
+	var crf *closedRefusedError
+	if errors.As(err, &rf) || errors.As(err, &crf) {
+		return true
+	}
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) || ScriptRaised(re) {
+		return false
+	}
+	msg := re.Error()
+	for _, code := range retriedCodes {
+		if strings.HasPrefix(msg, code) && (len(msg) == len(code) || msg[len(code)] == ' ') {
+			return true
+		}
+	}
+	return false
+}
+
 // ScriptRaised reports whether the error reply re was raised by a script
 // while it ran (a failing redis.call, a Lua error, SCRIPT KILL), rather
 // than refused before it started (NOSCRIPT, BUSY, MOVED, LOADING...).
@@ -88,8 +125,9 @@ func ScriptRaised(re redis.Error) bool {
 }
 
 // refusedError is the error of a call whose tries were all refused until
-// its bound. It is a Redis error reply (definite: the call did not run)
-// that reads as the last refusal, and unwraps to it.
+// its bound. It is a Redis error reply that reads as the last refusal,
+// and unwraps to it. None of the tries made here ran, but one go-redis
+// made before the first refusal may have (see MayFollowRun).
 type refusedError struct {
 	last  error
 	tries int
@@ -104,8 +142,7 @@ func (e *refusedError) RedisError()   {}
 
 // closedRefusedError is the error of a refused call whose retries the
 // Client's closing ended (see Exec.EndRefusalsOn). Like refusedError, it
-// is a Redis error reply (definite: the call did not run); it matches
-// closed as well as the last refusal.
+// is a Redis error reply; it matches closed as well as the last refusal.
 type closedRefusedError struct {
 	refusedError
 	closed error

@@ -46,6 +46,36 @@ func TestIsRefusal(t *testing.T) {
 	}
 }
 
+// MayFollowRun: the replies go-redis sends a call again on (refusals,
+// READONLY, NOREPLICAS, too many clients), also as the error of a call
+// refused until its bound; not an error a script raised, nor another
+// error reply.
+func TestMayFollowRun(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{tryAgain, true}, {refusal("CLUSTERDOWN The cluster is down"), true},
+		{refusal("READONLY You can't write against a read only replica."), true},
+		{refusal("NOREPLICAS Not enough good replicas to write."), true},
+		{refusal("ERR max number of clients reached"), true},
+		{nonLocal, false}, {refusal("ERR wrong number of arguments"), false},
+		{refusal("READONLYX"), false}, {errors.New("READONLY not a Redis reply"), false}, {nil, false},
+	} {
+		if got := rexec.MayFollowRun(c.err); got != c.want {
+			t.Errorf("MayFollowRun(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+	x, _, inj, _ := faulty(t)
+	k := key(t, "k")
+	inj.Add(faultcmd.Rule{Action: faultcmd.FailBefore, Times: -1, Match: faultcmd.Match{Script: "acquire", Key: k}, Err: tryAgain})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := x.Run(ctx, acquire(k, "t")).Err(); !rexec.MayFollowRun(err) {
+		t.Fatalf("a call refused until its bound: %v, not MayFollowRun", err)
+	}
+}
+
 // A refused call is sent again until it runs, each refusal counted; a
 // call refused until ctx's deadline answers with the last refusal, how
 // many tries and for how long; an error a script raised is answered at
