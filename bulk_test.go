@@ -37,7 +37,7 @@ func scriptOf(cmd redis.Cmder) string {
 	}
 	s, _ := args[1].(string)
 	switch strings.ToLower(cmd.Name()) {
-	case "evalsha":
+	case "evalsha", "fcall":
 		return probe.ScriptName(s)
 	case "eval":
 		return probe.ScriptNameOfSource(s)

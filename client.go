@@ -82,6 +82,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	h := o.Hooks
 	c.hookp.Store(&h)
 	c.exec = rexec.New(rdb)
+	if o.NoFunctions {
+		c.exec.NoFunctions()
+	}
 	// A call riding out a Cluster's refusals ends when Close starts, as a
 	// waiting Lock does; the Client's own releases and clean-ups
 	// (clientRelease, background) keep theirs.

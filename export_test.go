@@ -97,6 +97,9 @@ func PipelineWriters(c *Client) int { return c.exec.Writers() }
 // PendingCalls is how many calls wait in c's pipeline for a writer.
 func PendingCalls(c *Client) int { return c.exec.Pending() }
 
+// UsesFunctions reports whether c runs its scripts by FCALL.
+func UsesFunctions(c *Client) bool { return c.exec.Functions() }
+
 // SleepingWaiters is how many blocked calls of c wait for their retry in
 // the watchdog's heap.
 func SleepingWaiters(c *Client) int {

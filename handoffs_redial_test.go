@@ -32,7 +32,7 @@ func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 func (s *scriptCalls) count(cmd redis.Cmder) {
-	if strings.HasPrefix(strings.ToLower(cmd.Name()), "eval") {
+	if n := strings.ToLower(cmd.Name()); strings.HasPrefix(n, "eval") || strings.HasPrefix(n, "fcall") {
 		s.n.Add(1)
 	}
 }

@@ -133,6 +133,21 @@ type Options struct {
 	// not refused. Default: false.
 	AllowEviction bool
 
+	// NoFunctions makes the Client run its Lua scripts by EVALSHA (EVAL
+	// when the server lacks one) only. By default, where the server has
+	// Redis Functions (Redis 7.0 or later, Valkey), the Client runs them
+	// as the functions of one library, which costs the server less per
+	// call: it loads the library (FUNCTION LOAD, on every master of a
+	// Cluster) when a call finds it missing, and calls it by FCALL. The
+	// library's name is "dlock_" and a hash of its code, one per dlock
+	// version; FUNCTION DELETE of a version no process runs anymore is
+	// safe (a process that still runs it loads it again). A call the
+	// server refuses as a function is sent by EVALSHA instead: on a server
+	// without Functions, or whose ACL denies FCALL or FUNCTION LOAD, the
+	// Client uses EVALSHA from then on. Set NoFunctions to keep function
+	// libraries off the server. Default: false.
+	NoFunctions bool
+
 	// Logger receives structured logs: lost locks at WARN, renewals and
 	// wake-ups at DEBUG. Tokens are shortened, never logged in full.
 	// Default: nil, silent.

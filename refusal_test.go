@@ -98,9 +98,9 @@ func TestRefusalUntilDeadline(t *testing.T) {
 	k := key(t)
 	h := inj.Add(faultcmd.Rule{Name: "acquire refused", Action: faultcmd.FailBefore, Times: -1,
 		Match: faultcmd.Match{Script: "acquire", Key: k}, Err: tryAgain})
+	start := time.Now() // before the ctx's deadline is set, so took below is not short of it
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	_, err := c.Lock(ctx, k)
 	if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("Lock refused until its deadline = %v; want ErrContextDone, DeadlineExceeded and ErrUnavailable", err)

@@ -53,7 +53,7 @@ func (h *resendReleases) matches(cmd redis.Cmder) bool {
 	name := ""
 	if s, ok := args[1].(string); ok {
 		switch strings.ToLower(cmd.Name()) {
-		case "evalsha":
+		case "evalsha", "fcall":
 			name = probe.ScriptName(s)
 		case "eval":
 			name = probe.ScriptNameOfSource(s)

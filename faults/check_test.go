@@ -229,6 +229,24 @@ func TestAnalyzeMonitor(t *testing.T) {
 	}
 }
 
+// An FCALL's line starts a script as an EVALSHA's does (dlock runs its
+// scripts as functions where the server has them).
+func TestAnalyzeMonitorFcall(t *testing.T) {
+	line := func(t int64, lua bool, args ...string) monLine { return monLine{T: t, Lua: lua, Args: args} }
+	lines := []monLine{
+		line(0, false, "fcall", "f_acquire", "3", "k", "f", "q", "A", "100"),
+		line(0, true, "SET", "k", "A", "PX", "100"),
+		line(50*ms, false, "fcall", "f_release", "2", "k", "q", "B", "w", "1000", "0"),
+		line(50*ms, true, "DEL", "k"), // B deletes A's live lock: R1
+		line(60*ms, false, "fcall", "f_acquire", "3", "k", "f", "q", "C", "100"),
+		line(60*ms, true, "SET", "k", "C", "PX", "100"), // free now: fine; C is never granted
+	}
+	st := analyzeMonitor(lines, map[string]bool{"k": true}, map[string]bool{"A": true}, 0, never)
+	if st.Foreign != 1 || st.Commands != 3 || len(st.Orphans) != 1 || st.Orphans[0].Token != "C" {
+		t.Fatalf("%+v", st)
+	}
+}
+
 // A MONITOR line that does not parse is kept and counted, and the keys are
 // unknown after it: dropping it would have the replay judge B's acquire
 // against a lock the unreadable command (a DEL, here) had removed.

@@ -33,8 +33,8 @@ type monitor struct {
 
 // monLine is one command as MONITOR reports it.
 type monLine struct {
-	// T is the server's timestamp, on the suite's base. An EVAL or EVALSHA
-	// is stamped before its script runs, any other command (a script's
+	// T is the server's timestamp, on the suite's base. An EVAL, EVALSHA
+	// or FCALL is stamped before its script runs, any other command (a script's
 	// too) once it ran.
 	T    int64
 	Lua  bool     // run by a script (the script is the last non-Lua line)
@@ -356,10 +356,10 @@ const recentLines = 12
 // A command sent outside any script that writes a lock key while it holds
 // a live token with a Redis expiry is one too (see foreignTopLevel).
 //
-// A script's clock: Redis feeds MONITOR an EVALSHA before the script runs
-// and each command of the script after it ran, and the script judges
-// expiry by a snapshot of the clock taken in between (before its first
-// command). A key is foreign-written only if it was surely live at that
+// A script's clock: Redis feeds MONITOR an EVALSHA (or an FCALL) before
+// the script runs and each command of the script after it ran, and the
+// script judges expiry by a snapshot of the clock taken in between
+// (before its first command). A key is foreign-written only if it was surely live at that
 // snapshot: live at the time of the script's first command's line. (A
 // server descheduled between the EVALSHA's line and the script's start
 // runs the script later than the line says: a key that expired meanwhile
@@ -456,7 +456,7 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 				st.Commands++
 			}
 			switch cmd {
-			case "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO":
+			case "EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO", "FCALL", "FCALL_RO":
 				if len(l.Args) < 3 {
 					continue
 				}
@@ -579,8 +579,8 @@ func setNX(cmd string, args []string) bool {
 }
 
 // bulkScript returns the name of the dlock bulk script, which carries many
-// locks (see analyzeMonitor), that an EVAL (source) or EVALSHA (sha) call
-// runs, or "".
+// locks (see analyzeMonitor), that an EVAL (source), EVALSHA (sha) or
+// FCALL (function) call runs, or "".
 func bulkScript(cmd, script string) string {
 	name := probe.ScriptName(script)
 	if cmd == "EVAL" || cmd == "EVAL_RO" {
@@ -712,7 +712,7 @@ func applyWrite(k string, s *keyState, cmd string, args []string, w when, script
 
 // describeLine formats a MONITOR line for a report: its time, its client
 // ("lua" for a script's command), the command with the script's name for
-// an EVAL or EVALSHA, and its arguments, long ones cut to their end.
+// an EVAL, EVALSHA or FCALL, and its arguments, long ones cut to their end.
 func describeLine(l monLine) string {
 	var b strings.Builder
 	b.WriteString(dur(l.T))
@@ -724,7 +724,7 @@ func describeLine(l monLine) string {
 	for i, a := range l.Args {
 		if i == 1 {
 			switch strings.ToUpper(l.Args[0]) {
-			case "EVALSHA", "EVALSHA_RO":
+			case "EVALSHA", "EVALSHA_RO", "FCALL", "FCALL_RO":
 				if n := probe.ScriptName(a); n != "" {
 					a = n
 				}

@@ -54,12 +54,13 @@
 // match (Rule.Nth, default 1), Rule.Times times (default 1; negative:
 // every match from the Nth on). Rules are tried in the order they were
 // added; the first that fires on a command acts on it. Match.Script
-// selects EVAL/EVALSHA calls of a script by the name dlock's packages
-// record with probe.NameScript (for dlock: "acquire", "release",
-// "extend", "semaphore_acquire", ... the script file names without .lua)
-// or by its SHA1; for scripts, Key is KEYS[1]. DropReply rules are matched
+// selects EVAL/EVALSHA calls of a script, and FCALLs of its function, by
+// the name dlock's packages record with probe.NameScript (for dlock:
+// "acquire", "release", "extend", "semaphore_acquire", ... the script
+// file names without .lua) or by its SHA1 (an FCALL: its function's name); for scripts, Key is KEYS[1]. DropReply rules are matched
 // when the reply arrives, and a NOSCRIPT reply (which go-redis follows with
-// an EVAL of the same script) is not counted, so "the first acquire" means
+// an EVAL of the same script), or an FCALL's "Function not found" (which
+// dlock follows with FUNCTION LOAD and the FCALL again), is not counted, so "the first acquire" means
 // the first that ran.
 //
 // A Random schedule (SetRandom) applies, to every command its Match selects
@@ -166,7 +167,9 @@ type Match struct {
 	// Cmd is the command name, case-insensitive ("set", "evalsha", "dial").
 	Cmd string
 	// Script is a script's recorded name (probe.NameScript) or SHA1:
-	// matches EVAL, EVALSHA and their _RO forms of that script.
+	// matches EVAL, EVALSHA and their _RO forms of that script, and the
+	// FCALL (FCALL_RO) of its function (by the recorded name, or the
+	// function's name).
 	Script string
 	// Key is the command's first key (a script's KEYS[1]), exactly.
 	Key string
@@ -187,7 +190,7 @@ func (m Match) IsZero() bool {
 // Command describes one command as the rules see it.
 type Command struct {
 	Name     string // lower case: "set", "evalsha", "dial"
-	Script   string // script name or SHA1 (EVAL/EVALSHA), else ""
+	Script   string // script name, else SHA1 (EVAL/EVALSHA) or function name (FCALL), else ""
 	Key      string // first key, else ""
 	Args     []any  // every argument, the name first
 	Pipeline bool   // sent in a pipeline
@@ -236,13 +239,14 @@ func (m Match) matches(c Command) bool {
 	return m.Func == nil || m.Func(c)
 }
 
-// scriptSHA returns the SHA1 of a script command's script.
+// scriptSHA returns the SHA1 of a script command's script (an FCALL's
+// function name).
 func scriptSHA(c Command) string {
 	if len(c.Args) < 2 {
 		return ""
 	}
 	body := fmt.Sprint(c.Args[1])
-	if strings.HasPrefix(c.Name, "evalsha") {
+	if strings.HasPrefix(c.Name, "evalsha") || strings.HasPrefix(c.Name, "fcall") {
 		return body
 	}
 	sum := sha1.Sum([]byte(body))
@@ -255,12 +259,17 @@ func describe(cmd redis.Cmder, pipeline bool) Command {
 	c := Command{Name: strings.ToLower(cmd.Name()), Args: args, Pipeline: pipeline}
 	switch c.Name {
 	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
-		if strings.HasPrefix(c.Name, "eval") && len(args) > 1 {
-			sha := scriptSHA(c)
-			if n := probe.ScriptName(sha); n != "" {
+		if len(args) > 1 {
+			// A script by its SHA1, a function by its name: both are
+			// recorded with the script's name (probe.NameScript).
+			id := fmt.Sprint(args[1])
+			if strings.HasPrefix(c.Name, "eval") {
+				id = scriptSHA(c)
+			}
+			if n := probe.ScriptName(id); n != "" {
 				c.Script = n
 			} else {
-				c.Script = sha
+				c.Script = id
 			}
 		}
 		if len(args) > 3 {
@@ -544,8 +553,8 @@ func (in *Injector) fireLocked(h *Handle) bool {
 
 // dropAfter decides, once c's reply arrived, whether to drop it.
 func (in *Injector) dropAfter(c Command, cmdErr error, random bool) (rule string, drop bool) {
-	if lualib.IsNoScript(cmdErr) {
-		return "", false // the script did not run; go-redis's caller sends EVAL next
+	if lualib.IsNoScript(cmdErr) || lualib.IsNoFunction(cmdErr) {
+		return "", false // the script did not run; the caller sends EVAL (loads the library) next
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()

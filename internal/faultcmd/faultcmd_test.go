@@ -160,6 +160,36 @@ func TestScriptByNameSkipsNoscript(t *testing.T) {
 	}
 }
 
+// A function is matched by its script's name: its FCALL's "Function not
+// found" is not counted (the caller loads the library and calls again),
+// the FCALL that runs is.
+func TestScriptByNameMatchesFcall(t *testing.T) {
+	rdb, inj, plain := client(t)
+	ctx := context.Background()
+	k := key(t)
+	lib := fmt.Sprintf("#!lua name=test_%d\nredis.register_function('test_incr_%d', function(KEYS) return redis.call('INCR', KEYS[1]) end)", seq.Add(1), seq.Load())
+	fn := fmt.Sprintf("test_incr_%d", seq.Load())
+	probe.NameScript("test_fincr_"+k, fn)
+	inj.Add(faultcmd.Rule{Action: faultcmd.DropReply, Match: faultcmd.Match{Script: "test_fincr_" + k, Key: k}})
+	if err := rdb.FCall(ctx, fn, []string{k}).Err(); err == nil || errors.Is(err, faultcmd.ErrDropped) {
+		t.Fatalf("FCALL of a function not loaded: %v, want Function not found", err)
+	}
+	if err := plain.FunctionLoad(ctx, lib).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.FCall(ctx, fn, []string{k}).Err(); !errors.Is(err, faultcmd.ErrDropped) {
+		t.Fatalf("err = %v, want dropped", err)
+	}
+	if v, _ := plain.Get(ctx, k).Int(); v != 1 {
+		t.Fatalf("function ran %d times, want 1", v)
+	}
+	// By the function's name too.
+	inj.Add(faultcmd.Rule{Action: faultcmd.FailBefore, Match: faultcmd.Match{Script: fn}})
+	if err := rdb.FCall(ctx, fn, []string{k}).Err(); !errors.Is(err, faultcmd.ErrFailed) {
+		t.Fatalf("err = %v, want failed", err)
+	}
+}
+
 func TestDelay(t *testing.T) {
 	rdb, inj, plain := client(t)
 	k := key(t)

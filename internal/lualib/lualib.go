@@ -1,6 +1,6 @@
 // Package lualib holds the Lua functions that the Redis scripts of dlock,
 // dlock/legacy and dlock/redlock share, builds those scripts, and tells a
-// NOSCRIPT reply (IsNoScript). It imports no package of the module, so
+// NOSCRIPT reply (IsNoScript) and its FCALL counterpart (IsNoFunction). It imports no package of the module, so
 // every package can use it, the lowest layer (internal/scripts) included.
 //
 // Each library file (publish.lua, fence.lua, owner.lua, queue.lua,
@@ -66,6 +66,13 @@ func IsNoScript(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
+// IsNoFunction reports whether err is Redis's reply to an FCALL of a
+// function the server does not have (its library never loaded there, or
+// gone after a restart or FUNCTION FLUSH): the function did not run.
+func IsNoFunction(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "ERR Function not found")
+}
+
 // Build returns src preceded by the library definitions that src uses,
 // directly or through other definitions, in the library's order (each
 // definition comes after those it uses, as Lua's local scoping needs).
@@ -74,6 +81,17 @@ func IsNoScript(err error) bool {
 // every process of one version.
 func Build(src string) string {
 	return lean(src, defs())
+}
+
+// Definitions returns every library definition, in the library's order,
+// comment lines dropped: the top of a Redis Function library whose
+// functions use any of them (see internal/scripts).
+func Definitions() string {
+	var b strings.Builder
+	for _, d := range defs() {
+		b.WriteString(d.body)
+	}
+	return b.String()
 }
 
 // def is one top-level definition of a library file: a local function,

@@ -11,7 +11,9 @@ import (
 // Raw is a script call as the arguments of its EVALSHA command ("evalsha",
 // sha, numkeys, keys..., args...), and the script's source for the EVAL
 // that replaces it on NOSCRIPT: a call whose arguments the engine boxed
-// once, sent without the copy go-redis makes of a Call's.
+// once, sent without the copy go-redis makes of a Call's. Where the Exec
+// uses Functions, its first two arguments are replaced by "fcall" and the
+// function's name (see funcs.go).
 type Raw struct {
 	Args []any
 	Src  string
@@ -56,20 +58,23 @@ func (x *Exec) Batch(ctx context.Context, calls []protocol.Call) []*redis.Cmd {
 
 // Send is Batch without the refusal retry, where calls[i] is sent as
 // raw[i] if raw[i] has arguments (raw may be nil): the caller retries, or
-// counts (Refused), what Redis refused.
+// counts (Refused), what Redis refused. Calls of package dlock's scripts
+// go by FCALL where x uses Functions (see funcs.go).
 func (x *Exec) Send(ctx context.Context, calls []protocol.Call, raw []Raw) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	_, _ = x.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range calls {
-			if raw != nil && raw[i].Args != nil {
-				cmds[i] = raw[i].cmd(ctx)
-				_ = p.Process(ctx, cmds[i])
-				continue
+	fn, gen := !x.fn.off.Load(), x.fn.gen.Load()
+	x.pipe(ctx, nil, cmds, func(p redis.Pipeliner, i int) *redis.Cmd {
+		if fn {
+			if cmd, ok := x.fcall(ctx, calls[i], rawAt(raw, i)); ok {
+				_ = p.Process(ctx, cmd)
+				return cmd
 			}
-			cmds[i] = c.Script.EvalSha(ctx, p, c.Keys, c.Args...)
 		}
-		return nil
+		return evalShaOn(ctx, p, calls[i], rawAt(raw, i))
 	})
+	if fn {
+		x.sendFuncs(ctx, calls, raw, cmds, gen)
+	}
 	var again []int
 	for i, cmd := range cmds {
 		if lualib.IsNoScript(cmd.Err()) {
@@ -77,17 +82,14 @@ func (x *Exec) Send(ctx context.Context, calls []protocol.Call, raw []Raw) []*re
 		}
 	}
 	if len(again) > 0 {
-		_, _ = x.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range again {
-				if raw != nil && raw[i].Args != nil {
-					raw[i].Args[0], raw[i].Args[1] = "eval", raw[i].Src
-					cmds[i] = raw[i].cmd(ctx)
-					_ = p.Process(ctx, cmds[i])
-					continue
-				}
-				cmds[i] = calls[i].Script.Eval(ctx, p, calls[i].Keys, calls[i].Args...)
+		x.pipe(ctx, again, cmds, func(p redis.Pipeliner, i int) *redis.Cmd {
+			if r := rawAt(raw, i); r.Args != nil {
+				r.Args[0], r.Args[1] = "eval", r.Src
+				cmd := r.cmd(ctx)
+				_ = p.Process(ctx, cmd)
+				return cmd
 			}
-			return nil
+			return calls[i].Script.Eval(ctx, p, calls[i].Keys, calls[i].Args...)
 		})
 	}
 	return cmds

@@ -16,7 +16,8 @@ import (
 // list, and the first writer that gets free sends all of them as one
 // go-redis pipeline (one write, one read for the batch; a ClusterClient
 // or Ring splits it per node or shard), runs any that met NOSCRIPT again
-// by EVAL, and hands each reply to its caller.
+// by EVAL (or, by FCALL, a missing function after loading the library:
+// see funcs.go), and hands each reply to its caller.
 //
 // Each caller's ctx bounds its own wait. A caller that leaves before its
 // call was taken into a batch takes it back: it was never sent, and the
@@ -67,10 +68,7 @@ func (x *Exec) run(ctx context.Context, c protocol.Call, r Raw) *redis.Cmd {
 			x.doneLocked()
 			x.mu.Unlock()
 		}()
-		if r.Args != nil {
-			return r.run(ctx, x.rdb)
-		}
-		return c.Run(ctx, x.rdb)
+		return x.one(ctx, c, r)
 	}
 	pc := &pended{ctx: ctx, call: c, raw: r, done: make(chan struct{})}
 	x.pending = append(x.pending, pc)
@@ -137,12 +135,9 @@ func (x *Exec) flush() {
 func (x *Exec) send(batch []*pended) {
 	ctx := context.WithoutCancel(batch[0].ctx)
 	if len(batch) == 1 {
-		if pc := batch[0]; pc.raw.Args != nil {
-			pc.cmd = pc.raw.run(ctx, x.rdb)
-		} else {
-			pc.cmd = pc.call.Run(ctx, x.rdb)
-		}
-		close(batch[0].done)
+		pc := batch[0]
+		pc.cmd = x.one(ctx, pc.call, pc.raw)
+		close(pc.done)
 		return
 	}
 	calls := make([]protocol.Call, len(batch))

@@ -116,12 +116,13 @@ func MayFollowRun(err error) bool {
 // error is ambiguous, never definite: the scripts check every type before
 // their first write, but one raised after a write would otherwise leave
 // a key written that nobody withdraws. Redis 7 ends these replies with
-// "script: <sha>, on @user_script:<line>."; Redis 6 starts them with
+// "script: <sha>, on @user_script:<line>." ("script: <function>, on
+// @user_function:<line>." for a function); Redis 6 starts them with
 // "ERR Error running script".
 func ScriptRaised(re redis.Error) bool {
 	msg := re.Error()
-	return strings.Contains(msg, "@user_script:") || strings.Contains(msg, "Error running script") ||
-		strings.Contains(msg, "user_script:")
+	return strings.Contains(msg, "user_script:") || strings.Contains(msg, "Error running script") ||
+		strings.Contains(msg, "user_function:")
 }
 
 // refusedError is the error of a call whose tries were all refused until

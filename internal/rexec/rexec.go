@@ -6,6 +6,9 @@
 //     callers into one go-redis pipeline when every writer is busy;
 //   - bulk and raw calls (calls.go): several calls in one pipeline, and a
 //     call built as its EVALSHA arguments;
+//   - Redis Functions (funcs.go): package dlock's scripts run by FCALL of
+//     one function library where the server has Functions, which the Exec
+//     loads where it is missing; by EVALSHA elsewhere;
 //   - NOSCRIPT handling, once: a script the server does not have (after a
 //     restart, a failover or SCRIPT FLUSH) is sent again by EVAL;
 //   - the refusal retry (refusal.go): a call a Cluster node refused before
@@ -38,6 +41,8 @@ type Exec struct {
 	pending []*pended // calls waiting for a writer, oldest first
 
 	refusals atomic.Uint64 // tries Redis refused (see refusal.go)
+
+	fn funcs // Redis Functions (see funcs.go)
 
 	// closing, once closed, ends the back-off of refused calls, which
 	// then fail with closed (see EndRefusalsOn); nil: never.
@@ -73,8 +78,9 @@ func (x *Exec) Refusals() uint64 { return x.refusals.Load() }
 // here (see Send).
 func (x *Exec) Refused(n int) { x.refusals.Add(uint64(n)) }
 
-// Run executes c: EVALSHA, then EVAL on NOSCRIPT. A call of one of
-// package dlock's scripts (those of internal/scripts) goes through x's
+// Run executes c: FCALL where x uses Functions and c is one of package
+// dlock's scripts (see funcs.go), else EVALSHA, then EVAL on NOSCRIPT. A
+// call of one of package dlock's scripts (those of internal/scripts) goes through x's
 // pipeline, batched with the concurrent calls of other goroutines when
 // its writers are busy; ctx still bounds the wait for the reply. Other
 // scripts (package redlock's, package legacy's, a user's Protocol's) run

@@ -6,13 +6,15 @@
 // body, is the file whole with the library definitions it uses in front
 // (internal/lualib, which the scripts of packages redlock and legacy share
 // too), so each script is sent as one self-contained body whose SHA1 is
-// the same in every process of one version.
+// the same in every process of one version. Where the server has Redis
+// Functions, the scripts run as the functions of one library generated
+// from the same files (Lib, library.go).
 //
 // The registry feeds everything that needs the list of these scripts: the
 // Client's pipeline runs the calls of these scripts only (Owns), and the
-// command-level fault layer of the tests matches EVALSHA calls by script
+// command-level fault layer of the tests matches EVALSHA and FCALL calls by script
 // name (each script is named with probe.NameScript when this package is
-// initialized). Go code refers to a script by its variable below, named
+// initialized, by its SHA1 and by its function's name). Go code refers to a script by its variable below, named
 // after its file; a test checks that every file has one.
 //
 // This is the lowest layer of dlock's engine: it imports no other layer
@@ -64,6 +66,9 @@ type Entry struct {
 	Src    string        // the file as written
 	Body   string        // what Redis runs: Src with the library definitions it uses in front
 	Script *redis.Script // Body's EVALSHA and EVAL
+	Func   string        // its function in the library (see library.go)
+
+	funcArg, shaArg any // Func and Body's SHA1, boxed once
 }
 
 // registry holds every script by name and by *redis.Script; it is built
@@ -71,6 +76,9 @@ type Entry struct {
 type registry struct {
 	byName   map[string]*Entry
 	byScript map[*redis.Script]*Entry
+	byHash   map[string]*Entry // by Body's SHA1
+	byFunc   map[string]*Entry // by Func
+	lib      Library
 	typed    map[string]bool // the names a variable above refers to (see get)
 }
 
@@ -79,11 +87,13 @@ var reg = load()
 // load reads every .lua file of the package into the registry and names
 // each script for the fault layer.
 func load() *registry {
-	r := &registry{byName: map[string]*Entry{}, byScript: map[*redis.Script]*Entry{}, typed: map[string]bool{}}
+	r := &registry{byName: map[string]*Entry{}, byScript: map[*redis.Script]*Entry{}, byHash: map[string]*Entry{},
+		byFunc: map[string]*Entry{}, typed: map[string]bool{}}
 	paths, err := fs.Glob(files, "*.lua")
 	if err != nil {
 		panic("scripts: " + err.Error()) // only a malformed pattern fails
 	}
+	var es []*Entry
 	for _, p := range paths {
 		b, err := files.ReadFile(p)
 		if err != nil {
@@ -94,7 +104,13 @@ func load() *registry {
 		e.Script = redis.NewScript(e.Body)
 		r.byName[e.Name] = e
 		r.byScript[e.Script] = e
+		r.byHash[e.Script.Hash()] = e
+		es = append(es, e)
+	}
+	r.lib = library(r, es) // paths are sorted: es is by name
+	for _, e := range es {
 		probe.NameScript(e.Name, e.Script.Hash())
+		probe.NameScript(e.Name, e.Func)
 	}
 	return r
 }
