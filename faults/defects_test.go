@@ -163,7 +163,7 @@ func legacyBatchedRenewal(h *harness) {
 		h.t.Fatal("A could not acquire its locks")
 	}
 	inj.Add(faultcmd.Rule{Name: "slow Extend", Action: faultcmd.Delay, Delay: 150 * time.Millisecond, Times: -1,
-		Match: faultcmd.Match{Key: lks[0].Key(), Func: func(c faultcmd.Command) bool { return !c.Pipeline && c.Name == "evalsha" }}})
+		Match: faultcmd.Match{Key: lks[0].Key(), Func: func(c faultcmd.Command) bool { return !c.Pipeline && (c.Name == "evalsha" || c.Name == "fcall") }}})
 	stop := time.Now().Add(1500 * time.Millisecond)
 	var wg sync.WaitGroup
 	wg.Go(func() {
