@@ -136,3 +136,75 @@ func TestRefusalAfterAHiddenRunIsAmbiguous(t *testing.T) {
 		}
 	})
 }
+
+// The refusal retry sends a call again once the refusals end, and the
+// call may have run before (go-redis sent it by itself after a lost
+// reply, then met the refusals): the second run must not apply it twice.
+// A Counter's take (its operation id) takes once; a semaphore's acquire
+// (its token) holds its permits once.
+func TestRefusalRetryAfterAHiddenRunAppliesOnce(t *testing.T) {
+	// refuseUntilRan refuses the hook's calls until a first one ran, and
+	// 100ms more: the refusal retry then sends it again.
+	refuseUntilRan := func(t *testing.T, hook *ranThenRefused) {
+		hook.refusing.Store(true)
+		go func() {
+			for !hook.ran.Load() {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(100 * time.Millisecond)
+			hook.refusing.Store(false)
+		}()
+		t.Cleanup(func() { hook.refusing.Store(false) })
+	}
+	t.Run("counter take", func(t *testing.T) {
+		ctx := t.Context()
+		hook := &ranThenRefused{script: "counter_add"}
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+		rdb.AddHook(hook)
+		a, _ := newClientOn(t, rdb, dlock.Options{})
+		ctr := a.Counter(key(t), 1)
+		if err := ctr.Set(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		refuseUntilRan(t, hook)
+		if seg, err := ctr.Take(ctx, 1, nil); seg != 0 || err != nil {
+			t.Fatalf("Take = %d, %v; want segment 0", seg, err)
+		}
+		if a.Stats().Refusals == 0 {
+			t.Fatal("no try was refused")
+		}
+		if total, err := ctr.Total(ctx); err != nil || total != 9 {
+			t.Fatalf("Total = %d, %v; want 9 (one unit taken, by two runs)", total, err)
+		}
+	})
+	t.Run("semaphore acquire", func(t *testing.T) {
+		ctx := t.Context()
+		hook := &ranThenRefused{script: "semaphore_acquire"}
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+		rdb.AddHook(hook)
+		a, _ := newClientOn(t, rdb, dlock.Options{})
+		b, _ := newClient(t, dlock.Options{})
+		k := key(t)
+		refuseUntilRan(t, hook)
+		lk, err := a.Semaphore(k, 3).TryAcquire(ctx, 2, dlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatalf("TryAcquire(2): %v", err)
+		}
+		if a.Stats().Refusals == 0 {
+			t.Fatal("no try was refused")
+		}
+		one, err := b.Semaphore(k, 3).TryAcquire(ctx, 1)
+		if err != nil {
+			t.Fatalf("another TryAcquire(1) beside 2 of 3 permits: %v (the two runs held 4?)", err)
+		}
+		if _, err := b.Semaphore(k, 3).TryAcquire(ctx, 1); !errors.Is(err, dlock.ErrNotAcquired) {
+			t.Fatalf("a TryAcquire beyond the limit = %v, want ErrNotAcquired", err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := one.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
