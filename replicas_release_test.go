@@ -60,7 +60,7 @@ func (h *firstSendElsewhere) matches(cmd redis.Cmder) bool {
 	}
 	s, _ := args[1].(string)
 	switch strings.ToLower(cmd.Name()) {
-	case "evalsha":
+	case "evalsha", "fcall":
 		return probe.ScriptName(s) == h.script
 	case "eval":
 		return probe.ScriptNameOfSource(s) == h.script
