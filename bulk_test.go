@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/probe"
 )
 
@@ -62,9 +63,9 @@ func (h *bulkCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 				} else { // key and queue, triples
 					h.locks.Add(int64(n / 2))
 				}
-				slot := dlock.Slot(fmt.Sprint(keys[0]))
+				slot := admin.Slot(fmt.Sprint(keys[0]))
 				for _, k := range keys {
-					if dlock.Slot(fmt.Sprint(k)) != slot {
+					if admin.Slot(fmt.Sprint(k)) != slot {
 						h.mu.Lock()
 						h.crossing = append(h.crossing, fmt.Sprint(keys))
 						h.mu.Unlock()
@@ -127,7 +128,7 @@ func TestBulkRenewalJudgesEachLock(t *testing.T) {
 		}
 		// Renewals push the fence counter out only every few seconds:
 		// it must still outlive the lock.
-		if k, f := r.PTTL(t.Context(), lk.Key()).Val(), r.PTTL(t.Context(), c.KeysFor(lk.Key()).Fence).Val(); f <= k {
+		if k, f := r.PTTL(t.Context(), lk.Key()).Val(), r.PTTL(t.Context(), adminOf(t, c).KeysFor(lk.Key()).Fence).Val(); f <= k {
 			t.Fatalf("lock %d: fence counter TTL %s, lock TTL %s", i, f, k)
 		}
 	}
@@ -210,7 +211,7 @@ func TestCloseBulkReleaseResent(t *testing.T) {
 	}
 	r := srv.Client(t)
 	for _, lk := range locks {
-		if v := r.Get(t.Context(), c.KeysFor(lk.Key()).Queue+":"+lk.Token()).Val(); v != "~" {
+		if v := r.Get(t.Context(), adminOf(t, c).KeysFor(lk.Key()).Queue+":"+lk.Token()).Val(); v != "~" {
 			t.Fatalf("lock %s: no release tombstone (%q)", lk.Key(), v)
 		}
 	}

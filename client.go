@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -92,7 +93,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.wd = newWatchdog(c)
 	c.notify = notify.New(notify.Config{
 		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
-		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: isToken,
+		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: keyspace.IsToken,
 		Refused: func(err error) error {
 			if pe := permissionOf(err); pe != nil {
 				return pe

@@ -55,7 +55,7 @@ func TestConstructorsReportBadArgsFromMethods(t *testing.T) {
 	}{
 		{"", dlock.ElectionOptions{}, dlock.ErrEmptyKey},
 		{long, dlock.ElectionOptions{}, dlock.ErrKeyTooLong},
-		{c.KeysFor("x").Fence, dlock.ElectionOptions{}, dlock.ErrReservedKey},
+		{adminOf(t, c).KeysFor("x").Fence, dlock.ElectionOptions{}, dlock.ErrReservedKey},
 		{"x", dlock.ElectionOptions{TTL: time.Microsecond}, dlock.ErrInvalidTTL},
 		{"x", dlock.ElectionOptions{PollInterval: -1}, dlock.ErrInvalidOpts},
 	}

@@ -47,7 +47,7 @@ func TestCounterSetLandingAfterTakeoverWritesNothing(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- stock.Set(ctx, 5) }()
 	await(t, hold.FiredC(), "the Set's write to be held")
-	if ok, err := op.ForceRelease(ctx, name+":0"); !ok || err != nil {
+	if ok, err := adminOf(t, op).ForceRelease(ctx, name+":0"); !ok || err != nil {
 		t.Fatalf("ForceRelease = %v, %v", ok, err)
 	}
 	sb := b.Counter(name, 1)

@@ -174,7 +174,7 @@ func termOf(t *testing.T, line string) uint64 {
 // waitQueued waits until n candidates are queued behind the leader.
 func waitCandidates(t *testing.T, c *dlock.Client, rdb *redis.Client, name string, n int64) {
 	t.Helper()
-	q := c.KeysFor(name).Queue
+	q := adminOf(t, c).KeysFor(name).Queue
 	for deadline := time.Now().Add(20 * time.Second); rdb.LLen(t.Context(), q).Val() < n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("fewer than %d candidates queued", n)

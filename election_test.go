@@ -116,8 +116,8 @@ func TestElectionBadInput(t *testing.T) {
 	}
 	// The election's own keys are reserved.
 	for _, suffix := range []string{":leader", ":elected"} {
-		name := strings.TrimSuffix(c.KeysFor("x").Fence, ":fence") + suffix
-		if k, kind, ok := c.AuxKeyOf(name); !ok || k != "x" || string(kind) != suffix[1:] {
+		name := strings.TrimSuffix(adminOf(t, c).KeysFor("x").Fence, ":fence") + suffix
+		if k, kind, ok := adminOf(t, c).AuxKeyOf(name); !ok || k != "x" || string(kind) != suffix[1:] {
 			t.Errorf("AuxKeyOf(%q) = %q, %q, %v", name, k, kind, ok)
 		}
 	}

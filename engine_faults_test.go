@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/redis/go-redis/v9"
@@ -37,6 +38,19 @@ func faultyClient(t *testing.T, opts dlock.Options) (*dlock.Client, *faultcmd.In
 		}
 	})
 	return c, inj
+}
+
+// waitLate waits until a Late command of inj has been sent.
+func waitLate(t *testing.T, inj *faultcmd.Injector) {
+	t.Helper()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		for _, e := range inj.Log() {
+			if e.Action == faultcmd.Late && strings.HasPrefix(e.Outcome, "sent") {
+				return
+			}
+		}
+	}
+	t.Fatal("the late command never landed")
 }
 
 // oneSend is the ReleaseTimeout of a Client whose Unlock sends its release
@@ -292,7 +306,7 @@ func TestMultiSlotRollbackFailureCleansUp(t *testing.T) {
 	dlock.SplitSlots(b)
 	k := key(t)
 	keys := []string{k + ":a", k + ":b", k + ":c"}
-	if dlock.Slot(keys[0]) == dlock.Slot(keys[1]) && dlock.Slot(keys[1]) == dlock.Slot(keys[2]) {
+	if admin.Slot(keys[0]) == admin.Slot(keys[1]) && admin.Slot(keys[1]) == admin.Slot(keys[2]) {
 		t.Skip("keys share a slot")
 	}
 	inj.Add(faultcmd.Rule{Name: "lost reply of the second slot", Action: faultcmd.DropReply,
@@ -512,7 +526,7 @@ func TestLostOrLateJoinLeavesNoGhostWaiter(t *testing.T) {
 			await(t, fault.FiredC(), "the join's fault")
 			// Its effect, not its sending: read the queue once its reply came.
 			await(t, withdrawn.DoneC(), "the withdrawal's reply")
-			q := a.KeysFor(k).Queue
+			q := adminOf(t, a).KeysFor(k).Queue
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				// The late join has landed once the log has both its entries.

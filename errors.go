@@ -131,7 +131,7 @@ var (
 	// ErrInvalidOpts: an Options field or a combination of LockOptions that
 	// cannot work; returned wrapped, naming the field and its value.
 	ErrInvalidOpts = argError("invalid options")
-	// ErrEmptyToken: ReleaseToken was given an empty token.
+	// ErrEmptyToken: package admin's ReleaseToken was given an empty token.
 	ErrEmptyToken = argError("empty token")
 
 	// ErrInvalidOwner: a Reentrant acquire without an owner (none given,
@@ -148,9 +148,9 @@ var (
 	ErrInvalidCount = argError("count must be at least 1")
 	// ErrReservedKey: a lock (or fenced resource) key that is one of the
 	// auxiliary names dlock derives from another lock key under the
-	// Client's prefix (see Client.AuxKeyOf, and docs/keys.md for the
-	// layout). The error names the key, the lock it belongs to and its
-	// kind.
+	// Client's prefix (see package admin's Client.AuxKeyOf, and
+	// docs/keys.md for the layout). The error names the key, the lock it
+	// belongs to and its kind.
 	ErrReservedKey = argError("key is reserved: it names auxiliary state of another lock")
 	// ErrValueTooLong: a leader value longer than MaxLeaderValue bytes.
 	ErrValueTooLong = argError(fmt.Sprintf("leader value longer than %d bytes", MaxLeaderValue))
@@ -218,7 +218,7 @@ func (e *segmentMismatchError) Is(target error) bool { return target == ErrSegme
 // reservedKeyError is ErrReservedKey for one key.
 type reservedKeyError struct {
 	key, lock string
-	kind      AuxKind
+	kind      string // the auxiliary kind (see package admin's AuxKind)
 }
 
 func (e *reservedKeyError) Error() string {

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestWrappedErrorsOneLine(t *testing.T) {
 		"not held, expired":                      oneline.Chain(ErrNotHeld, ErrExpired),
 		"joined release errors":                  oneline.Join(multi, unavailable(nl)),
 		"permission":                             permissionOf(nlReply("NOPERM this user has no permissions\nto access one of the keys")),
-		"reservedKeyError":                       &reservedKeyError{key: "a\nb", lock: "c\nd", kind: AuxFence},
+		"reservedKeyError":                       &reservedKeyError{key: "a\nb", lock: "c\nd", kind: string(keyspace.AuxFence)},
 		"segmentMismatchError":                   &segmentMismatchError{name: "n\nn", given: 2, recorded: 3},
 		"ttlError":                               &ttlError{ttl: time.Second, min: 2 * time.Second, max: time.Hour, renew: true},
 	}

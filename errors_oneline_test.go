@@ -210,3 +210,47 @@ func TestErrorsOneLineContextDone(t *testing.T) {
 		t.Errorf("got %q, want %q", err, want)
 	}
 }
+
+// Library errors say what was wrong and with which value, on one line, and
+// stay errors.Is-able.
+func TestErrorMessagesNameTheValue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, err := dlock.New(srv.NewClient(), dlock.Options{Prefix: "a{b"})
+	if !errors.Is(err, dlock.ErrInvalidOpts) || !strings.Contains(err.Error(), `"a{b"`) {
+		t.Errorf("Prefix a{b: %v; want ErrInvalidOpts naming the prefix", err)
+	}
+	_, err = dlock.New(srv.NewClient(), dlock.Options{TTL: 2 * dlock.MaxTTL})
+	if !errors.Is(err, dlock.ErrInvalidTTL) || !strings.Contains(err.Error(), (2*dlock.MaxTTL).String()) {
+		t.Errorf("TTL 2*MaxTTL: %v; want ErrInvalidTTL naming the value", err)
+	}
+	c, _ := newClient(t, dlock.Options{})
+	_, err = c.TryLock(ctx, key(t), dlock.WithTTL(time.Millisecond))
+	if !errors.Is(err, dlock.ErrInvalidTTL) || !errors.Is(err, dlock.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "1ms is outside 3.0") {
+		t.Errorf("WithTTL(1ms): %v; want ErrInvalidTTL naming 1ms and the shortest TTL that works", err)
+	}
+	_, err = c.TryLock(ctx, strings.Repeat("k", 70_000))
+	if !errors.Is(err, dlock.ErrKeyTooLong) || !strings.Contains(err.Error(), "70000 bytes") {
+		t.Errorf("70,000-byte key: %v; want ErrKeyTooLong naming the length", err)
+	}
+	_, err = c.Semaphore(key(t), 0).TryAcquire(ctx, 1)
+	if !errors.Is(err, dlock.ErrInvalidLimit) || !strings.Contains(err.Error(), "limit 0") {
+		t.Errorf("Semaphore limit 0: %v; want ErrInvalidLimit naming the limit", err)
+	}
+	// A deleted key is reported as such, not as "expired".
+	lk, err := c.TryLock(ctx, key(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Client(t).Del(ctx, lk.Key())
+	err = lk.Unlock(ctx)
+	if !errors.Is(err, dlock.ErrExpired) || !strings.Contains(err.Error(), "deleted, or its TTL ran out") {
+		t.Errorf("Unlock of a deleted key: %v", err)
+	}
+	for _, e := range []error{err, dlock.ErrInvalidTTL} {
+		if strings.Contains(e.Error(), "\n") {
+			t.Errorf("error on several lines: %q", e)
+		}
+	}
+}

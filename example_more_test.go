@@ -68,15 +68,6 @@ func ExampleClient_Stats() {
 	// 1 1 0
 }
 
-func ExampleClient_KeysFor() {
-	locks, _, done := exampleClient()
-	defer done()
-	k := locks.KeysFor("orders:1")
-	fmt.Println(k.Lock, k.Fence, k.Queue, k.Wake)
-	// Output:
-	// orders:1 dlock:{orders:1}:fence dlock:{orders:1}:q dlock:{orders:1}:wake
-}
-
 func ExampleClient_Close() {
 	ctx := context.Background()
 	locks, rdb, done := exampleClient()

@@ -7,7 +7,12 @@ import (
 
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/protocol"
+	"github.com/redis/go-redis/v9"
 )
+
+// RedisOf returns the Redis client c runs on (for the tests' admin
+// Clients: see adminOf).
+func RedisOf(c *Client) redis.UniversalClient { return c.rdb }
 
 // SplitSlots makes c group the keys of a multi-key lock by Cluster slot,
 // as on a Cluster, so tests on one server exercise the cross-slot path.

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/defaults"
 	"math"
 	"strconv"
 	"strings"
@@ -16,66 +15,6 @@ import (
 // Fuzz targets. `go test` runs their seed corpora (f.Add) as ordinary
 // tests, under -race in CI; `go test -run '^$' -fuzz FuzzX -fuzztime 30s`
 // explores further, one target per invocation.
-
-// refSlot is the Redis Cluster key-slot rule, written from the spec
-// (cluster-spec: "Hash tags"), independently of Slot: hash the part
-// between the first '{' and the first '}' after it, if that part is not
-// empty; otherwise the whole key.
-func refSlot(key string) int {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	return int(crc16(key) % 16384)
-}
-
-// FuzzAuxKeys: for any key and prefix, every auxiliary name (fence counter,
-// queue, wake-up channel, a waiter's lease, the guard record) lives in the
-// key's Cluster slot and decodes back to the key; different keys never
-// share auxiliary names; Slot agrees with the spec's rule.
-func FuzzAuxKeys(f *testing.F) {
-	for _, k := range []string{"orders:1", "user:{42}:lock", "{42}", "a}b{", "{}x", "{}x{y}", "a{b", "}", "{", "{}",
-		"x{}y{z}", "{{a}}", "{=}", "{}}", "}{", "a{}", "{a}{b}", "#x", "{#}", "a:fence", "{x}=y", "ünï{cöde}", "\x00{\x00}"} {
-		f.Add(k, "dlock", "{}")
-		f.Add(k, "app:v2", "other")
-	}
-	f.Fuzz(func(t *testing.T, key, prefix, other string) {
-		if validKey("", key) != nil || validPrefix(prefix) != nil {
-			t.Skip()
-		}
-		if Slot(key) != refSlot(key) {
-			t.Fatalf("Slot(%q) = %d, the spec's rule gives %d", key, Slot(key), refSlot(key))
-		}
-		c := &Client{opts: Options{Prefix: prefix}}
-		ks := c.keysFor(key)
-		if ks.Lock != key {
-			t.Fatalf("lock key %q, want the key itself %q", ks.Lock, key)
-		}
-		slot := Slot(key)
-		names := map[string]string{"fence": ks.Fence, "queue": ks.Queue, "wake": ks.Wake,
-			"lease": ks.Queue + ":" + newToken(), "guard": auxBase(defaults.Prefix, key) + guardSuffix}
-		for what, name := range names {
-			if Slot(name) != slot {
-				t.Fatalf("key %q (slot %d), prefix %q: %s %q is in slot %d", key, slot, prefix, what, name, Slot(name))
-			}
-			if name == key {
-				t.Fatalf("key %q: %s name is the key itself", key, what)
-			}
-		}
-		for suffix, name := range map[string]string{fenceSuffix: ks.Fence, queueSuffix: ks.Queue, wakeSuffix: ks.Wake} {
-			back, ok := keyOfAux(prefix, suffix, name)
-			if !ok || back != key {
-				t.Fatalf("key %q, prefix %q: %q decodes to %q, %v", key, prefix, name, back, ok)
-			}
-		}
-		if validKey("", other) == nil && other != key {
-			if auxBase(prefix, other) == auxBase(prefix, key) {
-				t.Fatalf("keys %q and %q share auxiliary names %q", key, other, auxBase(prefix, key))
-			}
-		}
-	})
-}
 
 // FuzzOptions: New and the per-call TTL either reject an input (with an
 // ErrInvalidArgument, never a panic) or accept one a lock can live with:

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -43,8 +44,7 @@ func (h holdSet) Release(k protocol.Keys, token string) protocol.Call {
 func (h holdSet) Leave(k protocol.Keys, token string) protocol.Call { return h.release(k, token, "1") }
 
 func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
-	return protocol.Call{Script: scripts.HoldsRelease, Keys: []string{k.Lock, k.Queue, h.set(k)},
-		Args: []any{token, k.Wake, h.pickup.Milliseconds(), mode, h.group}}
+	return releases.Holds(k, h.suffix, token, h.group, h.pickup, mode)
 }
 
 // releaseTellsResend: its release script answers 1 to a second run of a

@@ -3,52 +3,22 @@ package dlock
 import (
 	"errors"
 	"github.com/dlock-go/dlock/internal/defaults"
-	"strings"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"testing"
 )
 
-func TestAuxKeysShareSlotAndDecode(t *testing.T) {
-	keys := []string{"orders:1", "user:{42}:lock", "{42}", "a}b{", "{}x", "{}x{y}", "a{b", "}", "{", "{}", "x{}y{z}",
-		"plain", "ünïcode", strings.Repeat("k", 1000), "a{b}c}d", "{{a}}", "{=}"}
-	for _, k := range keys {
-		base := auxBase("dlock", k)
-		for _, suffix := range []string{fenceSuffix, wakeSuffix} {
-			name := base + suffix
-			if Slot(name) != Slot(k) {
-				t.Errorf("key %q: aux %q in slot %d, key in slot %d", k, name, Slot(name), Slot(k))
-			}
-			back, ok := keyOfAux("dlock", suffix, name)
-			if !ok || back != k {
-				t.Errorf("key %q: aux %q decodes to %q, %v", k, name, back, ok)
-			}
-		}
-	}
-	if auxBase("dlock", "orders:1") == auxBase("dlock", "{orders:1}") {
-		t.Error("a key and its braced form share auxiliary keys")
-	}
-}
-
-// Known slots from Redis (CLUSTER KEYSLOT).
-func TestSlotMatchesRedis(t *testing.T) {
-	for k, want := range map[string]int{"foo": 12182, "bar": 5061, "{user1000}.following": 3443, "{user1000}.followers": 3443, "foo{}{bar}": 8363, "foo{{bar}}zap": 4015, "foo{bar}{zap}": 5061, "123456789": 12739} {
-		if got := Slot(k); got != want {
-			t.Errorf("Slot(%q) = %d, want %d", k, got, want)
-		}
-	}
-}
-
 // auxNamesOf lists every auxiliary name of key under prefix, by kind, with
 // tok as a waiter lease's token.
-func auxNamesOf(prefix, key, tok string) map[string]AuxKind {
-	out := map[string]AuxKind{}
-	for _, a := range auxTable {
+func auxNamesOf(prefix, key, tok string) map[string]keyspace.AuxKind {
+	out := map[string]keyspace.AuxKind{}
+	for _, a := range keyspace.Table {
 		p := prefix
-		if a.kind == AuxGuard {
+		if a.Kind == keyspace.AuxGuard {
 			p = defaults.Prefix
 		}
-		out[auxBase(p, key)+a.suffix] = a.kind
+		out[keyspace.Base(p, key)+a.Suffix] = a.Kind
 	}
-	out[auxBase(prefix, key)+queueSuffix+":"+tok] = AuxWaiter
+	out[keyspace.Base(prefix, key)+keyspace.QueueSuffix+":"+tok] = keyspace.AuxWaiter
 	return out
 }
 
@@ -63,17 +33,17 @@ func checkAuxInjective(t *testing.T, p1, k1, p2, k2 string) {
 	tok := newToken()
 	n2 := auxNamesOf(p2, k2, tok)
 	for name, kind := range auxNamesOf(p1, k1, tok) {
-		k, got, ok := auxKeyOf(p1, name)
+		k, got, ok := keyspace.Owner(p1, name)
 		if !ok || k != k1 || got != kind {
 			t.Fatalf("prefix %q key %q: %s %q decodes to %q, %q, %v", p1, k1, kind, name, k, got, ok)
 		}
 		if err := validKey(p1, name); !errors.Is(err, ErrReservedKey) {
 			t.Fatalf("prefix %q: lock key %q (the %s of %q) not refused: %v", p1, name, kind, k1, err)
 		}
-		if kind2, ok := n2[name]; ok && kind != AuxGuard && (p1 != p2 || k1 != k2 || kind != kind2) {
+		if kind2, ok := n2[name]; ok && kind != keyspace.AuxGuard && (p1 != p2 || k1 != k2 || kind != kind2) {
 			t.Fatalf("%s %q of (%q, %q) is also the %s of (%q, %q)", kind, name, p1, k1, kind2, p2, k2)
 		}
-		if kind2, ok := n2[name]; ok && kind == AuxGuard && (k1 != k2 || kind2 != AuxGuard) {
+		if kind2, ok := n2[name]; ok && kind == keyspace.AuxGuard && (k1 != k2 || kind2 != keyspace.AuxGuard) {
 			t.Fatalf("guard %q of %q is also the %s of (%q, %q)", name, k1, kind2, p2, k2)
 		}
 	}
@@ -112,35 +82,4 @@ func FuzzAuxNames(f *testing.F) {
 		checkAuxInjective(t, p1, k1, p2, k2)
 		checkAuxInjective(t, p1, k1, p1, k2)
 	})
-}
-
-// FuzzGlobEscape: an escaped string, as a Redis glob, matches itself only.
-func FuzzGlobEscape(f *testing.F) {
-	for _, s := range []string{"p[x]", "a*b", `a\b`, "?", "[^a]", "dlock"} {
-		f.Add(s, s+"x")
-	}
-	f.Fuzz(func(t *testing.T, s, other string) {
-		if !isASCII(s) || !isASCII(other) {
-			t.Skip() // globRE translates byte by byte
-		}
-		re, err := globRE(globEscape(s) + ":*")
-		if err != nil {
-			t.Fatalf("globEscape(%q) = %q: %v", s, globEscape(s), err)
-		}
-		if !re.MatchString(s + ":k") {
-			t.Fatalf("globEscape(%q) = %q does not match itself", s, globEscape(s))
-		}
-		if !strings.HasPrefix(other, s+":") && re.MatchString(other) {
-			t.Fatalf("globEscape(%q) = %q matches %q", s, globEscape(s), other)
-		}
-	})
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }

@@ -8,23 +8,24 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/fenced"
 )
 
-// auxNames returns every auxiliary name a lock on key has under c's prefix,
+// auxNames returns every auxiliary name a lock on key has under adm's prefix,
 // by kind (a waiter's lease with a made-up token of the real shape).
-func auxNames(c *dlock.Client, key string) map[dlock.AuxKind]string {
-	ks := c.KeysFor(key)
+func auxNames(adm *admin.Client, key string) map[admin.AuxKind]string {
+	ks := adm.KeysFor(key)
 	base := strings.TrimSuffix(ks.Fence, ":fence")
-	return map[dlock.AuxKind]string{
-		dlock.AuxFence: ks.Fence, dlock.AuxQueue: ks.Queue, dlock.AuxWake: ks.Wake,
-		dlock.AuxWaiter:  ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
-		dlock.AuxReaders: base + ":readers", dlock.AuxHolds: base + ":holds",
-		dlock.AuxPermits: base + ":permits", dlock.AuxLimit: base + ":limit",
-		dlock.AuxLimitVer: base + ":limitver",
-		dlock.AuxCount:    base + ":count", dlock.AuxSegments: base + ":segments",
-		dlock.AuxGuard:  fenced.GuardKey(key),
-		dlock.AuxLeader: base + ":leader", dlock.AuxElected: base + ":elected",
+	return map[admin.AuxKind]string{
+		admin.AuxFence: ks.Fence, admin.AuxQueue: ks.Queue, admin.AuxWake: ks.Wake,
+		admin.AuxWaiter:  ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
+		admin.AuxReaders: base + ":readers", admin.AuxHolds: base + ":holds",
+		admin.AuxPermits: base + ":permits", admin.AuxLimit: base + ":limit",
+		admin.AuxLimitVer: base + ":limitver",
+		admin.AuxCount:    base + ":count", admin.AuxSegments: base + ":segments",
+		admin.AuxGuard:  fenced.GuardKey(key),
+		admin.AuxLeader: base + ":leader", admin.AuxElected: base + ":elected",
 	}
 }
 
@@ -39,8 +40,8 @@ func TestReservedKeysRefused(t *testing.T) {
 	rdb.AddHook(&rt)
 	c, _ := newClientOn(t, rdb, dlock.Options{})
 	for _, lock := range []string{"orders", "user:{42}:lock", "a}b{", key(t)} {
-		for kind, name := range auxNames(c, lock) {
-			if k, got, ok := c.AuxKeyOf(name); !ok || k != lock || got != kind {
+		for kind, name := range auxNames(adminOf(t, c), lock) {
+			if k, got, ok := adminOf(t, c).AuxKeyOf(name); !ok || k != lock || got != kind {
 				t.Errorf("AuxKeyOf(%q) = %q, %q, %v; want %q, %q", name, k, got, ok, lock, kind)
 			}
 			calls := map[string]func() error{
@@ -54,12 +55,12 @@ func TestReservedKeysRefused(t *testing.T) {
 				"Semaphore": func() error { _, err := c.Semaphore(name, 2).TryAcquire(ctx, 1); return err },
 				"SetLimit":  func() error { return c.Semaphore(name, 1).SetLimit(ctx, 2) },
 				"LockMulti": func() error { _, err := c.TryLockMulti(ctx, []string{"free-" + lock, name}); return err },
-				"Inspect":   func() error { _, err := c.Inspect(ctx, name); return err },
+				"Inspect":   func() error { _, err := adminOf(t, c).Inspect(ctx, name); return err },
 				"ForceRelease": func() error {
-					_, err := c.ForceRelease(ctx, name)
+					_, err := adminOf(t, c).ForceRelease(ctx, name)
 					return err
 				},
-				"ReleaseToken": func() error { return c.ReleaseToken(ctx, name, "tok") },
+				"ReleaseToken": func() error { return adminOf(t, c).ReleaseToken(ctx, name, "tok") },
 			}
 			for call, f := range calls {
 				before := rt.n.Load()
@@ -98,7 +99,7 @@ func TestPrefixAliasRefused(t *testing.T) {
 	for _, p := range []string{"dlock:#x", "#", "a{b", "a}b", "x:{y}"} {
 		c, err := dlock.New(srv.NewClient(), dlock.Options{Prefix: p})
 		if err == nil {
-			a, b := c.KeysFor("t"), def.KeysFor("x:{t}")
+			a, b := adminOf(t, c).KeysFor("t"), adminOf(t, def).KeysFor("x:{t}")
 			_ = c.Close()
 			t.Fatalf("prefix %q accepted (its fence for t %q, the default's for x:{t} %q)", p, a.Fence, b.Fence)
 		}
@@ -120,7 +121,7 @@ func TestListGlobPrefix(t *testing.T) {
 			t.Fatal(err)
 		}
 		found := false
-		if err := c.List(ctx, "", func(i dlock.Info) bool { // "": the fence scan alone
+		if err := adminOf(t, c).List(ctx, "", func(i admin.Info) bool { // "": the fence scan alone
 			found = found || i.Key == k
 			return true
 		}); err != nil {
@@ -162,7 +163,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 				_ = l.Unlock(context.Background())
 			}
 		}()
-		for deadline := time.Now().Add(30 * time.Second); rdb.LLen(ctx, c.KeysFor(k).Queue).Val() == 0; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); rdb.LLen(ctx, adminOf(t, c).KeysFor(k).Queue).Val() == 0; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("no waiter queued on %q", k)
 			}
@@ -205,7 +206,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 	t.Cleanup(func() { _ = leader.Resign(context.Background()) })
 	locks["evkL:elect"] = true
 	t.Cleanup(func() {
-		rdb.Del(context.Background(), "evkL:res", fenced.GuardKey("evkL:res"), c.KeysFor("evkL:stock:0").Fence)
+		rdb.Del(context.Background(), "evkL:res", fenced.GuardKey("evkL:res"), adminOf(t, c).KeysFor("evkL:stock:0").Fence)
 	})
 
 	var names []string
@@ -218,21 +219,21 @@ func TestEveryKeyDecodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	kinds := map[dlock.AuxKind]int{}
+	kinds := map[admin.AuxKind]int{}
 	for _, name := range names {
 		if locks[name] {
 			continue
 		}
-		k, kind, ok := c.AuxKeyOf(name)
+		k, kind, ok := adminOf(t, c).AuxKeyOf(name)
 		if !ok || !locks[k] {
 			t.Errorf("key %q (type %s) is neither a lock key nor decodes to one: %q, %q, %v", name, rdb.Type(ctx, name).Val(), k, kind, ok)
 			continue
 		}
 		kinds[kind]++
 	}
-	for _, kind := range []dlock.AuxKind{dlock.AuxFence, dlock.AuxQueue, dlock.AuxWaiter, dlock.AuxReaders,
-		dlock.AuxHolds, dlock.AuxPermits, dlock.AuxLimit, dlock.AuxLimitVer, dlock.AuxCount, dlock.AuxSegments, dlock.AuxGuard,
-		dlock.AuxLeader} {
+	for _, kind := range []admin.AuxKind{admin.AuxFence, admin.AuxQueue, admin.AuxWaiter, admin.AuxReaders,
+		admin.AuxHolds, admin.AuxPermits, admin.AuxLimit, admin.AuxLimitVer, admin.AuxCount, admin.AuxSegments, admin.AuxGuard,
+		admin.AuxLeader} {
 		if kinds[kind] == 0 {
 			t.Errorf("no %s key seen (kinds seen: %v)", kind, kinds)
 		}

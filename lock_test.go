@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -703,29 +704,29 @@ func TestInspectAndList(t *testing.T) {
 	w, _ := newClient(t, dlock.Options{Prefix: "inspect"})
 	go w.Lock(t.Context(), k)
 	deadline := time.Now().Add(5 * time.Second)
-	var info dlock.Info
+	var info admin.Info
 	for info.Queued != 1 && time.Now().Before(deadline) {
-		info, err = c.Inspect(t.Context(), k)
+		info, err = adminOf(t, c).Inspect(t.Context(), k)
 		if err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if !info.Held || info.Kind != dlock.KindToken || info.Value != lk.Token() || info.Fence != lk.Fence() ||
+	if !info.Held || info.Kind != admin.KindToken || info.Value != lk.Token() || info.Fence != lk.Fence() ||
 		info.Queued != 1 || info.TTL <= 50*time.Second {
 		t.Fatalf("Inspect = %+v", info)
 	}
 	rdb.Set(t.Context(), "jobs:foreign", "someone", time.Minute)
 	rdb.Set(t.Context(), "jobs:legacy", "1700000000", 0)
-	var got []dlock.Info
-	if err := c.List(t.Context(), "jobs:*", func(i dlock.Info) bool { got = append(got, i); return true }); err != nil {
+	var got []admin.Info
+	if err := adminOf(t, c).List(t.Context(), "jobs:*", func(i admin.Info) bool { got = append(got, i); return true }); err != nil {
 		t.Fatal(err)
 	}
-	kinds := map[string]dlock.Kind{}
+	kinds := map[string]admin.Kind{}
 	for _, i := range got {
 		kinds[i.Key] = i.Kind
 	}
-	want := map[string]dlock.Kind{k: dlock.KindToken, "jobs:foreign": dlock.KindForeign, "jobs:legacy": dlock.KindLegacy}
+	want := map[string]admin.Kind{k: admin.KindToken, "jobs:foreign": admin.KindForeign, "jobs:legacy": admin.KindLegacy}
 	if len(kinds) != len(want) {
 		t.Fatalf("List = %v, want %v (no auxiliary keys)", kinds, want)
 	}
@@ -734,7 +735,7 @@ func TestInspectAndList(t *testing.T) {
 			t.Fatalf("List = %v, want %v", kinds, want)
 		}
 	}
-	if err := c.List(t.Context(), "*", func(i dlock.Info) bool {
+	if err := adminOf(t, c).List(t.Context(), "*", func(i admin.Info) bool {
 		if strings.HasPrefix(i.Key, "inspect:") {
 			t.Errorf("List(*) reported an auxiliary key %q", i.Key)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -46,6 +47,18 @@ func newClientOn(t testing.TB, rdb *redis.Client, opts dlock.Options) (*dlock.Cl
 		_ = rdb.Close()
 	})
 	return c, rdb
+}
+
+// adminOf returns the admin Client of c's locks: over c's Redis, with its
+// prefix and pickup timeout.
+func adminOf(t testing.TB, c *dlock.Client) *admin.Client {
+	t.Helper()
+	o := c.Options()
+	adm, err := admin.New(dlock.RedisOf(c), admin.Options{Prefix: o.Prefix, PickupTimeout: o.PickupTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adm
 }
 
 var keySeq atomic.Int64

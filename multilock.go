@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"slices"
 	"time"
 
@@ -113,7 +114,7 @@ func (c *Client) multiGroups(keys []string) []multiLock {
 func (c *Client) groupOf(key string) string {
 	switch r := c.rdb.(type) {
 	case *redis.ClusterClient:
-		return fmt.Sprintf("%05d", Slot(key))
+		return fmt.Sprintf("%05d", keyspace.Slot(key))
 	case *redis.Ring:
 		if shard, err := r.GetShardClientForKey(key); err == nil {
 			return shard.Options().Addr
@@ -121,7 +122,7 @@ func (c *Client) groupOf(key string) string {
 		return ""
 	}
 	if c.splitSlots {
-		return fmt.Sprintf("%05d", Slot(key))
+		return fmt.Sprintf("%05d", keyspace.Slot(key))
 	}
 	return ""
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
@@ -25,7 +26,7 @@ func twoKeys(t *testing.T, oneSlot bool) (a, b string) {
 	}
 	for i := 0; ; i++ {
 		a, b = fmt.Sprintf("%s:a%d", base, i), fmt.Sprintf("%s:b%d", base, i)
-		if dlock.Slot(a) < dlock.Slot(b) {
+		if admin.Slot(a) < admin.Slot(b) {
 			return a, b
 		}
 	}

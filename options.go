@@ -371,7 +371,7 @@ func applyLockOptions(cfg lockConfig, opts []LockOption) lockConfig {
 }
 
 // validPrefix refuses a prefix with '{', '}' or '#': auxiliary names are
-// "<prefix>:" then '#' or '{' (see auxBase), so with none of them in any
+// "<prefix>:" then '#' or '{' (see keyspace.Base), so with none of them in any
 // prefix, where the prefix ends in a name is unambiguous and no two
 // (prefix, key) pairs share an auxiliary name. "" means the default.
 func validPrefix(p string) error {

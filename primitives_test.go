@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/stripe"
 )
 
@@ -144,8 +145,8 @@ func TestInspectSharedAndSemaphore(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2, _ := c.RWLock(k).RLock(t.Context())
-	info, err := c.Inspect(t.Context(), k)
-	if err != nil || !info.Held || info.Kind != dlock.KindShared || info.Holders != 2 || info.Fence == 0 {
+	info, err := adminOf(t, c).Inspect(t.Context(), k)
+	if err != nil || !info.Held || info.Kind != admin.KindShared || info.Holders != 2 || info.Fence == 0 {
 		t.Fatalf("Inspect of a read-locked key = %+v, %v", info, err)
 	}
 	r1.Unlock(t.Context())
@@ -156,20 +157,20 @@ func TestInspectSharedAndSemaphore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err = c.Inspect(t.Context(), s)
-	if err != nil || !info.Held || info.Kind != dlock.KindSemaphore || info.Holders != 1 || info.Permits != 2 || info.TTL <= 0 {
+	info, err = adminOf(t, c).Inspect(t.Context(), s)
+	if err != nil || !info.Held || info.Kind != admin.KindSemaphore || info.Holders != 1 || info.Permits != 2 || info.TTL <= 0 {
 		t.Fatalf("Inspect of a semaphore = %+v, %v", info, err)
 	}
 	var listed bool
-	_ = c.List(t.Context(), "", func(i dlock.Info) bool {
-		listed = listed || (i.Key == s && i.Kind == dlock.KindSemaphore)
+	_ = adminOf(t, c).List(t.Context(), "", func(i admin.Info) bool {
+		listed = listed || (i.Key == s && i.Kind == admin.KindSemaphore)
 		return true
 	})
 	if !listed {
 		t.Fatal("List did not report the semaphore")
 	}
 	p1.Unlock(t.Context())
-	if info, _ = c.Inspect(t.Context(), s); info.Held {
+	if info, _ = adminOf(t, c).Inspect(t.Context(), s); info.Held {
 		t.Fatalf("semaphore still held after Unlock: %+v", info)
 	}
 }

@@ -133,7 +133,7 @@ func TestPubSubProbeSentinel(t *testing.T) {
 	// after the failover: each hands its key to the queued waiter.
 	releaser := client(dlock.Options{})
 	for i, k := range []string{k1, k2} {
-		if err := releaser.ReleaseToken(ctx, k, tokens[i]); err != nil {
+		if err := adminOf(t, releaser).ReleaseToken(ctx, k, tokens[i]); err != nil {
 			t.Fatalf("ReleaseToken %s: %v", k, err)
 		}
 	}

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -120,12 +119,6 @@ const ReentrantPrefix = "dlock:reentrant:"
 
 // reentrantValue is what the lock key holds while owner holds it.
 func reentrantValue(owner string) string { return ReentrantPrefix + owner }
-
-// ReentrantOwner decodes a lock key's value: the owner id of the reentrant
-// hold it names, and whether it names one (for tools that show holders).
-func ReentrantOwner(value string) (owner string, ok bool) {
-	return strings.CutPrefix(value, ReentrantPrefix)
-}
 
 // reentrantLock is the protocol of Reentrant: a shared hold whose group is
 // the owner id (see holds.go). Waiters of other owners queue for an

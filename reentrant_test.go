@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/legacy"
 )
 
@@ -38,7 +39,7 @@ func TestReentrantDepthAcrossProcesses(t *testing.T) {
 		}
 	}
 	// The key names the owner, with a TTL: SET NX clients are excluded.
-	if o, ok := dlock.ReentrantOwner(rdb.Get(ctx, k).Val()); !ok || o != owner {
+	if o, ok := admin.ReentrantOwner(rdb.Get(ctx, k).Val()); !ok || o != owner {
 		t.Fatalf("key holds %q, want the owner", rdb.Get(ctx, k).Val())
 	}
 	if rdb.SetNX(ctx, k, "foreign", time.Minute).Val() {

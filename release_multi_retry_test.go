@@ -43,7 +43,7 @@ func TestRetriedMultiUnlockAfterLostReplyTells(t *testing.T) {
 					t.Fatal(err)
 				}
 				if forced != "" {
-					if ok, err := admin.ForceRelease(t.Context(), keys[1]); err != nil || !ok {
+					if ok, err := adminOf(t, admin).ForceRelease(t.Context(), keys[1]); err != nil || !ok {
 						t.Fatalf("ForceRelease = %v, %v", ok, err)
 					}
 					if forced == "taken" {

@@ -226,7 +226,7 @@ func TestForceReleaseIsALossForTheHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, err := op.ForceRelease(ctx, k); err != nil || !ok {
+			if ok, err := adminOf(t, op).ForceRelease(ctx, k); err != nil || !ok {
 				t.Fatalf("ForceRelease: %v, %v", ok, err)
 			}
 			if err := lk.Unlock(ctx); !errors.Is(err, dlock.ErrLost) {

@@ -32,7 +32,7 @@ func TestRetriedSemaphoreUnlockAfterLostReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			if forced {
-				if ok, err := admin.ForceRelease(t.Context(), k); !ok || err != nil {
+				if ok, err := adminOf(t, admin).ForceRelease(t.Context(), k); !ok || err != nil {
 					t.Fatalf("ForceRelease = %v, %v", ok, err)
 				}
 			}
@@ -91,7 +91,7 @@ func TestRetriedUnlockAfterLostReplyTells(t *testing.T) {
 					t.Fatal(err)
 				}
 				if forced {
-					if ok, err := admin.ForceRelease(t.Context(), k); !ok || err != nil {
+					if ok, err := adminOf(t, admin).ForceRelease(t.Context(), k); !ok || err != nil {
 						t.Fatalf("ForceRelease = %v, %v", ok, err)
 					}
 					if _, err := admin.TryLock(t.Context(), k); err != nil {
@@ -138,7 +138,7 @@ func TestUnlockResendsReleaseAfterLostReply(t *testing.T) {
 				t.Fatal(err)
 			}
 			if forced {
-				if ok, err := admin.ForceRelease(t.Context(), k); !ok || err != nil {
+				if ok, err := adminOf(t, admin).ForceRelease(t.Context(), k); !ok || err != nil {
 					t.Fatalf("ForceRelease = %v, %v", ok, err)
 				}
 				if _, err := admin.TryLock(t.Context(), k); err != nil {

@@ -183,7 +183,7 @@ func TestFenceAboveStaleCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The counter as a replica that missed the grant above may hold it.
-	if err := rdb.Set(ctx, c.KeysFor(k).Fence, first-1000, time.Minute).Err(); err != nil {
+	if err := rdb.Set(ctx, adminOf(t, c).KeysFor(k).Fence, first-1000, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range []primitive{nil, readers(), reentrant("o")} {
@@ -198,7 +198,7 @@ func TestFenceAboveStaleCounter(t *testing.T) {
 		if err := lk.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		rdb.Set(ctx, c.KeysFor(k).Fence, 7, time.Minute)
+		rdb.Set(ctx, adminOf(t, c).KeysFor(k).Fence, 7, time.Minute)
 	}
 }
 
@@ -299,7 +299,7 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			k := key(t)
-			name := tc.aux(c.KeysFor(k))
+			name := tc.aux(adminOf(t, c).KeysFor(k))
 			tc.set(name)
 			before, _ := rdb.Dump(ctx, name).Result()
 			for _, try := range []bool{true, false} {
@@ -351,7 +351,7 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 		if !dlock.OwnSubscribed(c) {
 			t.Fatal("the Client's hand-off channel is not subscribed")
 		}
-		q := aux(":q")(c.KeysFor(k))
+		q := aux(":q")(adminOf(t, c).KeysFor(k))
 		str(q)
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -372,7 +372,7 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	t.Run("multi/fence", func(t *testing.T) {
 		k := key(t)
 		a, b := k+":a", k+":b"
-		str(c.KeysFor(b).Fence)
+		str(adminOf(t, c).KeysFor(b).Fence)
 		if _, err := c.TryLockMulti(ctx, []string{a, b}); !errors.Is(err, dlock.ErrWrongType) {
 			t.Fatalf("%v; want ErrWrongType", err)
 		}
@@ -382,7 +382,7 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	})
 	t.Run("SetLimit", func(t *testing.T) {
 		k := key(t)
-		limit := aux(":limit")(c.KeysFor(k))
+		limit := aux(":limit")(adminOf(t, c).KeysFor(k))
 		str(limit)
 		if err := c.Semaphore(k, 1).SetLimit(ctx, 2); !errors.Is(err, dlock.ErrWrongType) {
 			t.Fatalf("SetLimit over a foreign key: %v; want ErrWrongType", err)
@@ -393,14 +393,14 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 	})
 	t.Run("SetLimit version", func(t *testing.T) {
 		k := key(t)
-		ver := aux(":limitver")(c.KeysFor(k))
+		ver := aux(":limitver")(adminOf(t, c).KeysFor(k))
 		for _, foreign := range []func(string){str, func(name string) { rdb.HSet(ctx, name, "f", "v") }} {
 			rdb.Del(ctx, ver)
 			foreign(ver)
 			if err := c.Semaphore(k, 1).SetLimit(ctx, 2); !errors.Is(err, dlock.ErrWrongType) {
 				t.Fatalf("SetLimit over a foreign version key: %v; want ErrWrongType", err)
 			}
-			if n := rdb.Exists(ctx, aux(":limit")(c.KeysFor(k))).Val(); n != 0 {
+			if n := rdb.Exists(ctx, aux(":limit")(adminOf(t, c).KeysFor(k))).Val(); n != 0 {
 				t.Fatal("SetLimit stored a limit beside a foreign version key")
 			}
 		}
@@ -412,11 +412,11 @@ func TestScriptsRefuseForeignTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer lk.Unlock(ctx)
-		str(c.KeysFor(k).Fence) // another program's persistent key there now
+		str(adminOf(t, c).KeysFor(k).Fence) // another program's persistent key there now
 		if err := lk.Extend(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if d := rdb.PTTL(ctx, c.KeysFor(k).Fence).Val(); d != -1 {
+		if d := rdb.PTTL(ctx, adminOf(t, c).KeysFor(k).Fence).Val(); d != -1 {
 			t.Fatalf("the renewal gave a foreign persistent key a TTL (%v)", d)
 		}
 	})
@@ -491,7 +491,7 @@ func TestCounterRefusesForeignCount(t *testing.T) {
 	if err := stock.Set(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	fk := c.KeysFor(name + ":0").Fence
+	fk := adminOf(t, c).KeysFor(name + ":0").Fence
 	count := fk[:len(fk)-len(":fence")] + ":count"
 	if rdb.Get(ctx, count).Val() != "5" {
 		t.Fatalf("count key %q: %q", count, rdb.Get(ctx, count).Val())

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -125,7 +126,5 @@ func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {
 }
 
 func (s semaphore) release(k protocol.Keys, token, mode string) protocol.Call {
-	return protocol.Call{Script: scripts.SemaphoreRelease,
-		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue},
-		Args: []any{token, k.Wake, s.pickup.Milliseconds(), mode, s.limit}}
+	return releases.Semaphore(k, token, s.pickup, mode, s.limit)
 }

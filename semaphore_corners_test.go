@@ -26,7 +26,7 @@ func semTokens(k string, n int) []string {
 // inUse is the permits in use of the semaphore k, as Inspect reports them.
 func inUse(t *testing.T, c *dlock.Client, k string) int64 {
 	t.Helper()
-	info, err := c.Inspect(t.Context(), k)
+	info, err := adminOf(t, c).Inspect(t.Context(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,21 +94,21 @@ func TestSemaphoreAdminReleaseKeepsLimit(t *testing.T) {
 		c, _ := newClient(t, dlock.Options{})
 		holders, got := semFullAboveLimit(t, c, k)
 		for i, want := range []int64{3, 2} { // no room for a waiter yet
-			if err := c.ReleaseToken(t.Context(), k, holders[i].Token()); err != nil {
+			if err := adminOf(t, c).ReleaseToken(t.Context(), k, holders[i].Token()); err != nil {
 				t.Fatal(err)
 			}
 			if n := inUse(t, c, k); n != want {
 				t.Fatalf("after %d admin release(s): %d permits in use, want %d (limit 2)", i+1, n, want)
 			}
 		}
-		if err := c.ReleaseToken(t.Context(), k, holders[2].Token()); err != nil {
+		if err := adminOf(t, c).ReleaseToken(t.Context(), k, holders[2].Token()); err != nil {
 			t.Fatal(err)
 		}
 		gotIn(t, got, "the admin release that left 1 permit in use") // woken, not by its retry
 		if n := inUse(t, c, k); n != 2 {
 			t.Fatalf("%d permits in use, want 2", n)
 		}
-		if err := c.ReleaseToken(t.Context(), k, holders[3].Token()); err != nil {
+		if err := adminOf(t, c).ReleaseToken(t.Context(), k, holders[3].Token()); err != nil {
 			t.Fatal(err)
 		}
 		gotIn(t, got, "the last holder's admin release")
@@ -123,13 +123,13 @@ func TestSemaphoreAdminReleaseKeepsLimit(t *testing.T) {
 		// The third holder's release fails: two of the four are left.
 		inj.Add(faultcmd.Rule{Name: "third release", Action: faultcmd.FailBefore, Nth: 3,
 			Match: faultcmd.Match{Script: "semaphore_release", Key: k}})
-		if _, err := c.ForceRelease(t.Context(), k); !errors.Is(err, dlock.ErrUnavailable) {
+		if _, err := adminOf(t, c).ForceRelease(t.Context(), k); !errors.Is(err, dlock.ErrUnavailable) {
 			t.Fatalf("ForceRelease with its third release failing: %v", err)
 		}
 		if n := inUse(t, c, k); n != 2 {
 			t.Fatalf("after 2 of 4 holders released: %d permits in use, want 2 (limit 2)", n)
 		}
-		if ok, err := c.ForceRelease(t.Context(), k); !ok || err != nil {
+		if ok, err := adminOf(t, c).ForceRelease(t.Context(), k); !ok || err != nil {
 			t.Fatalf("ForceRelease = %v, %v", ok, err)
 		}
 		gotIn(t, got, "ForceRelease")
@@ -224,7 +224,7 @@ func TestSemaphoreKeysAlwaysExpire(t *testing.T) {
 	if attempt(newcomer, "try", 1, time.Minute) {
 		t.Fatal("the newcomer got in ahead of the queued waiter")
 	}
-	if info, err := c.Inspect(ctx, k); err != nil || info.Holders != 1 {
+	if info, err := adminOf(t, c).Inspect(ctx, k); err != nil || info.Holders != 1 {
 		t.Fatalf("after the newcomer: %+v, %v; want the dead waiter handed the permit", info, err)
 	}
 	allExpire(t, rdb, k, "a newcomer refused after serving the queue")
@@ -232,7 +232,7 @@ func TestSemaphoreKeysAlwaysExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	allExpire(t, rdb, k, "SetLimit")
-	if err := c.ReleaseToken(ctx, k, dead); err != nil {
+	if err := adminOf(t, c).ReleaseToken(ctx, k, dead); err != nil {
 		t.Fatal(err)
 	}
 	allExpire(t, rdb, k, "ReleaseToken")
@@ -247,7 +247,7 @@ func TestSemaphoreKeysAlwaysExpire(t *testing.T) {
 	if attempt(tok[4], "q1", 1, time.Minute) {
 		t.Fatal("a waiter got the permit that is held")
 	}
-	if _, err := c.ForceRelease(ctx, k); err != nil {
+	if _, err := adminOf(t, c).ForceRelease(ctx, k); err != nil {
 		t.Fatal(err)
 	}
 	allExpire(t, rdb, k, "ForceRelease")

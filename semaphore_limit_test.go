@@ -13,7 +13,7 @@ import (
 // limitOf returns the limit SetLimit stored for semaphore k ("" if none).
 func limitOf(t *testing.T, rdb *redis.Client, c *dlock.Client, k string) string {
 	t.Helper()
-	ks := c.KeysFor(k)
+	ks := adminOf(t, c).KeysFor(k)
 	v, err := rdb.Get(t.Context(), strings.TrimSuffix(ks.Fence, ":fence")+":limit").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		t.Fatal(err)

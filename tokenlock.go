@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/rexec"
@@ -131,7 +132,7 @@ func (tokenLock) Renew(k protocol.Keys, token string, ttl time.Duration) (protoc
 }
 
 func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
-	return protocol.Call{Script: scripts.Release, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "0"}}
+	return releases.Token(k, token, t.pickup, releases.Release)
 }
 
 // release runs Release's call, as the arguments of its EVALSHA command
@@ -148,7 +149,7 @@ func (t tokenLock) release(ctx context.Context, x *rexec.Exec, k protocol.Keys, 
 // reached it too late; on a holder it releases. The engine calls it when a
 // waiter gives up, and after an acquire whose reply was lost.
 func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
-	return protocol.Call{Script: scripts.Release, Keys: []string{k.Lock, k.Queue}, Args: []any{token, k.Wake, t.pickup.Milliseconds(), "1"}}
+	return releases.Token(k, token, t.pickup, releases.Leave)
 }
 
 // releaseTellsResend: its release script answers 1 to a second run of a

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -174,7 +175,7 @@ func topoPrimitives(t *testing.T, tp *topo) {
 		if err != nil {
 			t.Fatalf("%q: TryLock on a free key: %v", k, err)
 		}
-		if err := other.ReleaseToken(ctx, k, lk.Token()); err != nil {
+		if err := adminOf(t, other).ReleaseToken(ctx, k, lk.Token()); err != nil {
 			t.Fatalf("%q: ReleaseToken: %v", k, err)
 		}
 		// The token is the holder's credential: a release by it is the
@@ -186,7 +187,7 @@ func topoPrimitives(t *testing.T, tp *topo) {
 }
 
 // topoSlots: every key and queue entry a lock creates lives in the lock
-// key's slot (CLUSTER KEYSLOT), on the master serving it, and dlock.Slot
+// key's slot (CLUSTER KEYSLOT), on the master serving it, and admin.Slot
 // agrees with Redis.
 func topoSlots(t *testing.T, tp *topo) {
 	ctx := t.Context()
@@ -198,8 +199,8 @@ func topoSlots(t *testing.T, tp *topo) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dlock.Slot(k) != slot {
-			t.Fatalf("dlock.Slot(%q) = %d, CLUSTER KEYSLOT = %d", k, dlock.Slot(k), slot)
+		if admin.Slot(k) != slot {
+			t.Fatalf("admin.Slot(%q) = %d, CLUSTER KEYSLOT = %d", k, admin.Slot(k), slot)
 		}
 		lk, err := c.Lock(ctx, k, dlock.WithTTL(5*time.Second))
 		if err != nil {
@@ -396,7 +397,7 @@ func topoWaitQueued(t *testing.T, c *dlock.Client, k string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := c.Inspect(t.Context(), k)
+		info, err := adminOf(t, c).Inspect(t.Context(), k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -456,16 +457,16 @@ func topoAdmin(t *testing.T, tp *topo) {
 		locks = append(locks, lk)
 	}
 	for _, lk := range locks {
-		info, err := c.Inspect(ctx, lk.Key())
+		info, err := adminOf(t, c).Inspect(ctx, lk.Key())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !info.Held || info.Kind != dlock.KindToken || info.Value != lk.Token() || info.Fence != lk.Fence() || info.TTL <= time.Second {
+		if !info.Held || info.Kind != admin.KindToken || info.Value != lk.Token() || info.Fence != lk.Fence() || info.TTL <= time.Second {
 			t.Fatalf("Inspect(%q) = %+v", lk.Key(), info)
 		}
 	}
 	seen := map[string]bool{}
-	if err := c.List(ctx, "adm:*", func(i dlock.Info) bool { seen[i.Key] = true; return true }); err != nil {
+	if err := adminOf(t, c).List(ctx, "adm:*", func(i admin.Info) bool { seen[i.Key] = true; return true }); err != nil {
 		t.Fatal(err)
 	}
 	for _, lk := range locks {
@@ -477,7 +478,7 @@ func topoAdmin(t *testing.T, tp *topo) {
 		t.Fatalf("List found %d locks, want %d", len(seen), len(locks))
 	}
 	for _, lk := range locks {
-		ok, err := c.ForceRelease(ctx, lk.Key())
+		ok, err := adminOf(t, c).ForceRelease(ctx, lk.Key())
 		if err != nil || !ok {
 			t.Fatalf("ForceRelease(%q) = %v, %v", lk.Key(), ok, err)
 		}

@@ -47,7 +47,7 @@ func TestGrantedWaitersLeaveNoLease(t *testing.T) {
 					return
 				}
 				// Held: the waiter's lease is gone already.
-				if v, err := r.Get(t.Context(), c.KeysFor(name).Queue+":"+lk.Token()).Result(); err == nil {
+				if v, err := r.Get(t.Context(), adminOf(t, c).KeysFor(name).Queue+":"+lk.Token()).Result(); err == nil {
 					t.Errorf("%s: a granted waiter's lease is still there (%q)", name, v)
 				}
 				if err := lk.Unlock(t.Context()); err != nil {

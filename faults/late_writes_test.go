@@ -165,8 +165,8 @@ func lateAdminReleases(h *harness) {
 		name, arg string
 		call      func(token string) error
 	}{
-		{"ReleaseToken", "0", func(token string) error { return na.Locks.ReleaseToken(ctx, k, token) }},
-		{"ForceRelease", "force", func(string) error { _, err := na.Locks.ForceRelease(ctx, k); return err }},
+		{"ReleaseToken", "0", func(token string) error { return na.Admin.ReleaseToken(ctx, k, token) }},
+		{"ForceRelease", "force", func(string) error { _, err := na.Admin.ForceRelease(ctx, k); return err }},
 	} {
 		la := acquireSoon(ctx, a, k, ttl)
 		if la == nil {
@@ -272,7 +272,7 @@ func adminSemaphoreRelease(h *harness) {
 	}
 	owner := func(x held) string { return x.w.Node.holdingOf(x.lk).owner }
 	done := adminUnlock(h, k, []string{owner(holders[0])})
-	done(admin.Locks.ReleaseToken(ctx, k, holders[0].lk.Token()))
+	done(admin.Admin.ReleaseToken(ctx, k, holders[0].lk.Token()))
 	forget(ctx, holders[0].w, holders[0].lk)
 	sleep(300 * time.Millisecond) // a waiter granted above the limit works meanwhile
 	var rest []string
@@ -280,7 +280,7 @@ func adminSemaphoreRelease(h *harness) {
 		rest = append(rest, owner(x))
 	}
 	done = adminUnlock(h, k, rest)
-	_, err := admin.Locks.ForceRelease(ctx, k)
+	_, err := admin.Admin.ForceRelease(ctx, k)
 	done(err)
 	for _, x := range holders[1:] {
 		forget(ctx, x.w, x.lk)
@@ -320,7 +320,7 @@ func lateCounterWrites(h *harness) {
 	case <-time.After(5 * time.Second):
 		h.t.Fatal("fault not shown: the Set's writes were never held")
 	}
-	if _, err := admin.Locks.ForceRelease(ctx, seg0); err != nil {
+	if _, err := admin.Admin.ForceRelease(ctx, seg0); err != nil {
 		h.t.Errorf("ForceRelease of segment 0: %v", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -368,7 +368,7 @@ func probeLanded(inj *faultcmd.Injector) bool {
 // pendingRenewalGT (issue 28, defect 1): an Extend(1s) landing after an
 // Extend(30s) must not cut the key's TTL.
 func pendingRenewalGT(t *testing.T) string {
-	c, inj, done := faultyProbeClient(t)
+	c, _, inj, done := faultyProbeClient(t)
 	defer done()
 	rdb, stop := probeRDB()
 	defer stop()
@@ -398,7 +398,7 @@ func pendingRenewalGT(t *testing.T) string {
 // pendingForceLate: a ForceRelease that lands after the key changed hands
 // leaves the new holder alone (found by the late admin releases row).
 func pendingForceLate(t *testing.T) string {
-	c, inj, done := faultyProbeClient(t)
+	c, adm, inj, done := faultyProbeClient(t)
 	defer done()
 	rdb, stop := probeRDB()
 	defer stop()
@@ -411,7 +411,7 @@ func pendingForceLate(t *testing.T) string {
 	}
 	inj.Add(faultcmd.Rule{Action: faultcmd.Late, Match: faultcmd.Match{Script: "release", Key: k, Arg: "force"},
 		Until: faultcmd.Match{Script: "acquire", Key: k}})
-	_, _ = c.ForceRelease(ctx, k)
+	_, _ = adm.ForceRelease(ctx, k)
 	_ = lk.Unlock(ctx)
 	lk2, err := c.TryLock(ctx, k)
 	if err != nil {
@@ -431,7 +431,7 @@ func pendingForceLate(t *testing.T) string {
 // removed, an admin release of a semaphore does not grant above the
 // callers' limit.
 func pendingAdminSemLimit(t *testing.T) string {
-	c, _, done := probeClient(t)
+	c, crdb, done := probeClient(t)
 	defer done()
 	rdb, stop := probeRDB()
 	defer stop()
@@ -468,7 +468,7 @@ func pendingAdminSemLimit(t *testing.T) string {
 			return ""
 		}
 	}
-	if c.ReleaseToken(ctx, k, lks[0].Token()) != nil {
+	if adminOn(t, crdb).ReleaseToken(ctx, k, lks[0].Token()) != nil {
 		return ""
 	}
 	if n := rdb.ZCard(ctx, k).Val(); n > 3 {
@@ -481,9 +481,9 @@ func pendingAdminSemLimit(t *testing.T) string {
 // after its segment's lock was force-released and a unit taken leaves
 // that sale alone.
 func pendingCounterSet(t *testing.T) string {
-	c, inj, done := faultyProbeClient(t)
+	c, _, inj, done := faultyProbeClient(t)
 	defer done()
-	op, _, doneOp := probeClient(t)
+	_, oprdb, doneOp := probeClient(t)
 	defer doneOp()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -504,7 +504,7 @@ func pendingCounterSet(t *testing.T) string {
 	case <-ctx.Done():
 		return ""
 	}
-	_, _ = op.ForceRelease(ctx, name+":0")
+	_, _ = adminOn(t, oprdb).ForceRelease(ctx, name+":0")
 	if _, err := ctr.Take(ctx, 1, nil); err != nil {
 		return ""
 	}

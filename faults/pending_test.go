@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/legacy"
@@ -77,7 +78,7 @@ func pendingReentrantIdentity(t *testing.T) string {
 }
 
 // faultyProbeClient is probeClient with a command-fault layer.
-func faultyProbeClient(t *testing.T) (*dlock.Client, *faultcmd.Injector, func()) {
+func faultyProbeClient(t *testing.T) (*dlock.Client, *admin.Client, *faultcmd.Injector, func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: resSrv.Addr(), ContextTimeoutEnabled: true})
 	inj := faultcmd.New()
 	rdb.AddHook(inj)
@@ -85,7 +86,18 @@ func faultyProbeClient(t *testing.T) (*dlock.Client, *faultcmd.Injector, func())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, inj, func() { _ = c.Close(); _ = rdb.Close() }
+	return c, adminOn(t, rdb), inj, func() { _ = c.Close(); _ = rdb.Close() }
+}
+
+// adminOn returns the admin Client of the locks under the default prefix
+// over rdb.
+func adminOn(t testing.TB, rdb redis.UniversalClient) *admin.Client {
+	t.Helper()
+	adm, err := admin.New(rdb, admin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adm
 }
 
 func probeKey(t *testing.T, what string) string {
@@ -98,7 +110,7 @@ func probeKey(t *testing.T, what string) string {
 func pendingLegacyLostSetnx(t *testing.T) string {
 	b, _, doneB := probeClient(t)
 	defer doneB()
-	a, inj, doneA := faultyProbeClient(t)
+	a, _, inj, doneA := faultyProbeClient(t)
 	defer doneA()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -133,7 +145,7 @@ func pendingLegacyLostSetnx(t *testing.T) string {
 // pendingCounterRestock (issue 12, defect 7): an Unlock error after fn
 // committed must not put the units back.
 func pendingCounterRestock(t *testing.T) string {
-	c, inj, done := faultyProbeClient(t)
+	c, _, inj, done := faultyProbeClient(t)
 	defer done()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -155,7 +167,7 @@ func pendingCounterRestock(t *testing.T) string {
 // reply, the first having handed the key to a queued waiter, must not
 // report a loss.
 func pendingUnlockMisreport(t *testing.T) string {
-	a, inj, doneA := faultyProbeClient(t)
+	a, _, inj, doneA := faultyProbeClient(t)
 	defer doneA()
 	w, rdb, doneW := probeClient(t)
 	defer doneW()
@@ -217,7 +229,7 @@ func TestFixesPresent(t *testing.T) {
 // a queued waiter whose confirm reply is lost retries; the withdraw is
 // held until that retry completes; the key must not be freed under it.
 func pendingWithdrawRetry(t *testing.T) string {
-	a, inj, doneA := faultyProbeClient(t)
+	a, _, inj, doneA := faultyProbeClient(t)
 	defer doneA()
 	d, rdb, doneD := probeClient(t)
 	defer doneD()

@@ -215,7 +215,7 @@ func operatorReleases(ctx context.Context, h *harness, n *node, sem string, stop
 // (ReleaseToken of its token), or every holder (ForceRelease), and records
 // the call.
 func operatorRelease(ctx context.Context, h *harness, n *node, proc int, seq *atomic.Uint64, sem string, force bool) {
-	info, err := n.Locks.Inspect(ctx, sem)
+	info, err := n.Admin.Inspect(ctx, sem)
 	if err != nil || len(info.Tokens) == 0 {
 		return
 	}
@@ -227,9 +227,9 @@ func operatorRelease(ctx context.Context, h *harness, n *node, proc int, seq *at
 	h.hist.Record(event{Type: evInvoke, ID: id, Proc: proc, T: clock.Now(), Kind: kind, Key: sem, Owner: token})
 	actx, cancel := context.WithTimeout(ctx, time.Second)
 	if force {
-		_, err = n.Locks.ForceRelease(actx, sem)
+		_, err = n.Admin.ForceRelease(actx, sem)
 	} else {
-		err = n.Locks.ReleaseToken(actx, sem, token)
+		err = n.Admin.ReleaseToken(actx, sem, token)
 	}
 	cancel()
 	e := event{Type: evOK, ID: id, Proc: proc, T: clock.Now(), Kind: kind, Key: sem, Owner: token}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/redis/go-redis/v9"
@@ -461,6 +462,9 @@ func (h *harness) redlockNodeOpts(addrs []string, ropts redlock.Options, setup f
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(func() { _ = n.Close() })
+	if n.Admin, err = admin.New(nodes[0], admin.Options{}); err != nil { // the node the Client's own calls go to
+		h.t.Fatal(err)
+	}
 	return redlockSet{node: n, proto: p}
 }
 

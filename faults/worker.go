@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/fenced"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,6 +26,7 @@ func resKey(key string) string { return "res:" + key }
 // every watchdog renewal of the locks its workers hold.
 type node struct {
 	Locks *dlock.Client
+	Admin *admin.Client // the admin Client of Locks' locks (on a Redlock node: of its first node)
 	Clock *timeBase
 	Rec   recorder
 
@@ -119,7 +121,16 @@ func (s grantSpec) event(e event) event {
 // newNode makes a dlock Client over rdb whose renewals are recorded. The
 // node owns rdb: Close closes both.
 func newNode(rdb redis.UniversalClient, opts dlock.Options, clock *timeBase, rec recorder) (*node, error) {
-	return newNodeWith(opts, clock, rec, func(o dlock.Options) (*dlock.Client, error) { return dlock.New(rdb, o) }, rdb)
+	n, err := newNodeWith(opts, clock, rec, func(o dlock.Options) (*dlock.Client, error) { return dlock.New(rdb, o) }, rdb)
+	if err != nil {
+		return nil, err
+	}
+	o := n.Locks.Options()
+	if n.Admin, err = admin.New(rdb, admin.Options{Prefix: o.Prefix, PickupTimeout: o.PickupTimeout}); err != nil {
+		_ = n.Close()
+		return nil, err
+	}
+	return n, nil
 }
 
 // newNodeWith makes a node whose Client mk builds from opts (with the

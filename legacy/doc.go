@@ -219,7 +219,7 @@
 // because the value may have no TTL and never go away. The older clients
 // fail here as well (Python's int() raises ValueError, C#'s GetLock catches
 // the parse exception and returns false). Find the writer; then clear the
-// key with `dlock release --force KEY` (dlock.Client.ForceRelease) if it is
+// key with `dlock release --force KEY` (admin.Client.ForceRelease) if it is
 // abandoned. Surrounding white space and a sign are accepted, as Python's
 // int() and C#'s long.Parse accept them; a number beyond int64 saturates (a
 // huge one is far in the future, a hugely negative one expired). If a
@@ -240,15 +240,15 @@
 // largest time.Duration); Lock keeps waiting, retrying every
 // dlock.Options.RetryInterval, until its context ends. Such a key stays
 // locked until an operator removes it: `dlock release --force KEY`
-// (dlock.Client.ForceRelease), after fixing the writer.
+// (admin.Client.ForceRelease), after fixing the writer.
 //
 // # Admin
 //
-// The protocol writes no fence counter, so `dlock list` (Client.List) finds
-// legacy locks only when given a pattern (it then scans the string keys
-// matching it); Inspect reports them as dlock.KindLegacy. ForceRelease and
-// ReleaseToken (with the stored timestamp as the token) work on them;
-// ReleaseToken runs this protocol's release, at most once.
+// The protocol writes no fence counter, so `dlock list` (package admin's
+// Client.List) finds legacy locks only when given a pattern (it then scans
+// the string keys matching it); Inspect reports them as admin.KindLegacy.
+// ForceRelease and ReleaseToken (with the stored timestamp as the token)
+// work on them; ReleaseToken runs this protocol's release, at most once.
 //
 // # Migrating a fleet to the token lock
 //

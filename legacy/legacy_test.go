@@ -505,7 +505,7 @@ func TestBadValues(t *testing.T) {
 				}
 				if tc.want == held {
 					// The way out: an operator's forced release.
-					if ok, err := c.ForceRelease(t.Context(), k); !ok || err != nil {
+					if ok, err := adminOn(t, admin).ForceRelease(t.Context(), k); !ok || err != nil {
 						t.Fatalf("ForceRelease = %v, %v", ok, err)
 					}
 					lk, err := c.TryLock(t.Context(), k, with(p, time.Second)...)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,17 @@ func newDlock(t testing.TB, opts dlock.Options) (*dlock.Client, *redis.Client) {
 		_ = rdb.Close()
 	})
 	return c, rdb
+}
+
+// adminOn returns the admin Client of the locks under the default prefix
+// over rdb.
+func adminOn(t testing.TB, rdb redis.UniversalClient) *admin.Client {
+	t.Helper()
+	adm, err := admin.New(rdb, admin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adm
 }
 
 var keySeq atomic.Int64

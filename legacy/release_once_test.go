@@ -90,7 +90,7 @@ func TestResentReleaseKeepsOthersLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release := p.Release(a.KeysFor(k), lk.Token())
+	release := p.Release(adminOn(t, rdb).KeysFor(k), lk.Token())
 	if code, err := release.Run(ctx, rdb).Int64(); err != nil || code != 1 {
 		t.Fatalf("the release = %d, %v; want 1", code, err)
 	}

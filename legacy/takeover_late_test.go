@@ -101,13 +101,13 @@ func TestResentTakeoverRunsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	p := legacy.New(legacy.Options{Unit: legacy.Milliseconds})
-	c, rdb := newDlock(t, dlock.Options{})
+	_, rdb := newDlock(t, dlock.Options{})
 	k := key(t)
 	expired := strconv.FormatInt(stamp(legacy.Milliseconds)-5, 10)
 	v := strconv.FormatInt(stamp(legacy.Milliseconds)+60_000, 10)
 	rdb.Set(ctx, k, expired, 0)
 
-	won := p.TakeoverCall(c.KeysFor(k), expired, v)
+	won := p.TakeoverCall(adminOn(t, rdb).KeysFor(k), expired, v)
 	for i := range 2 {
 		if got, err := won.Run(ctx, rdb).Slice(); err != nil || fmt.Sprint(got) != "[1]" {
 			t.Fatalf("winning takeover, copy %d = %v, %v; want [1]", i+1, got, err)
@@ -116,7 +116,7 @@ func TestResentTakeoverRunsOnce(t *testing.T) {
 	// The key is freed and someone else takes it with the same value, or
 	// the expired value comes back: a copy of a takeover that ran writes
 	// nothing either way.
-	lost := p.TakeoverCall(c.KeysFor(k), expired, v+"0")
+	lost := p.TakeoverCall(adminOn(t, rdb).KeysFor(k), expired, v+"0")
 	if got, err := lost.Run(ctx, rdb).Slice(); err != nil || fmt.Sprint(got) != "[0 "+v+"]" {
 		t.Fatalf("losing takeover = %v, %v; want [0 %s]", got, err, v)
 	}

@@ -131,7 +131,8 @@
 //
 // # Limits
 //
-//   - The Client's Inspect, List and ForceRelease see nodes[0] only.
+//   - Package admin, over nodes[0], sees that node's keys only (Inspect,
+//     List, ForceRelease).
 //   - A grant takes two round trips (the fence write-back).
 //   - A request abandoned at the node timeout may still run on its server
 //     later; it is deleted by the clean-up retries, or expires within one

@@ -904,7 +904,7 @@ func quorumError(op string, quorum int, rs []reply) error {
 }
 
 // newValue returns 128 random bits, base64url-encoded: 22 characters, like
-// dlock's tokens (so Inspect reports KindToken).
+// dlock's tokens (so package admin's Inspect reports KindToken).
 func newValue() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])

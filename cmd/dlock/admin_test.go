@@ -64,7 +64,7 @@ func TestReleaseEveryKind(t *testing.T) {
 // shown with its handles and auxiliary keys; an auxiliary key is no lock.
 func TestStatusTokensAndAux(t *testing.T) {
 	t.Parallel()
-	c, _ := lib(t)
+	c, rdb := lib(t)
 	ctx := context.Background()
 	key := testKey(t)
 	lk := hold(t, key)
@@ -98,7 +98,7 @@ func TestStatusTokensAndAux(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slk.Unlock(ctx)
-	limitKey := strings.TrimSuffix(c.KeysFor(sem).Fence, ":fence") + ":limit"
+	limitKey := strings.TrimSuffix(adminOn(t, rdb).KeysFor(sem).Fence, ":fence") + ":limit"
 	r = dlockRun(t, nil, onSrv("list", "--json", "*"+sem+"*")...)
 	expectCode(t, r, 0)
 	var views []lockView

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -89,22 +90,22 @@ func shortToken(t string) string {
 
 // notALock explains an ErrWrongType on key: what the key is, by the kind
 // Inspect sees, and the flag that takes it.
-func notALock(ctx context.Context, c *dlock.Client, key string, semaphoreWanted bool) string {
-	info, err := c.Inspect(ctx, key)
+func notALock(ctx context.Context, adm *admin.Client, key string, semaphoreWanted bool) string {
+	info, err := adm.Inspect(ctx, key)
 	switch {
 	case errors.Is(err, dlock.ErrReservedKey):
-		lock, kind, _ := c.AuxKeyOf(key)
+		lock, kind, _ := adm.AuxKeyOf(key)
 		return fmt.Sprintf("%s is the %s key of lock %s, not a lock", printable(key), kind, printable(lock))
 	case err != nil:
 		return fmt.Sprintf("%s is not a lock", printable(key))
-	case info.Kind == dlock.KindSemaphore && !semaphoreWanted:
+	case info.Kind == admin.KindSemaphore && !semaphoreWanted:
 		limit := "N"
 		if info.Limit > 0 {
 			limit = strconv.FormatInt(info.Limit, 10)
 		}
 		return fmt.Sprintf("%s is a semaphore (%d permits held by %d holders), not a plain lock: take it with --limit %s",
 			printable(key), info.Permits, info.Holders, limit)
-	case semaphoreWanted && info.Held && info.Kind != dlock.KindSemaphore && info.Kind != dlock.KindWrongType:
+	case semaphoreWanted && info.Held && info.Kind != admin.KindSemaphore && info.Kind != admin.KindWrongType:
 		return fmt.Sprintf("%s is a %s lock, not a semaphore: take it without --limit", printable(key), info.Kind)
 	}
 	return fmt.Sprintf("%s is not a lock (it holds a non-string value)", printable(key))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -181,11 +182,16 @@ func (a *app) cmdElect(args []string) int {
 		return exitFailed
 	}
 	defer c.Close()
+	adm, err := adminOf(rdb, c)
+	if err != nil {
+		a.errorf("elect: %s", libMsg(err))
+		return exitFailed
+	}
 	// A bad NAME is reported by the first campaign (see badKey).
 	el := c.Election(name, dlock.ElectionOptions{TTL: f.ttl.d})
 
 	for {
-		l, code := a.campaign(ctx, c, el, e, id, sigs)
+		l, code := a.campaign(ctx, adm, el, e, id, sigs)
 		if l == nil {
 			return code
 		}
@@ -233,7 +239,7 @@ func teeSignals(in <-chan os.Signal) (out chan os.Signal, got func() bool, stop 
 
 // campaign waits to be elected, ending at once on a signal. It returns the
 // leadership, or nil and the exit code (having said why).
-func (a *app) campaign(ctx context.Context, c *dlock.Client, el *dlock.Election, e *endpoint, id string, sigs <-chan os.Signal) (*dlock.Leadership, int) {
+func (a *app) campaign(ctx context.Context, adm *admin.Client, el *dlock.Election, e *endpoint, id string, sigs <-chan os.Signal) (*dlock.Leadership, int) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
@@ -259,7 +265,7 @@ func (a *app) campaign(ctx context.Context, c *dlock.Client, el *dlock.Election,
 		a.errorf("elect: got %v while campaigning in %q; not running the command", sig, el.Name())
 		return nil, 128 + signum(sig)
 	}
-	if code, bad := a.badKey(c, "elect", el.Name(), r.err); bad {
+	if code, bad := a.badKey(adm, "elect", el.Name(), r.err); bad {
 		return nil, code
 	}
 	switch err := r.err; {
@@ -315,7 +321,7 @@ func (a *app) cmdLeader(args []string) int {
 		return a.usageErr("leader", "leader: want exactly one NAME")
 	}
 	ctx := context.Background()
-	c, e, done, code := a.adminClient(ctx)
+	c, adm, e, done, code := a.electionClient(ctx)
 	if code != exitOK {
 		return code
 	}
@@ -331,7 +337,7 @@ func (a *app) cmdLeader(args []string) int {
 		}
 		return exitFree
 	case err != nil:
-		return a.leaderFailed(c, e, "leader", pos[0], err)
+		return a.leaderFailed(adm, e, "leader", pos[0], err)
 	}
 	v := viewOfLeader(pos[0], li)
 	if asJSON {
@@ -373,7 +379,7 @@ func (a *app) cmdObserve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	c, e, done, code := a.adminClient(ctx)
+	c, adm, e, done, code := a.electionClient(ctx)
 	if code != exitOK {
 		return code
 	}
@@ -395,14 +401,14 @@ func (a *app) cmdObserve(args []string) int {
 	case err == nil, errors.Is(err, dlock.ErrNoLeader):
 		err = dlock.ErrWrongType // and fixed since
 	}
-	return a.leaderFailed(c, e, "observe", pos[0], err)
+	return a.leaderFailed(adm, e, "observe", pos[0], err)
 }
 
 // leaderFailed reports an error reading the election name and returns
 // the exit code: a bad NAME as badKey, 4 for keys of another type, else
 // as redisFailed.
-func (a *app) leaderFailed(c *dlock.Client, e *endpoint, cmd, name string, err error) int {
-	if code, bad := a.badKey(c, cmd, name, err); bad {
+func (a *app) leaderFailed(adm *admin.Client, e *endpoint, cmd, name string, err error) int {
+	if code, bad := a.badKey(adm, cmd, name, err); bad {
 		return code
 	}
 	if errors.Is(err, dlock.ErrWrongType) {

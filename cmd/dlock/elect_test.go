@@ -107,8 +107,9 @@ func TestElectKillTakeover(t *testing.T) {
 	a := run("a")
 	waitFor(t, 20*time.Second, "a to lead", func() bool { return fileExists(filepath.Join(dir, "a")) })
 	b := run("b")
-	c, rdb := lib(t)
-	waitFor(t, 20*time.Second, "b to queue", func() bool { return rdb.LLen(context.Background(), c.KeysFor(name).Queue).Val() == 1 })
+	_, rdb := lib(t)
+	q := adminOn(t, rdb).KeysFor(name).Queue
+	waitFor(t, 20*time.Second, "b to queue", func() bool { return rdb.LLen(context.Background(), q).Val() == 1 })
 	pidA, _ := os.ReadFile(filepath.Join(dir, "a.pid"))
 	a.signal(syscall.SIGKILL)
 	killed := time.Now()

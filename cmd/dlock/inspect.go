@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
+	"github.com/redis/go-redis/v9"
 )
 
 const usageStatus = `Usage:
@@ -119,13 +121,13 @@ type lockView struct {
 	legacyExpiry time.Time
 }
 
-func viewOf(info dlock.Info, showToken bool) lockView {
+func viewOf(info admin.Info, showToken bool) lockView {
 	v := lockView{Key: info.Key, Held: info.Held, Kind: string(info.Kind), Value: info.Value,
 		Fence: info.Fence, Waiters: info.Queued + info.Subscribers,
 		Holders: info.Holders, Permits: info.Permits, Limit: info.Limit,
 		Tokens: slices.Clone(info.Tokens), Aux: info.Aux}
 	if !showToken {
-		if info.Kind == dlock.KindToken || info.Kind == dlock.KindForeign {
+		if info.Kind == admin.KindToken || info.Kind == admin.KindForeign {
 			v.Value = shortToken(v.Value)
 		}
 		for i, t := range v.Tokens {
@@ -133,7 +135,7 @@ func viewOf(info dlock.Info, showToken bool) lockView {
 		}
 	}
 	switch {
-	case info.Kind == dlock.KindWrongType:
+	case info.Kind == admin.KindWrongType:
 		v.State = "not-a-lock"
 	case info.Held:
 		v.State = "held"
@@ -146,7 +148,7 @@ func viewOf(info dlock.Info, showToken bool) lockView {
 	default:
 		v.TTLms = info.TTL.Milliseconds()
 	}
-	if info.Kind == dlock.KindLegacy {
+	if info.Kind == admin.KindLegacy {
 		if n, err := strconv.ParseInt(info.Value, 10, 64); err == nil {
 			// The legacy value is the expiry: seconds (10 digits today) or
 			// milliseconds (13 digits). The lock can be taken over once the
@@ -163,18 +165,18 @@ func viewOf(info dlock.Info, showToken bool) lockView {
 }
 
 func (v lockView) kindText() string {
-	switch dlock.Kind(v.Kind) {
-	case dlock.KindToken:
+	switch admin.Kind(v.Kind) {
+	case admin.KindToken:
 		return "token (SET NX PX: dlock or a compatible client)"
-	case dlock.KindLegacy:
+	case admin.KindLegacy:
 		return "legacy (SETNX/GETSET expiry timestamp)"
-	case dlock.KindForeign:
+	case admin.KindForeign:
 		return "foreign (a string of some other client)"
-	case dlock.KindShared:
+	case admin.KindShared:
 		return fmt.Sprintf("shared (read lock: %d readers)", v.Holders)
-	case dlock.KindReentrant:
+	case admin.KindReentrant:
 		return fmt.Sprintf("reentrant (owner %s: %d handles)", printable(v.Value), v.Holders)
-	case dlock.KindSemaphore:
+	case admin.KindSemaphore:
 		limit := "limit given by each client"
 		if v.Limit > 0 {
 			limit = fmt.Sprintf("limit %d", v.Limit)
@@ -211,13 +213,13 @@ func (a *app) cmdStatus(args []string) int {
 		return a.usageErr("status", "status: want exactly one KEY")
 	}
 	ctx := context.Background()
-	c, e, done, code := a.adminClient(ctx)
+	adm, e, done, code := a.adminClient(ctx)
 	if code != exitOK {
 		return code
 	}
 	defer done()
-	info, err := c.Inspect(ctx, pos[0])
-	if code, bad := a.badKey(c, "status", pos[0], err); bad {
+	info, err := adm.Inspect(ctx, pos[0])
+	if code, bad := a.badKey(adm, "status", pos[0], err); bad {
 		return code
 	}
 	if err != nil {
@@ -258,7 +260,7 @@ func (a *app) printStatus(v lockView) {
 	}
 	fmt.Fprintf(w, "%s\theld\n", printable(v.Key))
 	fmt.Fprintf(w, "  protocol\t%s\n", v.kindText())
-	if v.Kind != string(dlock.KindSemaphore) {
+	if v.Kind != string(admin.KindSemaphore) {
 		fmt.Fprintf(w, "  holder\t%s\n", printable(v.Value))
 	}
 	if len(v.Tokens) > 0 {
@@ -318,13 +320,13 @@ func (a *app) cmdList(args []string) int {
 		pattern = pos[0]
 	}
 	ctx := context.Background()
-	c, e, done, code := a.adminClient(ctx)
+	adm, e, done, code := a.adminClient(ctx)
 	if code != exitOK {
 		return code
 	}
 	defer done()
 	views := []lockView{}
-	err = c.List(ctx, pattern, func(info dlock.Info) bool {
+	err = adm.List(ctx, pattern, func(info admin.Info) bool {
 		views = append(views, viewOf(info, a.showToken))
 		return true
 	})
@@ -348,7 +350,7 @@ func (a *app) cmdList(args []string) int {
 			switch {
 			case v.State == "free":
 				holder = "-"
-			case v.Kind == string(dlock.KindSemaphore):
+			case v.Kind == string(admin.KindSemaphore):
 				holder = fmt.Sprintf("%d holders", v.Holders)
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", printable(v.Key), v.Kind, short(printable(holder)), v.ttlText(), fence, v.Waiters)
@@ -394,20 +396,20 @@ func (a *app) cmdRelease(args []string) int {
 	}
 	key := pos[0]
 	ctx := context.Background()
-	c, e, done, code := a.adminClient(ctx)
+	adm, e, done, code := a.adminClient(ctx)
 	if code != exitOK {
 		return code
 	}
 	defer done()
 	k := printable(key)
 	if force {
-		deleted, err := c.ForceRelease(ctx, key)
-		if code, bad := a.badKey(c, "release", key, err); bad {
+		deleted, err := adm.ForceRelease(ctx, key)
+		if code, bad := a.badKey(adm, "release", key, err); bad {
 			return code
 		}
 		switch {
 		case errors.Is(err, dlock.ErrWrongType):
-			a.errorf("release: %s; left alone", notALock(ctx, c, key, false))
+			a.errorf("release: %s; left alone", notALock(ctx, adm, key, false))
 			return exitNotLock
 		case err != nil:
 			return a.redisFailed(e, "release", err)
@@ -418,8 +420,8 @@ func (a *app) cmdRelease(args []string) int {
 		fmt.Fprintf(a.stdout, "released %s (forced; its holders find out at their next renewal)\n", k)
 		return exitOK
 	}
-	err = c.ReleaseToken(ctx, key, token)
-	if code, bad := a.badKey(c, "release", key, err); bad {
+	err = adm.ReleaseToken(ctx, key, token)
+	if code, bad := a.badKey(adm, "release", key, err); bad {
 		return code
 	}
 	switch {
@@ -427,7 +429,7 @@ func (a *app) cmdRelease(args []string) int {
 		fmt.Fprintf(a.stdout, "released %s\n", k)
 		return exitOK
 	case errors.Is(err, dlock.ErrWrongType):
-		a.errorf("release: %s; left alone", notALock(ctx, c, key, false))
+		a.errorf("release: %s; left alone", notALock(ctx, adm, key, false))
 		return exitNotLock
 	case errors.Is(err, dlock.ErrTaken):
 		a.errorf("release: %s is held by another owner (the token does not match); not released", k)
@@ -439,11 +441,28 @@ func (a *app) cmdRelease(args []string) int {
 	return a.redisFailed(e, "release", err)
 }
 
-// adminClient connects for status, list and release. done closes both.
-func (a *app) adminClient(ctx context.Context) (*dlock.Client, *endpoint, func(), int) {
+// adminClient connects for status, list and release. done closes the
+// connection.
+func (a *app) adminClient(ctx context.Context) (*admin.Client, *endpoint, func(), int) {
 	e, rdb, code := a.connect(ctx, a.target())
 	if code != exitOK {
 		return nil, nil, nil, code
+	}
+	adm, err := admin.New(rdb, admin.Options{Prefix: a.prefix})
+	if err != nil {
+		_ = rdb.Close()
+		a.errorf("%v", err)
+		return nil, nil, nil, exitFailed
+	}
+	return adm, e, func() { _ = rdb.Close() }, exitOK
+}
+
+// electionClient connects for leader and observe. done closes both
+// clients and the connection.
+func (a *app) electionClient(ctx context.Context) (*dlock.Client, *admin.Client, *endpoint, func(), int) {
+	e, rdb, code := a.connect(ctx, a.target())
+	if code != exitOK {
+		return nil, nil, nil, nil, code
 	}
 	// Warnings (an observer that cannot read, for one) go to stderr.
 	opts := dlock.Options{Logger: slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{
@@ -462,9 +481,22 @@ func (a *app) adminClient(ctx context.Context) (*dlock.Client, *endpoint, func()
 	if err != nil {
 		_ = rdb.Close()
 		a.errorf("%v", err)
-		return nil, nil, nil, exitFailed
+		return nil, nil, nil, nil, exitFailed
 	}
-	return c, e, func() { _ = c.Close(); _ = rdb.Close() }, exitOK
+	adm, err := adminOf(rdb, c)
+	if err != nil {
+		_ = c.Close()
+		_ = rdb.Close()
+		a.errorf("%v", err)
+		return nil, nil, nil, nil, exitFailed
+	}
+	return c, adm, e, func() { _ = c.Close(); _ = rdb.Close() }, exitOK
+}
+
+// adminOf returns the admin Client for the locks of c, a Client over rdb.
+func adminOf(rdb redis.UniversalClient, c *dlock.Client) (*admin.Client, error) {
+	o := c.Options()
+	return admin.New(rdb, admin.Options{Prefix: o.Prefix, PickupTimeout: o.PickupTimeout})
 }
 
 func (a *app) redisFailed(e *endpoint, cmd string, err error) int {
@@ -475,10 +507,10 @@ func (a *app) redisFailed(e *endpoint, cmd string, err error) int {
 // badKey reports a key the library refused before any Redis call: one of
 // dlock's auxiliary keys (exit 4: not a lock), or bad input such as a key
 // over the length limit (exit 2). bad is false for any other err.
-func (a *app) badKey(c *dlock.Client, cmd, key string, err error) (int, bool) {
+func (a *app) badKey(adm *admin.Client, cmd, key string, err error) (int, bool) {
 	switch {
 	case errors.Is(err, dlock.ErrReservedKey):
-		lock, kind, _ := c.AuxKeyOf(key)
+		lock, kind, _ := adm.AuxKeyOf(key)
 		a.errorf("%s: %s is the %s key of lock %s, not a lock; left alone (see 'dlock status %s')",
 			cmd, printable(key), kind, printable(lock), printable(lock))
 		return exitNotLock, true

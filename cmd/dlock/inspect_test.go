@@ -37,12 +37,13 @@ func TestStatus(t *testing.T) {
 	}
 
 	// A queued waiter shows in the waiters column.
-	waiter, _ := lib(t)
+	waiter, wrdb := lib(t)
+	adm := adminOn(t, wrdb)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _, _ = waiter.Lock(wctx, key) }()
 	waitFor(t, 5*time.Second, "a queued waiter", func() bool {
-		info, _ := waiter.Inspect(ctx, key)
+		info, _ := adm.Inspect(ctx, key)
 		return info.Queued == 1
 	})
 	r = dlockRun(t, nil, onSrv("status", key, "--json")...)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -204,6 +205,17 @@ func lib(t testing.TB) (*dlock.Client, *redis.Client) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c, rdb
+}
+
+// adminOn returns the admin Client of the locks under the default prefix
+// over rdb.
+func adminOn(t testing.TB, rdb redis.UniversalClient) *admin.Client {
+	t.Helper()
+	adm, err := admin.New(rdb, admin.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adm
 }
 
 // hold takes key with the library for the rest of the test (or until the

@@ -65,9 +65,10 @@ func TestRunMetricsHandoff(t *testing.T) {
 	key := testKey(t)
 	holder := hold(t, key)
 	p := startDlock(t, nil, onSrv("run", "--metrics-addr", addr, key, "--", "sh", "-c", "touch "+ready+"; sleep 1")...)
-	c, _ := lib(t)
+	_, rdb := lib(t)
+	adm := adminOn(t, rdb)
 	waitFor(t, 30*time.Second, "dlock to queue for the lock", func() bool {
-		info, err := c.Inspect(context.Background(), key)
+		info, err := adm.Inspect(context.Background(), key)
 		return err == nil && info.Queued > 0
 	})
 	if err := holder.Unlock(context.Background()); err != nil {

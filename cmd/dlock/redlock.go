@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/redlock"
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +17,10 @@ import (
 // a majority of independent masters (package redlock). Every URL is parsed
 // like --redis; unreachable nodes are allowed as long as a majority answers
 // a PING, since Redlock is built to survive a minority being down.
-func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options) (*dlock.Client, *redlock.Protocol, func(), int) {
+//
+// adm is the admin Client of the first node, the one the dlock Client's
+// own calls go to.
+func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options) (*dlock.Client, *redlock.Protocol, *admin.Client, func(), int) {
 	var nodes []redis.UniversalClient
 	closeAll := func() {
 		for _, n := range nodes {
@@ -33,12 +37,12 @@ func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options
 		if err != nil {
 			closeAll()
 			a.errorf("invalid Redis URL %s (from --redlock): %v", e.display, err)
-			return nil, nil, nil, exitFailed
+			return nil, nil, nil, nil, exitFailed
 		}
 		if e.kind != "server" {
 			closeAll()
 			a.errorf("--redlock %s: each node must be one independent master (redis:// or rediss://), not %s", e.display, e.kind)
-			return nil, nil, nil, exitFailed
+			return nil, nil, nil, nil, exitFailed
 		}
 		rdb := e.newClient()
 		if err := ping(ctx, rdb); err != nil {
@@ -49,14 +53,18 @@ func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options
 	if len(down) > 0 && len(nodes)-len(down) <= len(nodes)/2 {
 		closeAll()
 		a.errorf("--redlock: no majority of the %d nodes answers: %s", len(nodes), strings.Join(down, "; "))
-		return nil, nil, nil, exitFailed
+		return nil, nil, nil, nil, exitFailed
 	}
 	for _, d := range down {
 		a.errorf("--redlock: warning: node %s does not answer; a majority does", d)
 	}
 	c, p, err := redlock.NewClient(nodes, redlock.Options{}, opts)
+	var adm *admin.Client
 	if err == nil {
-		if err = p.CheckServers(ctx); err != nil {
+		if adm, err = adminOf(nodes[0], c); err == nil {
+			err = p.CheckServers(ctx)
+		}
+		if err != nil {
 			_ = c.Close()
 		}
 	}
@@ -71,9 +79,9 @@ func (a *app) redlockClient(ctx context.Context, urls string, opts dlock.Options
 			msg = evictionMsg(err)
 		}
 		a.errorf("--redlock: %s", msg)
-		return nil, nil, nil, code
+		return nil, nil, nil, nil, code
 	}
-	return c, p, closeAll, exitOK
+	return c, p, adm, closeAll, exitOK
 }
 
 // schemeStart matches the start of a URL: "scheme://".

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -255,6 +256,7 @@ func (a *app) cmdRun(args []string) int {
 	var client *dlock.Client
 	var e *endpoint
 	var probe func(context.Context) error
+	var adm *admin.Client // explains a key that is no lock
 	if f.redlock != "" {
 		var (
 			c          *dlock.Client
@@ -262,7 +264,7 @@ func (a *app) cmdRun(args []string) int {
 			closeNodes func()
 		)
 		code := a.interruptible("connecting to the Redlock nodes", sigs, func(a *app) (code int) {
-			c, p, closeNodes, code = a.redlockClient(ctx, f.redlock, opts)
+			c, p, adm, closeNodes, code = a.redlockClient(ctx, f.redlock, opts)
 			return code
 		})
 		if code != exitOK {
@@ -291,6 +293,10 @@ func (a *app) cmdRun(args []string) int {
 			return exitFailed
 		}
 		client = c
+		if adm, err = adminOf(rdb, c); err != nil {
+			a.errorf("run: %s", libMsg(err))
+			return exitFailed
+		}
 	}
 	defer client.Close()
 	var metrics *metricsServer
@@ -304,7 +310,7 @@ func (a *app) cmdRun(args []string) int {
 		metrics = m
 	}
 
-	lk, code := a.acquire(ctx, client, e, key, &f, lockOpts, sigs, probe)
+	lk, code := a.acquire(ctx, client, adm, e, key, &f, lockOpts, sigs, probe)
 	if lk == nil {
 		return code
 	}
@@ -421,7 +427,7 @@ func lockAs(ctx context.Context, c *dlock.Client, key string, f *runFlags, try b
 // acquire takes the lock as the flags say. It returns the lock, or nil and
 // the exit code (having printed why).
 // probe, if not nil, checks that Redis answers.
-func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key string, f *runFlags,
+func (a *app) acquire(ctx context.Context, c *dlock.Client, adm *admin.Client, e *endpoint, key string, f *runFlags,
 	opts []dlock.LockOption, sigs <-chan os.Signal, probe func(context.Context) error) (*dlock.Lock, int) {
 	try := f.noWait || (f.wait.set && f.wait.d == 0)
 	actx, cancel := context.WithCancel(ctx)
@@ -511,7 +517,7 @@ func (a *app) acquire(ctx context.Context, c *dlock.Client, e *endpoint, key str
 		return nil, exitFailed
 	case errors.Is(err, dlock.ErrWrongType):
 		// A non-string value, or (legacy) a value that is not a timestamp.
-		what := notALock(ctx, c, key, f.limit > 0)
+		what := notALock(ctx, adm, key, f.limit > 0)
 		if strings.HasSuffix(what, "(it holds a non-string value)") {
 			what = printable(key) + ": " + libMsg(err)
 		}

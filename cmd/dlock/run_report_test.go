@@ -137,6 +137,7 @@ func TestRunRedisOutageWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	adm := adminOn(t, rdb)
 	// Both runs, with and without -q, wait through the same outage.
 	var procs []*proc
 	for _, quiet := range []bool{false, true} {
@@ -153,7 +154,7 @@ func TestRunRedisOutageWhileWaiting(t *testing.T) {
 		p := startDlock(t, nil, append(args, key, "true")...)
 		procs = append(procs, p)
 		waitFor(t, 20*time.Second, "dlock to queue for the lock", func() bool {
-			info, err := c.Inspect(context.Background(), key)
+			info, err := adm.Inspect(context.Background(), key)
 			return err == nil && info.Queued > 0
 		})
 	}

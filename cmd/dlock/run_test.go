@@ -190,8 +190,9 @@ while [ ! -e %[2]s ]; do sleep 0.02; done`, out, gate)
 		t.Errorf("inherited variable lost: %q", lines[4])
 	}
 	// The token and fence are the ones Redis holds for the lock.
-	c, _ := lib(t)
-	info, err := c.Inspect(context.Background(), key)
+	_, rdb := lib(t)
+	adm := adminOn(t, rdb)
+	info, err := adm.Inspect(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ while [ ! -e %[2]s ]; do sleep 0.02; done`, out, gate)
 	}
 	expectCode(t, p.wait(10*time.Second), 0)
 	// Released on exit.
-	info, err = c.Inspect(context.Background(), key)
+	info, err = adm.Inspect(context.Background(), key)
 	if err != nil || info.Held {
 		t.Errorf("after the command: %+v, %v", info, err)
 	}
@@ -261,9 +262,10 @@ func TestRunSignalWhileWaiting(t *testing.T) {
 	hold(t, key)
 	marker := filepath.Join(t.TempDir(), "ran")
 	p := startDlock(t, nil, onSrv("run", key, "--", "touch", marker)...)
-	c, _ := lib(t)
+	_, rdb := lib(t)
+	adm := adminOn(t, rdb)
 	waitFor(t, 30*time.Second, "dlock to queue for the lock", func() bool {
-		info, err := c.Inspect(context.Background(), key)
+		info, err := adm.Inspect(context.Background(), key)
 		return err == nil && info.Queued > 0
 	})
 	p.signal(syscall.SIGTERM)

@@ -101,8 +101,8 @@ func TestRunLockCoversBackgroundJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectCode(t, p.wait(60*time.Second), 3) // the command's own status
-	c, _ := lib(t)
-	if info, err := c.Inspect(context.Background(), key); err != nil || info.Held {
+	_, rdb := lib(t)
+	if info, err := adminOn(t, rdb).Inspect(context.Background(), key); err != nil || info.Held {
 		t.Errorf("after the last job ended: %+v, %v", info, err)
 	}
 }
@@ -454,7 +454,7 @@ func TestRunTerminalSuspend(t *testing.T) {
 // while the command still ran.
 func TestRunSIGTSTP(t *testing.T) {
 	t.Parallel()
-	c, _ := lib(t)
+	_, rdb := lib(t)
 	key := testKey(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	// A group of its own, whose parent (this test) is in another group of
@@ -473,7 +473,7 @@ func TestRunSIGTSTP(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if info, err := c.Inspect(context.Background(), key); err != nil || !info.Held {
+	if info, err := adminOn(t, rdb).Inspect(context.Background(), key); err != nil || !info.Held {
 		t.Fatalf("the lock is not held while the command runs: %+v, %v", info, err)
 	}
 	if processGone(pid) {
@@ -514,7 +514,7 @@ func TestRunStoppedDlockStopsTree(t *testing.T) {
 // and does not stop the tree of a lock that dlock renewed all along.
 func TestRunPausedGuardKeepsHealthyTree(t *testing.T) {
 	t.Parallel()
-	c, _ := lib(t)
+	_, rdb := lib(t)
 	key := testKey(t)
 	dir := t.TempDir()
 	pidFile, gate := filepath.Join(dir, "pid"), filepath.Join(dir, "gate")
@@ -538,7 +538,7 @@ func TestRunPausedGuardKeepsHealthyTree(t *testing.T) {
 	if processGone(pid) {
 		t.Fatalf("the guard stopped the command of a lock renewed all along:\n%v", p.wait(60*time.Second))
 	}
-	if info, err := c.Inspect(context.Background(), key); err != nil || !info.Held {
+	if info, err := adminOn(t, rdb).Inspect(context.Background(), key); err != nil || !info.Held {
 		t.Fatalf("the lock is not held: %+v, %v", info, err)
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/benchkit"
 	"github.com/redis/go-redis/v9"
 )
@@ -226,7 +227,11 @@ func (ed *electionDemo) run(ctx context.Context) error {
 // next leader and prints the row. It returns the takeover time.
 func (ed *electionDemo) takeover(ctx context.Context, kind string) (time.Duration, error) {
 	// Every other candidate queued, so one is in line.
-	q := ed.c.KeysFor(ed.spec.Name).Queue
+	adm, err := admin.New(ed.env.RDB, admin.Options{Prefix: ed.c.Options().Prefix})
+	if err != nil {
+		return 0, err
+	}
+	q := adm.KeysFor(ed.spec.Name).Queue
 	want := int64(len(ed.workers) - 1)
 	for deadline := time.Now().Add(time.Minute); ed.env.RDB.LLen(ctx, q).Val() < want; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -22,6 +22,14 @@ var (
 	// Unavailable wraps an error of the Redis driver as dlock's
 	// ErrUnavailable (nil stays nil).
 	Unavailable func(err error) error
+
+	// ValidLockKey checks key as package dlock checks a lock key under
+	// prefix (for package admin).
+	ValidLockKey func(prefix, key string) error
+
+	// ValidPrefix checks an Options.Prefix as dlock.New does: its error
+	// is dlock's ErrInvalidOpts ("" is the default, and valid).
+	ValidPrefix func(prefix string) error
 )
 
 // ValidStripes checks the name and count of a set of n stripes as package

@@ -1,4 +1,4 @@
-package dlock_test
+package admin_test
 
 import (
 	"errors"
@@ -16,8 +16,8 @@ import (
 // so no other client gets the key beside it.
 func TestLateForceReleaseKeepsNewHolder(t *testing.T) {
 	ctx := t.Context()
-	a, inj := faultyClient(t, dlock.Options{})
-	b, rdb := newClient(t, dlock.Options{})
+	a, adm, inj := faultyClient(t, dlock.Options{})
+	b, _, rdb := newClient(t, dlock.Options{})
 	k := key(t)
 	lk, err := a.TryLock(ctx, k, dlock.WithTTL(10*time.Second))
 	if err != nil {
@@ -25,7 +25,7 @@ func TestLateForceReleaseKeepsNewHolder(t *testing.T) {
 	}
 	inj.Add(faultcmd.Rule{Name: "ForceRelease lands after the next grant", Action: faultcmd.Late,
 		Match: faultcmd.Match{Script: "release", Key: k, Arg: "force"}, Until: faultcmd.Match{Script: "acquire", Key: k}})
-	if _, err := a.ForceRelease(ctx, k); !errors.Is(err, dlock.ErrUnavailable) {
+	if _, err := adm.ForceRelease(ctx, k); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("ForceRelease with its command late = %v, want ErrUnavailable", err)
 	}
 	if err := lk.Unlock(ctx); err != nil {

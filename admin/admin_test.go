@@ -1,4 +1,4 @@
-package dlock_test
+package admin_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
+	"github.com/redis/go-redis/v9"
 )
 
 // An owner id, SharedValue or any other stored value is never a release
@@ -15,7 +17,7 @@ import (
 func TestReleaseTokenEveryKind(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, _ := newClient(t, dlock.Options{})
+	c, adm, _ := newClient(t, dlock.Options{})
 	ttl := dlock.WithTTL(30 * time.Second)
 
 	type kind struct {
@@ -44,19 +46,19 @@ func TestReleaseTokenEveryKind(t *testing.T) {
 				defer b.Unlock(ctx)
 			}
 			for _, v := range k.bogus {
-				err := c.ReleaseToken(ctx, key, v)
+				err := adm.ReleaseToken(ctx, key, v)
 				if !errors.Is(err, dlock.ErrNotHeld) || !errors.Is(err, dlock.ErrTaken) {
 					t.Errorf("ReleaseToken(%q) = %v; want ErrNotHeld and ErrTaken", v, err)
 				}
 			}
-			if info, err := c.Inspect(ctx, key); err != nil || !info.Held {
+			if info, err := adm.Inspect(ctx, key); err != nil || !info.Held {
 				t.Fatalf("after ReleaseToken of a non-token: %+v, %v; want still held", info, err)
 			}
 			if err := a.Extend(ctx, 30*time.Second); err != nil {
 				t.Fatalf("handle a after bogus releases: %v", err)
 			}
 			// The handle's own token releases that handle (only).
-			if err := c.ReleaseToken(ctx, key, a.Token()); err != nil {
+			if err := adm.ReleaseToken(ctx, key, a.Token()); err != nil {
 				t.Fatalf("ReleaseToken(a.Token()) = %v", err)
 			}
 			if err := a.Extend(ctx, 30*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
@@ -66,14 +68,14 @@ func TestReleaseTokenEveryKind(t *testing.T) {
 				if err := b.Extend(ctx, 30*time.Second); err != nil {
 					t.Errorf("the other handle b after a's release: %v", err)
 				}
-				if err := c.ReleaseToken(ctx, key, b.Token()); err != nil {
+				if err := adm.ReleaseToken(ctx, key, b.Token()); err != nil {
 					t.Fatalf("ReleaseToken(b.Token()) = %v", err)
 				}
 			}
-			if info, err := c.Inspect(ctx, key); err != nil || info.Held {
+			if info, err := adm.Inspect(ctx, key); err != nil || info.Held {
 				t.Errorf("after releasing every handle: %+v, %v; want free", info, err)
 			}
-			if err := c.ReleaseToken(ctx, key, a.Token()); !errors.Is(err, dlock.ErrExpired) {
+			if err := adm.ReleaseToken(ctx, key, a.Token()); !errors.Is(err, dlock.ErrExpired) {
 				t.Errorf("ReleaseToken of a free key = %v; want ErrExpired", err)
 			}
 		})
@@ -84,18 +86,18 @@ func TestReleaseTokenEveryKind(t *testing.T) {
 func TestForceReleaseEveryKind(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, _ := newClient(t, dlock.Options{})
+	c, adm, _ := newClient(t, dlock.Options{})
 	for _, take := range []primitive{reentrant("job-7"), readers(), permits(2, 1), nil} {
 		key := key(t)
 		a, err := take.TryLock(ctx, c, key, dlock.WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := c.ForceRelease(ctx, key)
+		ok, err := adm.ForceRelease(ctx, key)
 		if !ok || err != nil {
 			t.Fatalf("ForceRelease(%s) = %v, %v", key, ok, err)
 		}
-		if info, err := c.Inspect(ctx, key); err != nil || info.Held {
+		if info, err := adm.Inspect(ctx, key); err != nil || info.Held {
 			t.Errorf("after ForceRelease: %+v, %v; want free", info, err)
 		}
 		if err := a.Extend(ctx, 30*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
@@ -110,7 +112,7 @@ func TestForceReleaseEveryKind(t *testing.T) {
 func TestAdminAuxKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c, rdb := newClient(t, dlock.Options{})
+	c, adm, rdb := newClient(t, dlock.Options{})
 	sem := key(t)
 	if err := c.Semaphore(sem, 1).SetLimit(ctx, 2); err != nil {
 		t.Fatal(err)
@@ -124,7 +126,7 @@ func TestAdminAuxKeys(t *testing.T) {
 	if err := cnt.Set(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	ks := c.KeysFor(sem)
+	ks := adm.KeysFor(sem)
 	limitKey := strings.TrimSuffix(ks.Fence, ":fence") + ":limit"
 	if n, _ := rdb.Exists(ctx, limitKey).Result(); n != 1 {
 		t.Fatalf("no limit key %s", limitKey)
@@ -140,25 +142,25 @@ func TestAdminAuxKeys(t *testing.T) {
 		t.Fatalf("no Counter key among %v", keys)
 	}
 
-	found := map[string]dlock.Info{}
-	if err := c.List(ctx, "*"+t.Name()+"*", func(i dlock.Info) bool { found[i.Key] = i; return true }); err != nil {
+	found := map[string]admin.Info{}
+	if err := adm.List(ctx, "*"+t.Name()+"*", func(i admin.Info) bool { found[i.Key] = i; return true }); err != nil {
 		t.Fatal(err)
 	}
 	for k, i := range found {
-		if strings.HasPrefix(k, "dlock:") || i.Kind == dlock.KindForeign {
+		if strings.HasPrefix(k, "dlock:") || i.Kind == admin.KindForeign {
 			t.Errorf("List shows %q as a lock: %+v", k, i)
 		}
 	}
-	if i, ok := found[sem]; !ok || i.Kind != dlock.KindSemaphore || !contains(i.Aux, limitKey) {
+	if i, ok := found[sem]; !ok || i.Kind != admin.KindSemaphore || !contains(i.Aux, limitKey) {
 		t.Errorf("List: semaphore %q: %+v (found %v); want it, with %s among its Aux", sem, i, ok, limitKey)
 	}
 
 	for _, aux := range []string{limitKey, countKey, ks.Fence, ks.Queue} {
-		ok, err := c.ForceRelease(ctx, aux)
+		ok, err := adm.ForceRelease(ctx, aux)
 		if ok || !errors.Is(err, dlock.ErrReservedKey) {
 			t.Errorf("ForceRelease(%s) = %v, %v; want ErrReservedKey", aux, ok, err)
 		}
-		if err := c.ReleaseToken(ctx, aux, "2"); !errors.Is(err, dlock.ErrReservedKey) {
+		if err := adm.ReleaseToken(ctx, aux, "2"); !errors.Is(err, dlock.ErrReservedKey) {
 			t.Errorf("ReleaseToken(%s) = %v; want ErrReservedKey", aux, err)
 		}
 	}
@@ -179,46 +181,37 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-// Library errors say what was wrong and with which value, on one line, and
-// stay errors.Is-able.
-func TestErrorMessagesNameTheValue(t *testing.T) {
+// New refuses what dlock.New refuses of the options it shares, with the
+// same errors, and fills in dlock's defaults.
+func TestNewOptions(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	_, err := dlock.New(srv.NewClient(), dlock.Options{Prefix: "a{b"})
-	if !errors.Is(err, dlock.ErrInvalidOpts) || !strings.Contains(err.Error(), `"a{b"`) {
-		t.Errorf("Prefix a{b: %v; want ErrInvalidOpts naming the prefix", err)
+	rdb := srv.Client(t)
+	var nilClient *redis.Client
+	for name, tc := range map[string]struct {
+		rdb  redis.UniversalClient
+		opts admin.Options
+		want error
+	}{
+		"nil client":       {nil, admin.Options{}, dlock.ErrNilClient},
+		"typed nil client": {nilClient, admin.Options{}, dlock.ErrNilClient},
+		"prefix with {":    {rdb, admin.Options{Prefix: "a{b"}, dlock.ErrInvalidOpts},
+		"prefix with #":    {rdb, admin.Options{Prefix: "dlock:#x"}, dlock.ErrInvalidOpts},
+		"negative pickup":  {rdb, admin.Options{PickupTimeout: -time.Second}, dlock.ErrInvalidOpts},
+	} {
+		if _, err := admin.New(tc.rdb, tc.opts); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
+			t.Errorf("%s: New = %v; want %v", name, err, tc.want)
+		}
 	}
-	_, err = dlock.New(srv.NewClient(), dlock.Options{TTL: 2 * dlock.MaxTTL})
-	if !errors.Is(err, dlock.ErrInvalidTTL) || !strings.Contains(err.Error(), (2*dlock.MaxTTL).String()) {
-		t.Errorf("TTL 2*MaxTTL: %v; want ErrInvalidTTL naming the value", err)
-	}
-	c, _ := newClient(t, dlock.Options{})
-	_, err = c.TryLock(ctx, key(t), dlock.WithTTL(time.Millisecond))
-	if !errors.Is(err, dlock.ErrInvalidTTL) || !errors.Is(err, dlock.ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), "1ms is outside 3.0") {
-		t.Errorf("WithTTL(1ms): %v; want ErrInvalidTTL naming 1ms and the shortest TTL that works", err)
-	}
-	_, err = c.TryLock(ctx, strings.Repeat("k", 70_000))
-	if !errors.Is(err, dlock.ErrKeyTooLong) || !strings.Contains(err.Error(), "70000 bytes") {
-		t.Errorf("70,000-byte key: %v; want ErrKeyTooLong naming the length", err)
-	}
-	_, err = c.Semaphore(key(t), 0).TryAcquire(ctx, 1)
-	if !errors.Is(err, dlock.ErrInvalidLimit) || !strings.Contains(err.Error(), "limit 0") {
-		t.Errorf("Semaphore limit 0: %v; want ErrInvalidLimit naming the limit", err)
-	}
-	// A deleted key is reported as such, not as "expired".
-	lk, err := c.TryLock(ctx, key(t))
+	adm, err := admin.New(rdb, admin.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.Client(t).Del(ctx, lk.Key())
-	err = lk.Unlock(ctx)
-	if !errors.Is(err, dlock.ErrExpired) || !strings.Contains(err.Error(), "deleted, or its TTL ran out") {
-		t.Errorf("Unlock of a deleted key: %v", err)
+	c, _, _ := newClient(t, dlock.Options{})
+	if got, o := adm.Options(), c.Options(); got.Prefix != o.Prefix || got.PickupTimeout != o.PickupTimeout {
+		t.Errorf("Options() = %+v; want dlock's defaults %q, %v", got, o.Prefix, o.PickupTimeout)
 	}
-	for _, e := range []error{err, dlock.ErrInvalidTTL} {
-		if strings.Contains(e.Error(), "\n") {
-			t.Errorf("error on several lines: %q", e)
-		}
+	//lint:ignore SA1012 a nil ctx is the input under test
+	if _, err := adm.Inspect(nil, "k"); !errors.Is(err, dlock.ErrNilContext) {
+		t.Errorf("Inspect(nil ctx) = %v; want ErrNilContext", err)
 	}
 }

@@ -1,4 +1,4 @@
-package dlock_test
+package admin_test
 
 import (
 	"testing"
@@ -22,9 +22,9 @@ func TestResentLegacyReleaseTokenKeepsNewcomer(t *testing.T) {
 	t0 := time.Now().Truncate(time.Second)
 	p := legacy.New(legacy.Options{Unit: legacy.Seconds, Clock: func() time.Time { return t0 }})
 	opts := []dlock.LockOption{dlock.WithProtocol(p), dlock.WithTTL(time.Minute), dlock.WithoutRenewal()}
-	admin, inj := faultyClient(t, dlock.Options{})
-	a, rdb := newClient(t, dlock.Options{})
-	b, _ := newClient(t, dlock.Options{})
+	_, adm, inj := faultyClient(t, dlock.Options{})
+	a, _, rdb := newClient(t, dlock.Options{})
+	b, _, _ := newClient(t, dlock.Options{})
 	k := key(t)
 	lkA, err := a.TryLock(ctx, k, opts...)
 	if err != nil {
@@ -32,7 +32,7 @@ func TestResentLegacyReleaseTokenKeepsNewcomer(t *testing.T) {
 	}
 	inj.Add(faultcmd.Rule{Name: "the release", Action: faultcmd.Observe, Times: -1,
 		Match: faultcmd.Match{Key: k, Func: func(c faultcmd.Command) bool { return c.Name == "evalsha" || c.Name == "eval" }}})
-	if err := admin.ReleaseToken(ctx, k, lkA.Token()); err != nil {
+	if err := adm.ReleaseToken(ctx, k, lkA.Token()); err != nil {
 		t.Fatalf("ReleaseToken of A's legacy lock: %v", err)
 	}
 	var sent []any // the release as sent (the last copy: EVAL after NOSCRIPT)

@@ -1,7 +1,7 @@
-// adminlist.go owns List: the locks under the Client's prefix, found by
-// SCAN on every node, matched by a glob and inspected.
+// list.go owns List: the locks under the Client's prefix, found by SCAN
+// on every node, matched by a glob and inspected.
 
-package dlock
+package admin
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,11 +32,11 @@ import (
 // Pattern is Redis glob syntax.
 func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) error {
 	if ctx == nil {
-		return ErrNilContext
+		return dlock.ErrNilContext
 	}
 	match, err := globRE(pattern)
 	if err != nil {
-		return fmt.Errorf("%w: pattern %q: %w", ErrInvalidArgument, pattern, err)
+		return fmt.Errorf("%w: pattern %q: %w", dlock.ErrInvalidArgument, pattern, err)
 	}
 	var mu sync.Mutex // guards seen and stop, and serialises fn
 	seen := map[string]bool{}
@@ -42,11 +44,11 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 	visit := func(key string, showFree bool) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if stop || seen[key] || validKey(c.opts.Prefix, key) != nil {
+		if stop || seen[key] || c.validKey(key) != nil {
 			return nil
 		}
 		info, err := c.Inspect(ctx, key)
-		if errors.Is(err, ErrInvalidArgument) {
+		if errors.Is(err, dlock.ErrInvalidArgument) {
 			return nil
 		}
 		if err != nil {
@@ -64,12 +66,12 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 	scan := func(ctx context.Context, node redis.UniversalClient) error {
 		var cursor uint64
 		for {
-			keys, next, err := node.Scan(ctx, cursor, globEscape(c.opts.Prefix)+":*"+fenceSuffix, 1000).Result()
+			keys, next, err := node.Scan(ctx, cursor, keyspace.GlobEscape(c.prefix)+":*"+keyspace.FenceSuffix, 1000).Result()
 			if err != nil {
 				return unavailable(err)
 			}
 			for _, name := range keys {
-				if k, ok := keyOfAux(c.opts.Prefix, fenceSuffix, name); ok && match.MatchString(k) {
+				if k, ok := keyspace.KeyOfAux(c.prefix, keyspace.FenceSuffix, name); ok && match.MatchString(k) {
 					if err := visit(k, false); err != nil {
 						return err
 					}
@@ -108,7 +110,7 @@ func (c *Client) List(ctx context.Context, pattern string, fn func(Info) bool) e
 // holders (a semaphore limit, a Counter segment, a guard).
 func lasting(info Info) bool {
 	for _, name := range info.Aux {
-		for _, suffix := range []string{limitSuffix, limitVSuffix, countSuffix, segsSuffix, guardSuffix} {
+		for _, suffix := range []string{keyspace.LimitSuffix, keyspace.LimitVerSuffix, keyspace.CountSuffix, keyspace.SegmentsSuffix, keyspace.GuardSuffix} {
 			if strings.HasSuffix(name, suffix) {
 				return true
 			}

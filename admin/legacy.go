@@ -1,7 +1,9 @@
-package dlock
+// legacy.go owns the release of a legacy lock (a decimal timestamp) by
+// its value.
+
+package admin
 
 import (
-	"context"
 	"strconv"
 	"time"
 
@@ -9,12 +11,12 @@ import (
 	"github.com/dlock-go/dlock/protocol"
 )
 
-// releaseLegacy deletes a legacy lock's key if it holds value, as the
+// legacyRelease deletes a legacy lock's key if it holds value, as the
 // legacy protocol's own release does: at most once, because value is not
 // unique to one holder (a re-send of a release that ran must not delete
 // another client that took the key since with the same timestamp).
-func (c *Client) releaseLegacy(ctx context.Context, ks protocol.Keys, value string) (int64, error) {
-	return c.exec.Run(ctx, legacyrelease.Call(ks, value, legacyLeft(value, time.Now()))).Int64()
+func legacyRelease(ks protocol.Keys, value string) protocol.Call {
+	return legacyrelease.Call(ks, value, legacyLeft(value, time.Now()))
 }
 
 // legacyLeft is how long until the legacy timestamp value has passed: a

@@ -1,8 +1,7 @@
-// admin.go owns Inspect: what a key holds (its kind, holders, fence and
-// TTL), read without taking it. Listing keys is in adminlist.go, the
-// operator's releases (ForceRelease, ReleaseToken) in adminrelease.go.
+// inspect.go owns Inspect: what a key holds (its kind, holders, fence and
+// TTL), read without taking it.
 
-package dlock
+package admin
 
 import (
 	"context"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -23,7 +24,7 @@ const (
 	KindToken     Kind = "token"     // a dlock token (22 base64url characters)
 	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the SETNX/GETSET timestamp lock of older C# and Python code
 	KindForeign   Kind = "foreign"   // another string: some other SET NX client's token
-	KindShared    Kind = "shared"    // read-locked (dlock.Shared): the key holds SharedValue
+	KindShared    Kind = "shared"    // read-locked (dlock.RWLock's readers): the key holds dlock.SharedValue
 	KindReentrant Kind = "reentrant" // a reentrant owner's hold (dlock.Reentrant): the key names the owner
 	KindSemaphore Kind = "semaphore" // a dlock semaphore (a sorted set of permit holders)
 	KindWrongType Kind = "wrongtype" // any other type: not a lock at all
@@ -41,7 +42,8 @@ type Info struct {
 	Tokens []string
 	// Aux names the auxiliary keys of this lock that exist (fence counter,
 	// queue, hold sets, semaphore permits and limit, Counter segment,
-	// fenced-resource guard), in the order of the one suffix table (keys.go).
+	// fenced-resource guard, an election's leader records), in the order
+	// of the AuxKind constants.
 	Aux []string
 	// TTL is the key's remaining time to live: -1 if it has none, 0 if free.
 	TTL time.Duration
@@ -64,15 +66,15 @@ type Info struct {
 // auxNames returns the names of the auxiliary keys of ks (every entry of
 // the one suffix table but the pub/sub channels, which are no keys), in table
 // order.
-func (c *Client) auxNames(ks protocol.Keys) []string {
+func auxNames(ks protocol.Keys) []string {
 	var out []string
-	for _, a := range auxTable {
-		switch a.suffix {
-		case wakeSuffix, electedSuffix:
-		case guardSuffix:
-			out = append(out, guardKey(ks.Lock))
+	for _, a := range keyspace.Table {
+		switch a.Suffix {
+		case keyspace.WakeSuffix, keyspace.ElectedSuffix:
+		case keyspace.GuardSuffix:
+			out = append(out, keyspace.GuardKey(ks.Lock))
 		default:
-			out = append(out, auxOf(ks, a.suffix))
+			out = append(out, keyspace.Aux(ks, a.Suffix))
 		}
 	}
 	return out
@@ -82,17 +84,18 @@ func (c *Client) auxNames(ks protocol.Keys) []string {
 const maxTokens = 100
 
 // Inspect reports the state of key without changing it. A key that is one
-// of dlock's auxiliary keys is refused (ErrReservedKey, naming its lock).
+// of dlock's auxiliary keys is refused (dlock.ErrReservedKey, naming its
+// lock).
 func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	if ctx == nil {
-		return Info{}, ErrNilContext
+		return Info{}, dlock.ErrNilContext
 	}
-	if err := validKey(c.opts.Prefix, key); err != nil {
+	if err := c.validKey(key); err != nil {
 		return Info{}, err
 	}
-	ks := c.keysFor(key)
+	ks := c.KeysFor(key)
 	info := Info{Key: key}
-	aux := c.auxNames(ks)
+	aux := auxNames(ks)
 	var typ *redis.StatusCmd
 	var val *redis.StringCmd
 	var pttl *redis.DurationCmd
@@ -111,12 +114,12 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		queued = p.LLen(ctx, ks.Queue)
 		holders = p.ZCard(ctx, key) // a semaphore (errors on any other type: ignored)
 		members = p.ZRange(ctx, key, 0, maxTokens-1)
-		readers = p.ZCard(ctx, auxOf(ks, readersSuffix))
-		readerTokens = p.ZRange(ctx, auxOf(ks, readersSuffix), 0, maxTokens-1)
-		holds = p.ZCard(ctx, auxOf(ks, holdsSuffix))
-		holdTokens = p.ZRange(ctx, auxOf(ks, holdsSuffix), 0, maxTokens-1)
-		used = p.HGet(ctx, auxOf(ks, permitsSuffix), "#used")
-		limit = p.Get(ctx, auxOf(ks, limitSuffix))
+		readers = p.ZCard(ctx, keyspace.Aux(ks, keyspace.ReadersSuffix))
+		readerTokens = p.ZRange(ctx, keyspace.Aux(ks, keyspace.ReadersSuffix), 0, maxTokens-1)
+		holds = p.ZCard(ctx, keyspace.Aux(ks, keyspace.HoldsSuffix))
+		holdTokens = p.ZRange(ctx, keyspace.Aux(ks, keyspace.HoldsSuffix), 0, maxTokens-1)
+		used = p.HGet(ctx, keyspace.Aux(ks, keyspace.PermitsSuffix), "#used")
+		limit = p.Get(ctx, keyspace.Aux(ks, keyspace.LimitSuffix))
 		for i, name := range aux {
 			exists[i] = p.Exists(ctx, name)
 		}
@@ -166,7 +169,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	info.Value = val.Val()
 	info.Kind = classify(info.Value)
 	switch {
-	case info.Value == SharedValue:
+	case info.Value == dlock.SharedValue:
 		info.Kind, info.Holders, info.Tokens = KindShared, readers.Val(), readerTokens.Val()
 	default:
 		if owner, ok := ReentrantOwner(info.Value); ok {

@@ -1,13 +1,15 @@
-// adminrelease.go owns the operator's releases: ForceRelease, which ends
-// a key's every hold, and ReleaseToken, which ends one holder's.
+// release.go owns the operator's releases: ForceRelease, which ends a
+// key's every hold, and ReleaseToken, which ends one holder's.
 
-package dlock
+package admin
 
 import (
 	"context"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/internal/oneline"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,7 +20,7 @@ import (
 // a read lock (all of its readers) is deleted and handed to the first
 // queued waiter (or its waiters are woken); every holder of a semaphore
 // gives its permits back (see ReleaseToken for where they go). The holders
-// find out at their next renewal (ErrExpired or ErrTaken).
+// find out at their next renewal (dlock.ErrExpired or dlock.ErrTaken).
 //
 // It releases what it finds: a string lock only while the key still
 // holds the value ForceRelease read, a semaphore's holders one by one by
@@ -29,17 +31,17 @@ import (
 // whatever joined it since.
 //
 // It reports whether anything was released. A key that is neither a
-// string nor a semaphore is left alone (ErrWrongType); one of dlock's
-// auxiliary keys (a fence counter, a semaphore limit, a Counter segment,
-// ...) is refused before any Redis call (ErrReservedKey).
+// string nor a semaphore is left alone (dlock.ErrWrongType); one of
+// dlock's auxiliary keys (a fence counter, a semaphore limit, a Counter
+// segment, ...) is refused before any Redis call (dlock.ErrReservedKey).
 func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if ctx == nil {
-		return false, ErrNilContext
+		return false, dlock.ErrNilContext
 	}
-	if err := validKey(c.opts.Prefix, key); err != nil {
+	if err := c.validKey(key); err != nil {
 		return false, err
 	}
-	ks := c.keysFor(key)
+	ks := c.KeysFor(key)
 	var typ *redis.StatusCmd
 	var members *redis.StringSliceCmd
 	var val *redis.StringCmd
@@ -59,10 +61,9 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return c.forceString(ctx, ks, val.Val())
 	case "zset":
 		// Every holder found gives its permits back, one script each.
-		sem := c.adminSemaphore()
 		released := false
 		for _, m := range members.Val() {
-			code, err := c.exec.Run(ctx, sem.release(ks, m, "force")).Int64()
+			code, err := c.exec.Run(ctx, c.semaphoreRelease(ks, m, releases.Force)).Int64()
 			switch {
 			case err != nil:
 				return released, unavailable(err)
@@ -72,7 +73,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 		}
 		return released, nil
 	default:
-		return false, ErrWrongType
+		return false, dlock.ErrWrongType
 	}
 }
 
@@ -81,25 +82,24 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 // hands (its command delayed past its caller's timeout) leaves the new
 // holder alone.
 func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
-	code, err := c.exec.Run(ctx, protocol.Call{Script: scripts.Release, Keys: []string{ks.Lock, ks.Queue},
-		Args: []any{v, ks.Wake, c.opts.PickupTimeout.Milliseconds(), "force"}}).Int64()
+	code, err := c.exec.Run(ctx, releases.Token(ks, v, c.pickup, releases.Force)).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)
 	case code == codeWrongType:
-		return false, ErrWrongType
+		return false, dlock.ErrWrongType
 	}
 	return code == codeOK, nil
 }
 
-// adminSemaphore is the semaphore protocol as admin calls use it to give
-// permits back. The limit lives in the callers' handles (or in Redis, set
-// by SetLimit), so an admin release passes none (0): it hands the freed
-// permits to the queued waiters only under a stored limit; without one it
-// wakes the first queued waiter, whose own acquire takes what its limit
-// lets in (semaphore_release.lua).
-func (c *Client) adminSemaphore() semaphore {
-	return semaphore{queueMode: c.queueMode(modeTry), permits: 1}
+// semaphoreRelease is the release of token's permits on the semaphore ks
+// in mode, as admin calls give permits back. The limit lives in the
+// callers' handles (or in Redis, set by SetLimit), so an admin release
+// passes none (0): it hands the freed permits to the queued waiters only
+// under a stored limit; without one it wakes the first queued waiter,
+// whose own acquire takes what its limit lets in (semaphore_release.lua).
+func (c *Client) semaphoreRelease(ks protocol.Keys, token, mode string) protocol.Call {
+	return releases.Semaphore(ks, token, c.pickup, mode, 0)
 }
 
 // ReleaseToken releases the hold of token on key, as its holder's Unlock
@@ -109,9 +109,10 @@ func (c *Client) adminSemaphore() semaphore {
 // kind of lock: a token lock's token, or a handle's own token of a
 // reentrant hold, a read lock or a semaphore, which releases that handle
 // only. Nothing else releases anything: a reentrant owner id or
-// SharedValue is not a token (ForceRelease is the operator's way to steal).
+// dlock.SharedValue is not a token (ForceRelease is the operator's way to
+// steal).
 //
-// A semaphore's limit is what its callers pass (Client.Semaphore), which
+// A semaphore's limit is what its callers pass (dlock.Client.Semaphore), which
 // an admin call does not know: the permits it frees go to the queued
 // waiters under a limit stored with Semaphore.SetLimit; without one, it
 // hands out nothing and wakes the first queued waiter instead, whose own
@@ -124,21 +125,22 @@ func (c *Client) adminSemaphore() semaphore {
 // (a decimal timestamp) is released as its protocol's release does it, at
 // most once, since its timestamp is not unique to one holder.
 //
-// It returns nil if it released the hold, an error matching ErrNotHeld
-// and ErrExpired if the key is gone, ErrNotHeld and ErrTaken if it is
-// held but not by token, ErrWrongType if it is not a lock,
-// ErrReservedKey for one of dlock's auxiliary keys.
+// It returns nil if it released the hold, an error matching
+// dlock.ErrNotHeld and dlock.ErrExpired if the key is gone, dlock.ErrNotHeld
+// and dlock.ErrTaken if it is held but not by token, dlock.ErrWrongType if
+// it is not a lock, dlock.ErrEmptyToken for an empty token,
+// dlock.ErrReservedKey for one of dlock's auxiliary keys.
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
-		return ErrNilContext
+		return dlock.ErrNilContext
 	}
-	if err := validKey(c.opts.Prefix, key); err != nil {
+	if err := c.validKey(key); err != nil {
 		return err
 	}
 	if token == "" {
-		return ErrEmptyToken
+		return dlock.ErrEmptyToken
 	}
-	ks := c.keysFor(key)
+	ks := c.KeysFor(key)
 	var typ *redis.StatusCmd
 	var val *redis.StringCmd
 	var holds *redis.IntCmd
@@ -147,61 +149,59 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		typ = p.Type(ctx, key)
 		val = p.Get(ctx, key)
 		member = p.ZScore(ctx, key, token)
-		holds = p.Exists(ctx, auxOf(ks, holdsSuffix))
+		holds = p.Exists(ctx, keyspace.Aux(ks, keyspace.HoldsSuffix))
 		return nil
 	})
 	if err := typ.Err(); err != nil {
 		return unavailable(err)
 	}
-	var proto protocol.Protocol
-	legacy := false
+	var call protocol.Call
 	switch typ.Val() {
 	case "none":
-		return oneline.Chain(ErrNotHeld, ErrExpired)
+		return oneline.Chain(dlock.ErrNotHeld, dlock.ErrExpired)
 	case "zset":
 		if member.Err() != nil { // not a holder: leave the semaphore alone
-			return oneline.Chain(ErrNotHeld, ErrTaken)
+			return oneline.Chain(dlock.ErrNotHeld, dlock.ErrTaken)
 		}
-		proto = c.adminSemaphore()
+		call = c.semaphoreRelease(ks, token, releases.Release)
 	case "string":
-		m := c.queueMode(modeTry)
 		switch v := val.Val(); {
-		case v == SharedValue:
-			proto = sharedLock{holdSet{queueMode: m, group: v, suffix: readersSuffix}}
+		case v == dlock.SharedValue:
+			call = releases.Holds(ks, keyspace.ReadersSuffix, token, v, c.pickup, releases.Release)
 		case holds.Val() > 0 || isReentrantValue(v):
 			// A reentrant hold: v names the owner, which is no credential;
 			// only a handle's token in the hold set releases (that handle).
-			proto = reentrantLock{holdSet{queueMode: m, group: v, suffix: holdsSuffix}}
+			call = releases.Holds(ks, keyspace.HoldsSuffix, token, v, c.pickup, releases.Release)
 		case classify(v) == KindLegacy:
-			legacy = true
+			call = legacyRelease(ks, token)
 		default:
-			proto = c.tokenLock(modeTry)
+			call = releases.Token(ks, token, c.pickup, releases.Release)
 		}
 	default:
-		return ErrWrongType
+		return dlock.ErrWrongType
 	}
-	var code int64
-	var err error
-	if legacy {
-		code, err = c.releaseLegacy(ctx, ks, token)
-	} else {
-		code, err = releaseOnce(ctx, c.exec, proto, ks, token)
-	}
+	return c.releaseResult(ctx, key, c.exec.Run(ctx, call))
+}
+
+// releaseResult is ReleaseToken's answer to the reply cmd of its release
+// of key.
+func (c *Client) releaseResult(ctx context.Context, key string, cmd *redis.Cmd) error {
+	code, err := cmd.Int64()
 	switch {
 	case err != nil:
 		return unavailable(err)
 	case code == codeOK:
 		return nil
 	case code == codeWrongType:
-		return ErrWrongType
+		return dlock.ErrWrongType
 	case code == codeGone:
 		// The key may still be held, by other handles than token.
 		if info, err := c.Inspect(ctx, key); err == nil && info.Held {
-			return oneline.Chain(ErrNotHeld, ErrTaken)
+			return oneline.Chain(dlock.ErrNotHeld, dlock.ErrTaken)
 		}
-		return oneline.Chain(ErrNotHeld, ErrExpired)
+		return oneline.Chain(dlock.ErrNotHeld, dlock.ErrExpired)
 	default:
-		return oneline.Chain(ErrNotHeld, ErrTaken)
+		return oneline.Chain(dlock.ErrNotHeld, dlock.ErrTaken)
 	}
 }
 
@@ -209,3 +209,10 @@ func isReentrantValue(v string) bool {
 	_, ok := ReentrantOwner(v)
 	return ok
 }
+
+// The replies of the release scripts.
+const (
+	codeOK        = protocol.ReplyOK
+	codeGone      = protocol.ReplyGone
+	codeWrongType = protocol.ReplyWrongType
+)
