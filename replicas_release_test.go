@@ -84,7 +84,7 @@ func TestMinReplicasResentReleaseWaitsForTheFirstRun(t *testing.T) {
 	rdb := master.NewClient()
 	hook := &firstSendElsewhere{side: master.Client(t), script: "release"}
 	rdb.AddHook(hook)
-	a, _ := newClientOn(t, rdb, dlock.Options{MinReplicas: 1, ReplicaTimeout: 200 * time.Millisecond,
+	a, _ := newClientOn(t, rdb, dlock.Options{MinReplicas: 1, ReplicaTimeout: time.Second,
 		ReleaseTimeout: 1500 * time.Millisecond})
 	lk, err := a.Lock(ctx, "job", dlock.WithTTL(time.Minute), dlock.WithoutRenewal())
 	if err != nil {
