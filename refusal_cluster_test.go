@@ -9,12 +9,12 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestRefusalSlotMigration moves a lock's slot to another master the way
-// `redis-cli --cluster reshard` does (SETSLOT IMPORTING and MIGRATING,
-// MIGRATE, SETSLOT NODE). Meanwhile an acquire of a new key of the slot is
+// `redis-cli --cluster reshard` does (redistest.MoveSlot: SETSLOT IMPORTING
+// and MIGRATING, MIGRATE, SETSLOT NODE), and holds it migrating before its
+// keys move (MoveOptions.Migrating). Meanwhile an acquire of a new key of the slot is
 // refused (its keys are on neither master: ASK, then TRYAGAIN from the
 // importing one): a Lock with a short ctx fails with its deadline, naming
 // the refusal; a Lock with time left is retried until the slot has moved,
@@ -50,43 +50,7 @@ func TestRefusalSlotMigration(t *testing.T) {
 			break
 		}
 	}
-	srcC, dstC := src.Client(t), dst.Client(t)
-	srcID, err := srcC.ClusterMyID(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dstID, err := dstC.ClusterMyID(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	setSlot := func(rc *redis.Client, state, id string) {
-		t.Helper()
-		if err := rc.Do(ctx, "cluster", "setslot", slot, state, id).Err(); err != nil {
-			t.Fatalf("CLUSTER SETSLOT %d %s: %v", slot, state, err)
-		}
-	}
-	setSlot(dstC, "importing", srcID)
-	setSlot(srcC, "migrating", dstID)
-
-	// A short ctx: refused until its deadline. The error names the last
-	// refusal unless the deadline passed inside go-redis, which retries a
-	// refusal a few times itself and then answers with ctx's error (on a
-	// loaded machine; TestRefusalUntilDeadline checks the naming).
 	before := c.Stats().Refusals
-	sctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	_, err = c.Lock(sctx, k)
-	cancel()
-	if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Lock with a 1.5s ctx on a migrating slot = %v; want its deadline", err)
-	}
-	if !strings.Contains(err.Error(), "TRYAGAIN") && !strings.Contains(err.Error(), "ASK") {
-		t.Logf("the deadline passed inside go-redis: %v", err)
-	}
-	if c.Stats().Refusals == before {
-		t.Fatalf("no refusal counted in 1.5s (%v)", err)
-	}
-
-	// Time left: retried until the slot has moved.
 	type result struct {
 		lk  *dlock.Lock
 		err error
@@ -94,54 +58,56 @@ func TestRefusalSlotMigration(t *testing.T) {
 	done := make(chan result, 1)
 	lctx, lcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer lcancel()
-	go func() {
-		lk, err := c.Lock(lctx, k)
-		done <- result{lk, err}
-	}()
-	refused := c.Stats().Refusals
-	for deadline := time.Now().Add(20 * time.Second); c.Stats().Refusals < refused+3; {
+	migrating := func(context.Context) error {
+		// A short ctx: refused until its deadline. The error names the
+		// last refusal unless the deadline passed inside go-redis, which
+		// retries a refusal a few times itself and then answers with ctx's
+		// error (on a loaded machine; TestRefusalUntilDeadline checks the
+		// naming).
+		sctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		_, err := c.Lock(sctx, k)
+		cancel()
+		if !errors.Is(err, dlock.ErrContextDone) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock with a 1.5s ctx on a migrating slot = %v; want its deadline", err)
+		}
+		if !strings.Contains(err.Error(), "TRYAGAIN") && !strings.Contains(err.Error(), "ASK") {
+			t.Logf("the deadline passed inside go-redis: %v", err)
+		}
+		if c.Stats().Refusals == before {
+			t.Fatalf("no refusal counted in 1.5s (%v)", err)
+		}
+
+		// Time left: retried until the slot has moved.
+		go func() {
+			lk, err := c.Lock(lctx, k)
+			done <- result{lk, err}
+		}()
+		refused := c.Stats().Refusals
+		for deadline := time.Now().Add(20 * time.Second); c.Stats().Refusals < refused+3; {
+			select {
+			case r := <-done:
+				t.Fatalf("Lock returned during the migration: %v, %v", r.lk, r.err)
+			case <-time.After(10 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the Lock was not refused during the migration")
+			}
+		}
+		// Past the held lock's TTL, it is renewed meanwhile.
+		time.Sleep(2500 * time.Millisecond)
 		select {
 		case r := <-done:
 			t.Fatalf("Lock returned during the migration: %v, %v", r.lk, r.err)
-		case <-time.After(10 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the Lock was not refused during the migration")
-		}
+		return nil
 	}
-	// Past the held lock's TTL, it is renewed meanwhile.
-	time.Sleep(2500 * time.Millisecond)
-	select {
-	case r := <-done:
-		t.Fatalf("Lock returned during the migration: %v, %v", r.lk, r.err)
-	default:
+	// Then the slot's keys move, and the slot.
+	m, err := cl.MoveSlot(ctx, slot, dst, redistest.MoveOptions{Pipeline: 100, Timeout: 5 * time.Second, Migrating: migrating})
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	// Finish the migration: move the slot's keys, then the slot.
-	for {
-		keys, err := srcC.ClusterGetKeysInSlot(ctx, slot, 100).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"migrate", "127.0.0.1", dst.Port, "", 0, 5000, "keys"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		if err := srcC.Do(ctx, args...).Err(); err != nil {
-			t.Fatalf("MIGRATE: %v", err)
-		}
-	}
-	moved := time.Now()
-	setSlot(dstC, "node", dstID)
-	setSlot(srcC, "node", dstID)
-	for _, m := range cl.Masters(ctx) {
-		if m != src && m != dst {
-			setSlot(m.Client(t), "node", dstID)
-		}
-	}
+	moved := m.Migrated
 
 	r := <-done
 	t.Logf("Lock acquired %v after the slot moved", time.Since(moved).Round(time.Millisecond))

@@ -30,6 +30,11 @@ type MoveOptions struct {
 	// Pace is a pause after each MIGRATE. Default 0: back to back, as
 	// redis-cli sends them.
 	Pace time.Duration
+	// Migrating, if set, is called once the slot is IMPORTING on the
+	// target and MIGRATING on the source, before any key moves: the slot
+	// stays so while it runs. An error it returns ends the move there,
+	// with the slot left migrating.
+	Migrating func(ctx context.Context) error
 }
 
 func (o MoveOptions) withDefaults() (MoveOptions, error) {
@@ -107,6 +112,11 @@ func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *Server, o MoveOpti
 	}
 	if err := setSlot(ctx, src, slot, "migrating", dstID); err != nil {
 		return m, err
+	}
+	if o.Migrating != nil {
+		if err := o.Migrating(ctx); err != nil {
+			return m, err
+		}
 	}
 	if err := migrateKeys(ctx, src, to, slot, o, &m); err != nil {
 		return m, err

@@ -1,6 +1,8 @@
 package redistest_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -126,5 +128,30 @@ func TestMoveSlot(t *testing.T) {
 		if err != nil || m == before[i] || !slices.Contains(cl.Masters(ctx), m) {
 			t.Errorf("%s served by %v after MoveSlotsOf (%v), before by %s", k, m, err, before[i].Addr())
 		}
+	}
+
+	// Migrating runs while the slot is migrating, before any key moves;
+	// its error ends the move there.
+	from, err = cl.MasterOf(ctx, keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	to = cl.Masters(ctx)[0]
+	if to == from {
+		to = cl.Masters(ctx)[1]
+	}
+	stopped := errors.New("stop here")
+	m, err = cl.MoveSlot(ctx, slot, to, redistest.MoveOptions{Migrating: func(ctx context.Context) error {
+		info, err := from.Client(t).ClusterNodes(ctx).Result()
+		if err != nil || !strings.Contains(info, fmt.Sprintf("[%d->-", slot)) {
+			t.Errorf("the source's CLUSTER NODES does not show slot %d migrating (%v):\n%s", slot, err, info)
+		}
+		return stopped
+	}})
+	if !errors.Is(err, stopped) || m.Keys != 0 {
+		t.Errorf("MoveSlot with Migrating failing = %v, %v; want its error, no key moved", m, err)
+	}
+	if got, err := from.Client(t).ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || got != n {
+		t.Errorf("the source holds %d keys of slot %d (%v), want %d", got, slot, err, n)
 	}
 }
