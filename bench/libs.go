@@ -51,6 +51,11 @@ func libs() []lib {
 			open:     dlockOpen(dlock.Options{Barging: true}),
 		},
 		{
+			Name: "dlock-evalsha", Library: "dlock",
+			Settings: "Options.NoFunctions: the scripts run by EVALSHA, not as Redis Functions (FCALL); otherwise the defaults",
+			open:     dlockOpen(dlock.Options{NoFunctions: true}),
+		},
+		{
 			Name: "redsync", Library: "go-redsync/redsync v4.18.1", Defaults: true,
 			Settings: "defaults: expiry 8s, 32 tries, random 50–250ms retry delay (a Lock gives up with ErrFailed after ~5s); goredis/v9 pool",
 			open:     redsyncOpen(),
