@@ -94,7 +94,7 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 	}
 	first, q := c.modal(base, mode)
 	a := &waitCall{c: c, keys: keys, ttl: cfg.ttl, renew: cfg.renew, token: newToken(), base: base,
-		mode: mode, wait: wait, queued: q && mode.queued(), ti: -1}
+		mode: mode, wait: wait, queued: q && mode.queued(), own: q, ti: -1}
 	waited := false
 	var err error
 	if wait {
@@ -150,9 +150,12 @@ type waitCall struct {
 	// wait: Lock (a failed attempt is no error); queued: the attempts keep
 	// the caller in the key's FIFO queue (see Client.wait).
 	wait, queued bool
-	attempts     int
-	l            *lease // made at the grant, with first
-	ti           int32  // slot in the watchdog's retry heap; -1: not there
+	// own: the protocol is one of this package's (its releases publish
+	// where this Client's waiters listen: see notify.Waiter.Shardable).
+	own      bool
+	attempts int
+	l        *lease // made at the grant, with first
+	ti       int32  // slot in the watchdog's retry heap; -1: not there
 }
 
 // first returns the protocol of the call's first attempt: the lease's,

@@ -54,6 +54,11 @@ type Client struct {
 	bg        sync.WaitGroup // background work started by the Client
 }
 
+// plainPubSub keeps hand-offs on plain pub/sub on a Cluster for the
+// Clients made while it is set (the side-by-side measurement of the two:
+// see TestShardedPubSubBusMessages).
+var plainPubSub atomic.Bool
+
 // New returns a Client over rdb: a *redis.Client (also from
 // redis.NewFailoverClient for Sentinel), *redis.ClusterClient or
 // *redis.Ring. The Client does not close rdb. New makes no Redis call, so
@@ -93,7 +98,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.wd = newWatchdog(c)
 	c.notify = notify.New(notify.Config{
 		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
-		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: keyspace.IsToken,
+		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: keyspace.IsToken, Plain: plainPubSub.Load(),
 		Refused: func(err error) error {
 			if pe := permissionOf(err); pe != nil {
 				return pe

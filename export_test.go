@@ -161,3 +161,7 @@ func HoldExpiry(release <-chan struct{}, reached chan<- struct{}) (undo func()) 
 	beforeExpire.Store(&h)
 	return func() { beforeExpire.Store(nil) }
 }
+
+// SetPlainPubSub makes the Clients made from now on keep hand-offs on
+// plain pub/sub on a Cluster (true), or use sharded pub/sub (false).
+func SetPlainPubSub(plain bool) { plainPubSub.Store(plain) }

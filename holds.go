@@ -44,7 +44,7 @@ func (h holdSet) Release(k protocol.Keys, token string) protocol.Call {
 func (h holdSet) Leave(k protocol.Keys, token string) protocol.Call { return h.release(k, token, "1") }
 
 func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
-	return releases.Holds(k, h.suffix, token, h.group, h.pickup, mode)
+	return releases.Holds(h.pub(k), h.suffix, token, h.group, h.pickup, mode)
 }
 
 // releaseTellsResend: its release script answers 1 to a second run of a

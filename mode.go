@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/keyspace"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -62,6 +64,34 @@ type queueMode struct {
 	// exec runs the attempt's script: the Client's executor, whose
 	// pipeline it joins (nil in a protocol no Client set up: see on).
 	exec *rexec.Exec
+	// notify is the Client's notifier: on sharded pub/sub it names the
+	// hand-off channel of each slot (nil: channel, plain pub/sub).
+	notify *notify.Notifier
+}
+
+// handoff returns the hand-off channel argument of an attempt on k (see
+// notify.HandoffChannel).
+func (q queueMode) handoff(k protocol.Keys) string {
+	if q.notify == nil {
+		return q.channel
+	}
+	return q.notify.HandoffChannel(keyspace.Slot(k.Lock))
+}
+
+// pub returns k with its wake-up channel as a release script's argument
+// (see wake), for the calls built in internal/scripts/releases.
+func (q queueMode) pub(k protocol.Keys) protocol.Keys {
+	k.Wake = q.wake(k)
+	return k
+}
+
+// wake returns the wake-up channel argument of a release of k (see
+// notify.WakeArg).
+func (q queueMode) wake(k protocol.Keys) string {
+	if q.notify == nil {
+		return k.Wake
+	}
+	return q.notify.WakeArg(k.Wake)
 }
 
 // on returns the executor q's calls run on: the Client's, or for a
@@ -105,7 +135,7 @@ func withMode(p queued, m queueMode) protocol.Protocol {
 
 // queueMode returns the queue settings of this Client for mode.
 func (c *Client) queueMode(mode acquireMode) queueMode {
-	return queueMode{mode: mode, channel: c.notify.Own(), lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout, exec: c.exec}
+	return queueMode{mode: mode, channel: c.notify.Own(), lease: c.opts.WaiterLease, pickup: c.opts.PickupTimeout, exec: c.exec, notify: c.notify}
 }
 
 // modal returns proto set up for acquire mode m, and whether its waiters

@@ -148,7 +148,7 @@ func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, t
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
 	res, err := m.on(rdb).Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
-		m.mode.String(), m.channel, m.lease.Milliseconds()}}).Int64Slice()
+		m.mode.String(), m.handoff(m.ks[0]), m.lease.Milliseconds()}}).Int64Slice()
 	g := grant{Grant: protocol.Grant{Value: token}}
 	switch {
 	case err != nil:
@@ -210,7 +210,7 @@ func (m multiLock) release(token, mode string) protocol.Call {
 	args := []any{token, m.pickup.Milliseconds()}
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Queue)
-		args = append(args, k.Wake)
+		args = append(args, m.wake(k))
 	}
 	return protocol.Call{Script: scripts.MultiRelease, Keys: names, Args: append(args, mode)}
 }

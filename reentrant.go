@@ -129,6 +129,6 @@ type reentrantLock struct {
 
 func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	c := protocol.Call{Script: scripts.ReentrantAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.channel, r.lease.Milliseconds(), r.group}}
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.handoff(k), r.lease.Milliseconds(), r.group}}
 	return grantOf(token, r.on(rdb).Run(ctx, c))
 }

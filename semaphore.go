@@ -97,7 +97,7 @@ func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k pro
 	cmd := s.on(rdb).Run(ctx, protocol.Call{Script: scripts.SemaphoreAcquire,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
 		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
-			fmt.Sprintf("%s{%d", s.channel, s.permits), s.lease.Milliseconds(), s.permits, s.limit,
+			fmt.Sprintf("%s{%d", s.handoff(k), s.permits), s.lease.Milliseconds(), s.permits, s.limit,
 			s.pickup.Milliseconds()}})
 	if res, err := cmd.Int64Slice(); err == nil && len(res) == 2 && res[0] == codeAboveLimit {
 		return protocol.Grant{}, fmt.Errorf("%w: %d permits asked, limit %d", ErrInvalidPermits, s.permits, res[1])
@@ -126,5 +126,5 @@ func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {
 }
 
 func (s semaphore) release(k protocol.Keys, token, mode string) protocol.Call {
-	return releases.Semaphore(k, token, s.pickup, mode, s.limit)
+	return releases.Semaphore(s.pub(k), token, s.pickup, mode, s.limit)
 }

@@ -40,6 +40,16 @@ func newTokenArgs(q queueMode, ttl time.Duration) *tokenArgs {
 		mode: q.mode.String(), channel: q.channel, leaseMs: q.lease.Milliseconds(), pickupMs: q.pickup.Milliseconds()}
 }
 
+// handoff returns the boxed hand-off channel argument of t's acquire on
+// k: the one boxed, or on sharded pub/sub the slot's (see
+// queueMode.handoff).
+func (a *tokenArgs) handoff(t tokenLock, k protocol.Keys) any {
+	if t.notify != nil && t.notify.Sharded() {
+		return t.handoff(k)
+	}
+	return a.channel
+}
+
 // fenceTTL is how long the fence counter outlives a grant. The counter may
 // expire after that: the next grant then starts from the server's TIME in
 // microseconds, which by then is above every fence handed out before.
@@ -56,7 +66,7 @@ func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration)
 			Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String()}}
 	}
 	return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String(), t.channel, t.lease.Milliseconds()}}
+		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String(), t.handoff(k), t.lease.Milliseconds()}}
 }
 
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
@@ -90,7 +100,7 @@ func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) 
 			token, ttlMs, fttlMs, a.mode}, Src: acquireBody}
 	}
 	return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
-		token, ttlMs, fttlMs, a.mode, a.channel, a.leaseMs}, Src: acquireBody}
+		token, ttlMs, fttlMs, a.mode, a.handoff(t, k), a.leaseMs}, Src: acquireBody}
 }
 
 // grant decodes acquire.lua's reply.
@@ -132,7 +142,7 @@ func (tokenLock) Renew(k protocol.Keys, token string, ttl time.Duration) (protoc
 }
 
 func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
-	return releases.Token(k, token, t.pickup, releases.Release)
+	return releases.Token(t.pub(k), token, t.pickup, releases.Release)
 }
 
 // release runs Release's call, as the arguments of its EVALSHA command
@@ -142,14 +152,14 @@ func (t tokenLock) release(ctx context.Context, x *rexec.Exec, k protocol.Keys, 
 		return x.Run(ctx, t.Release(k, token))
 	}
 	return x.RunRaw(ctx, rexec.Raw{Args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
-		token, k.Wake, t.args.pickupMs, "0"}, Src: releaseBody})
+		token, t.wake(k), t.args.pickupMs, "0"}, Src: releaseBody})
 }
 
 // Leave takes a waiter out of the queue and passes on a hand-off that
 // reached it too late; on a holder it releases. The engine calls it when a
 // waiter gives up, and after an acquire whose reply was lost.
 func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
-	return releases.Token(k, token, t.pickup, releases.Leave)
+	return releases.Token(t.pub(k), token, t.pickup, releases.Leave)
 }
 
 // releaseTellsResend: its release script answers 1 to a second run of a

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/protocol"
 )
@@ -44,7 +45,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	// needs one. Nothing can signal w before it is registered below.
 	w.Wake = make(chan struct{}, 1)
 	if a.queued {
-		w.Channel = a.token
+		w.Channel, w.Slot = a.token, keyspace.Slot(a.keys.Lock)
 		if err = c.notify.Queue(ctx, w); err != nil {
 			return false, err // nothing was sent for this token yet
 		}
@@ -73,7 +74,9 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	c.stats.waiting.Add(1)
 	defer c.stats.waiting.Add(-1)
 	if !a.queued {
-		w.Channel = a.keys.Wake
+		// dlock's own protocols publish their release messages on
+		// sharded pub/sub where the Client uses it; a foreign one PUBLISHes.
+		w.Channel, w.Shardable = a.keys.Wake, a.own
 		if err = c.notify.Subscribe(ctx, w); err != nil {
 			return waited, err
 		}

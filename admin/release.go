@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/keyspace"
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"github.com/dlock-go/dlock/protocol"
@@ -82,7 +83,7 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 // hands (its command delayed past its caller's timeout) leaves the new
 // holder alone.
 func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
-	code, err := c.exec.Run(ctx, releases.Token(ks, v, c.pickup, releases.Force)).Int64()
+	code, err := c.exec.Run(ctx, releases.Token(c.pub(ks), v, c.pickup, releases.Force)).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)
@@ -99,7 +100,7 @@ func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (b
 // under a stored limit; without one it wakes the first queued waiter,
 // whose own acquire takes what its limit lets in (semaphore_release.lua).
 func (c *Client) semaphoreRelease(ks protocol.Keys, token, mode string) protocol.Call {
-	return releases.Semaphore(ks, token, c.pickup, mode, 0)
+	return releases.Semaphore(c.pub(ks), token, c.pickup, mode, 0)
 }
 
 // ReleaseToken releases the hold of token on key, as its holder's Unlock
@@ -167,15 +168,15 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	case "string":
 		switch v := val.Val(); {
 		case v == dlock.SharedValue:
-			call = releases.Holds(ks, keyspace.ReadersSuffix, token, v, c.pickup, releases.Release)
+			call = releases.Holds(c.pub(ks), keyspace.ReadersSuffix, token, v, c.pickup, releases.Release)
 		case holds.Val() > 0 || isReentrantValue(v):
 			// A reentrant hold: v names the owner, which is no credential;
 			// only a handle's token in the hold set releases (that handle).
-			call = releases.Holds(ks, keyspace.HoldsSuffix, token, v, c.pickup, releases.Release)
+			call = releases.Holds(c.pub(ks), keyspace.HoldsSuffix, token, v, c.pickup, releases.Release)
 		case classify(v) == KindLegacy:
 			call = legacyRelease(ks, token)
 		default:
-			call = releases.Token(ks, token, c.pickup, releases.Release)
+			call = releases.Token(c.pub(ks), token, c.pickup, releases.Release)
 		}
 	default:
 		return dlock.ErrWrongType
@@ -216,3 +217,13 @@ const (
 	codeGone      = protocol.ReplyGone
 	codeWrongType = protocol.ReplyWrongType
 )
+
+// pub returns ks with its wake-up channel as a release script's argument:
+// on a Cluster marked for SPUBLISH, where dlock Clients listen on it as a
+// shard channel (see internal/notify's shard.go).
+func (c *Client) pub(ks protocol.Keys) protocol.Keys {
+	if _, ok := c.rdb.(*redis.ClusterClient); ok {
+		ks.Wake = notify.ShardMark + ks.Wake
+	}
+	return ks
+}

@@ -1,10 +1,11 @@
 // Package notify is the pub/sub notifier of a dlock Client: it owns the
-// Client's one pub/sub connection and its subscriptions (the Client's own
-// hand-off channel and the wake-up channels of keys with local waiters),
-// the wake-ups of waiters (a release's message, a hand-off to a queued
-// waiter, a reconnect), the delivery of hand-offs by handoffID, and the
-// liveness probe that replaces a connection that stopped hearing its
-// channels.
+// Client's pub/sub connections and their subscriptions (the Client's own
+// hand-off channel and the wake-up channels of keys with local waiters;
+// on Redis Cluster, sharded: a hand-off channel per slot and a connection
+// per master, see shard.go), the wake-ups of waiters (a release's
+// message, a hand-off to a queued waiter, a reconnect, a topology
+// change), the delivery of hand-offs by handoffID, and the liveness probe
+// that replaces a connection that stopped hearing its channels.
 //
 // It knows nothing of locks: the Client gives it what it needs in a
 // Config, and keeps the waiting loop that sleeps on a Waiter.
@@ -46,6 +47,9 @@ type Config struct {
 	// IsToken reports whether a hand-off message has the shape of a
 	// token (the message of releases by older versions).
 	IsToken func(string) bool
+	// Plain keeps hand-offs on plain pub/sub on a Cluster (tests and
+	// benchmarks compare the two).
+	Plain bool
 }
 
 // Notifier multiplexes every waiter of a Client over ONE pub/sub
@@ -68,6 +72,9 @@ type Notifier struct {
 	cancel context.CancelFunc
 	// own is cfg.Own, the Client's hand-off channel.
 	own string
+	// sharded: Redis Cluster, whose hand-offs and release messages go by
+	// sharded pub/sub (see shard.go).
+	sharded bool
 
 	mu sync.Mutex // guards every field below
 	ps *redis.PubSub
@@ -100,6 +107,16 @@ type Notifier struct {
 	lastProbe   time.Time // when the last probe was sent
 	lastRedial  time.Time
 	probeSoon   bool // a waiter saw a symptom: probe at the next tick
+
+	// Sharded pub/sub (shard.go): the channels wanted, the connection to
+	// each master, the slot channel names found, the back-off of
+	// replacing connections that keep failing, and whether any queued
+	// waiter ever registered (see OwnSubscribed).
+	ssubs        map[string]*ssub
+	sconns       map[string]*sconn
+	slotNames    map[int]string
+	shardBackoff time.Duration
+	shardUsed    bool
 }
 
 // The liveness probe's defaults: a subscription that stops hearing its
@@ -130,11 +147,14 @@ type chanWaiters struct {
 // first waiter does.
 func New(cfg Config) *Notifier {
 	ctx, cancel := context.WithCancel(context.Background())
+	_, cluster := cfg.Redis.(*redis.ClusterClient)
 	return &Notifier{
 		cfg: cfg, own: cfg.Own, ctx: ctx, cancel: cancel,
-		chans: map[string]*chanWaiters{}, pending: map[string][]chan struct{}{},
+		sharded: cluster && !cfg.Off && !cfg.Plain,
+		chans:   map[string]*chanWaiters{}, pending: map[string][]chan struct{}{},
 		grants:     map[[sha1.Size]byte]*Waiter{},
 		probeEvery: pubsubProbeEvery, probeWithin: pubsubProbeWithin,
+		ssubs: map[string]*ssub{}, sconns: map[string]*sconn{}, slotNames: map[int]string{},
 	}
 }
 
@@ -264,9 +284,13 @@ func (n *Notifier) Close() {
 		}
 	}
 	n.pending = map[string][]chan struct{}{}
+	shardPS := n.closeShardsLocked()
 	n.mu.Unlock()
 	n.cancel() // a redial or a command in progress gives up
 	if ps != nil {
+		_ = ps.Close()
+	}
+	for _, ps := range shardPS {
 		_ = ps.Close()
 	}
 	n.loopWG.Wait()

@@ -152,7 +152,9 @@ func (n *Notifier) probeStep(now time.Time) (stale bool) {
 		// At most one redial per probeEvery, whatever asked for probes.
 		return now.Sub(n.lastRedial) >= n.probeEvery
 	}
-	if len(n.grants) == 0 && len(n.chans) == 0 {
+	if (n.sharded || len(n.grants) == 0) && len(n.chans) == 0 {
+		// No waiter on this connection (on sharded pub/sub, queued
+		// waiters are on the shards' connections: see shard.go).
 		n.probeSoon = false
 		return false
 	}
@@ -228,6 +230,7 @@ func (n *Notifier) Suspect() {
 	if n.probeEvery > 0 && n.probeWant == "" && time.Since(n.lastProbe) >= n.probeWithin {
 		n.probeSoon = true
 	}
+	n.suspectShardsLocked()
 }
 
 // redial replaces the stale connection old: a new one subscribes the own

@@ -28,6 +28,16 @@ type Waiter struct {
 	// granted: the wake-up was a hand-off message for this queued
 	// waiter's token (not a reconnect, which wakes every waiter).
 	granted atomic.Bool
+	// Slot is the Cluster slot of the waiter's key, set before a queued
+	// waiter is registered: on sharded pub/sub its hand-off comes on the
+	// Client's channel of that slot (HandoffChannel).
+	Slot int
+	// Shardable: the key's release messages come by SPUBLISH on sharded
+	// pub/sub (dlock's own protocols; not a foreign protocol's waiter,
+	// whose releases PUBLISH). Set before a listening waiter subscribes.
+	Shardable bool
+	// shard: registered on sharded pub/sub.
+	shard bool
 }
 
 // Signal wakes w, unless a wake-up is pending already; it reports whether
@@ -65,12 +75,24 @@ func (n *Notifier) Queue(ctx context.Context, w *Waiter) error {
 		n.mu.Unlock()
 		return n.refused
 	}
-	if n.ownConfirmed == nil {
-		n.ownConfirmed = n.subscribeLocked(n.own)
+	var confirmed chan struct{}
+	if n.sharded {
+		w.shard, n.shardUsed = true, true
+		s, fresh := n.addShardLocked(n.slotChannelLocked(w.Slot), w.Slot, true, w)
+		confirmed = s.confirmed
+		n.grants[handoffKey(w.Channel)] = w
+		n.mu.Unlock()
+		if fresh {
+			n.placeShard(ctx, s)
+		}
+	} else {
+		if n.ownConfirmed == nil {
+			n.ownConfirmed = n.subscribeLocked(n.own)
+		}
+		confirmed = n.ownConfirmed
+		n.grants[handoffKey(w.Channel)] = w
+		n.mu.Unlock()
 	}
-	confirmed := n.ownConfirmed
-	n.grants[handoffKey(w.Channel)] = w
-	n.mu.Unlock()
 	awaitConfirm(ctx, confirmed)
 	if err := n.Refusal(); err != nil {
 		n.Dequeue(w)
@@ -119,11 +141,12 @@ func (n *Notifier) refuse(err error) {
 	n.wakeAll()
 }
 
-// OwnSubscribed reports whether the hand-off channel has been subscribed.
+// OwnSubscribed reports whether the hand-off channel has been subscribed
+// (on sharded pub/sub: whether a queued waiter ever registered).
 func (n *Notifier) OwnSubscribed() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.ownConfirmed != nil
+	return n.ownConfirmed != nil || n.shardUsed
 }
 
 // Retoken moves the queued waiter of token old, if any, to token new.
@@ -140,8 +163,15 @@ func (n *Notifier) Retoken(old, new string) {
 // Dequeue removes w, a queued waiter that leaves (see Queue).
 func (n *Notifier) Dequeue(w *Waiter) {
 	n.mu.Lock()
-	delete(n.grants, handoffKey(w.Channel))
-	n.mu.Unlock()
+	defer n.mu.Unlock()
+	k := handoffKey(w.Channel)
+	if n.grants[k] != w {
+		return
+	}
+	delete(n.grants, k)
+	if w.shard {
+		n.dropShardLocked(n.slotChannelLocked(w.Slot), true, w)
+	}
 }
 
 // handoffID is what a hand-off publishes for the waiter token (q_notify in
@@ -213,6 +243,16 @@ func (n *Notifier) Subscribe(ctx context.Context, w *Waiter) error {
 		n.mu.Unlock()
 		return nil
 	}
+	if n.sharded && w.Shardable && !w.all {
+		w.shard = true
+		s, fresh := n.addShardLocked(channel, keySlot(channel), false, w)
+		n.mu.Unlock()
+		if fresh {
+			n.placeShard(ctx, s)
+		}
+		awaitConfirm(ctx, s.confirmed)
+		return nil
+	}
 	cw := n.chans[channel]
 	if cw == nil {
 		cw = &chanWaiters{confirmed: n.subscribeLocked(channel)}
@@ -229,6 +269,10 @@ func (n *Notifier) Subscribe(ctx context.Context, w *Waiter) error {
 func (n *Notifier) Unsubscribe(w *Waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if w.shard {
+		n.dropShardLocked(w.Channel, false, w)
+		return
+	}
 	cw := n.chans[w.Channel]
 	if cw == nil {
 		return
@@ -256,6 +300,14 @@ func (n *Notifier) PassOn(w *Waiter) {
 	default:
 		return
 	}
+	if w.shard {
+		n.mu.Lock()
+		if s := n.ssubs[w.Channel]; s != nil {
+			wakeFirst(s.waiters, w)
+		}
+		n.mu.Unlock()
+		return
+	}
 	n.wakeOne(w.Channel, w)
 }
 
@@ -263,15 +315,18 @@ func (n *Notifier) PassOn(w *Waiter) {
 func (n *Notifier) wakeOne(channel string, except *Waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cw := n.chans[channel]
-	if cw == nil {
-		return
+	if cw := n.chans[channel]; cw != nil {
+		wakeFirst(cw.waiters, except)
 	}
+}
+
+// wakeFirst wakes the oldest of waiters other than except.
+func wakeFirst(waiters []*Waiter, except *Waiter) {
 	// Every waiter that wants all messages gets it; of the others, the
 	// oldest whose buffer is empty takes it. A full buffer already holds a
 	// pending wake-up, so nothing is lost.
 	woken := false
-	for _, w := range cw.waiters {
+	for _, w := range waiters {
 		if w == except || woken && !w.all {
 			continue
 		}
@@ -291,6 +346,12 @@ func (n *Notifier) wakeAll() {
 	}
 	for _, cw := range n.chans {
 		for _, w := range cw.waiters {
+			w.handed.Store(true)
+			w.Signal()
+		}
+	}
+	for _, s := range n.ssubs {
+		for _, w := range s.waiters {
 			w.handed.Store(true)
 			w.Signal()
 		}
