@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -42,13 +43,19 @@ func spubWaiter(t *testing.T, c *dlock.Client, key string) <-chan error {
 // clock (spubOpts), so only a message can have woken it.
 func spubAwait(t *testing.T, done <-chan error, what string) {
 	t.Helper()
+	spubAwaitWithin(t, done, what, 12*time.Second)
+}
+
+// spubAwaitWithin is spubAwait with a bound of its own.
+func spubAwaitWithin(t *testing.T, done <-chan error, what string, within time.Duration) {
+	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-	case <-time.After(12 * time.Second):
-		t.Fatalf("%s: the waiter was not woken (its retry clock is 30 s)", what)
+	case <-time.After(within):
+		t.Fatalf("%s: the waiter was not woken within %v (its retry clock is 30 s)", what, within)
 	}
 }
 
@@ -267,7 +274,9 @@ func TestShardedHandoffAfterSlotMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	moveSlot(t, cl, slot, src, dst)
+	if mv, err := cl.MoveSlot(ctx, slot, dst, redistest.MoveOptions{}); err != nil {
+		t.Fatalf("%v: %v", mv, err)
+	}
 	if m, err := cl.MasterOf(ctx, k); err != nil || m != dst {
 		t.Fatalf("slot %d served by %v (%v) after the move, want %s", slot, m, err, dst.Addr())
 	}
@@ -278,43 +287,6 @@ func TestShardedHandoffAfterSlotMigration(t *testing.T) {
 	}
 	spubAwait(t, done, "hand-off after a slot migration")
 	t.Logf("hand-off woke the waiter in %v", time.Since(start).Round(time.Millisecond))
-}
-
-// moveSlot moves slot from src to dst as redis-cli --cluster reshard does.
-func moveSlot(t *testing.T, cl *redistest.Cluster, slot int, src, dst *redistest.Server) {
-	t.Helper()
-	ctx := t.Context()
-	sc, dc := src.Client(t), dst.Client(t)
-	srcID, dstID := sc.ClusterMyID(ctx).Val(), dc.ClusterMyID(ctx).Val()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(dc.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
-	must(sc.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
-	host, port, _ := strings.Cut(dst.Addr(), ":")
-	for {
-		keys, err := sc.ClusterGetKeysInSlot(ctx, slot, 100).Result()
-		must(err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		must(sc.Do(ctx, args...).Err())
-	}
-	must(dc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
-	must(sc.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
-	for _, n := range cl.Masters(ctx) {
-		if n != src && n != dst {
-			must(n.Client(t).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
-		}
-	}
-	must(cl.WaitOK(ctx))
 }
 
 // One server (and so Sentinel, whose master is one): hand-offs stay on
@@ -344,4 +316,46 @@ func TestHandoffPlainOnOneServer(t *testing.T) {
 	if n := len(rc.PubSubShardChannels(ctx, "*").Val()); n != 0 {
 		t.Fatalf("%d shard channels on one server", n)
 	}
+}
+
+// A multi-key lock across slots queues in each slot in turn: its waiter
+// listens on its Client's channel of every one of them, so the hand-off
+// of a later slot wakes it too.
+func TestShardedHandoffMultiSlot(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t, redistest.ClusterConfig{})
+	ctx := t.Context()
+	a := newClusterDlock(t, cl, spubOpts)
+	b := newClusterDlock(t, cl, spubOpts)
+	k1, k2 := "spub-multi-1", "spub-multi-2"
+	if admin.Slot(k1) > admin.Slot(k2) {
+		k1, k2 = k2, k1
+	}
+	if admin.Slot(k1) == admin.Slot(k2) {
+		t.Fatal("the keys share a slot")
+	}
+	held, err := a.Lock(ctx, k2, dlock.WithTTL(30*time.Second)) // the later slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := b.LockMulti(ctx, []string{k1, k2}, dlock.WithTTL(30*time.Second))
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Stats().Waiting == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the multi-key waiter never queued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // queued in k2's slot after taking k1's
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	spubAwaitWithin(t, done, "hand-off of the second slot", 4*time.Second)
 }

@@ -45,7 +45,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	// needs one. Nothing can signal w before it is registered below.
 	w.Wake = make(chan struct{}, 1)
 	if a.queued {
-		w.Channel, w.Slot = a.token, keyspace.Slot(a.keys.Lock)
+		w.Channel, w.Slot, w.Slots = a.token, keyspace.Slot(a.keys.Lock), waiterSlots(a.base)
 		if err = c.notify.Queue(ctx, w); err != nil {
 			return false, err // nothing was sent for this token yet
 		}
@@ -194,4 +194,19 @@ func (c *Client) retryAfter(holderTTL time.Duration, queued bool) time.Duration 
 		d += rand.N(j)
 	}
 	return max(d, time.Millisecond)
+}
+
+// waiterSlots lists the slots a queued waiter of proto may queue in when
+// they are several (a multi-key lock across Cluster slots queues in the
+// slot of each group in turn), nil otherwise.
+func waiterSlots(proto protocol.Protocol) []int {
+	m, ok := proto.(multiSlots)
+	if !ok {
+		return nil
+	}
+	slots := make([]int, 0, len(m.groups))
+	for _, g := range m.groups {
+		slots = append(slots, keyspace.Slot(g.ks[0].Lock))
+	}
+	return slots
 }

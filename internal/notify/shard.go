@@ -401,9 +401,15 @@ func (n *Notifier) wakeShard(subs []*ssub) {
 		return
 	}
 	for _, w := range n.grants {
-		if w.shard && slots[w.Slot] {
-			w.handed.Store(true)
-			w.Signal()
+		if !w.shard {
+			continue
+		}
+		for _, slot := range w.slots() {
+			if slots[slot] {
+				w.handed.Store(true)
+				w.Signal()
+				break
+			}
 		}
 	}
 }

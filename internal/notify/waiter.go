@@ -30,8 +30,11 @@ type Waiter struct {
 	granted atomic.Bool
 	// Slot is the Cluster slot of the waiter's key, set before a queued
 	// waiter is registered: on sharded pub/sub its hand-off comes on the
-	// Client's channel of that slot (HandoffChannel).
-	Slot int
+	// Client's channel of that slot (HandoffChannel). A waiter that may
+	// queue in several slots (a multi-key lock across slots) lists them
+	// all in Slots instead.
+	Slot  int
+	Slots []int
 	// Shardable: the key's release messages come by SPUBLISH on sharded
 	// pub/sub (dlock's own protocols; not a foreign protocol's waiter,
 	// whose releases PUBLISH). Set before a listening waiter subscribes.
@@ -78,13 +81,23 @@ func (n *Notifier) Queue(ctx context.Context, w *Waiter) error {
 	var confirmed chan struct{}
 	if n.sharded {
 		w.shard, n.shardUsed = true, true
-		s, fresh := n.addShardLocked(n.slotChannelLocked(w.Slot), w.Slot, true, w)
-		confirmed = s.confirmed
+		var subs []*ssub
+		var fresh []bool
+		for _, slot := range w.slots() {
+			s, f := n.addShardLocked(n.slotChannelLocked(slot), slot, true, w)
+			subs, fresh = append(subs, s), append(fresh, f)
+		}
 		n.grants[handoffKey(w.Channel)] = w
 		n.mu.Unlock()
-		if fresh {
-			n.placeShard(ctx, s)
+		for i, s := range subs {
+			if fresh[i] {
+				n.placeShard(ctx, s)
+			}
 		}
+		for _, s := range subs[1:] {
+			awaitConfirm(ctx, s.confirmed)
+		}
+		confirmed = subs[0].confirmed
 	} else {
 		if n.ownConfirmed == nil {
 			n.ownConfirmed = n.subscribeLocked(n.own)
@@ -170,8 +183,18 @@ func (n *Notifier) Dequeue(w *Waiter) {
 	}
 	delete(n.grants, k)
 	if w.shard {
-		n.dropShardLocked(n.slotChannelLocked(w.Slot), true, w)
+		for _, slot := range w.slots() {
+			n.dropShardLocked(n.slotChannelLocked(slot), true, w)
+		}
 	}
+}
+
+// slots returns the slots of a queued waiter's hand-off channels.
+func (w *Waiter) slots() []int {
+	if len(w.Slots) > 0 {
+		return w.Slots
+	}
+	return []int{w.Slot}
 }
 
 // handoffID is what a hand-off publishes for the waiter token (q_notify in
