@@ -8,6 +8,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/notify"
@@ -181,7 +182,7 @@ func (a *waitCall) retry() protocol.Protocol {
 func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time.Duration, error) {
 	c, keys := a.c, a.keys
 	if err := ctx.Err(); err != nil {
-		return false, 0, ctxDone(ctx)
+		return false, 0, errs.CtxDone(ctx)
 	}
 	if err := c.evictionGate(ctx); err != nil {
 		return false, 0, err // a failover or CONFIG SET since the last check
@@ -198,7 +199,7 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		// lock may already be someone else's. Give it back, try again.
 		a.abandon(p, g.Value)
 		if !a.wait {
-			return false, 0, unavailable(errors.New("the acquire reply arrived after the lock's validity"))
+			return false, 0, errs.Unavailable(errors.New("the acquire reply arrived after the lock's validity"))
 		}
 		return false, time.Millisecond, nil
 	case err == nil && g.Acquired:
@@ -246,22 +247,22 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 	}
 	if ctx.Err() != nil {
 		if rexec.IsRefusal(err) {
-			return false, 0, &refusedDoneError{ctxErr: ctx.Err(), refusal: err}
+			return false, 0, errs.RefusedDone(ctx.Err(), err)
 		}
 		// The context ended during the call: Redis failed, or had not
 		// answered yet. Say which, so that the caller can tell a key
 		// still held from a silent Redis (not when the caller cancelled).
 		switch {
 		case errors.Is(ctx.Err(), context.Canceled):
-			return false, 0, ctxDone(ctx)
+			return false, 0, errs.CtxDone(ctx)
 		case errors.Is(err, context.DeadlineExceeded) && time.Since(sent) < noReplyAfter:
-			return false, 0, ctxDone(ctx) // sent just before the deadline: the deadline cut it, not Redis
+			return false, 0, errs.CtxDone(ctx) // sent just before the deadline: the deadline cut it, not Redis
 		case errors.Is(err, context.DeadlineExceeded):
-			return false, 0, ctxDoneAfter(ctx, &noReplyError{after: time.Since(sent), err: err})
+			return false, 0, errs.CtxDoneAfter(ctx, errs.NoReply(time.Since(sent), err))
 		}
-		return false, 0, ctxDoneAfter(ctx, unavailable(err))
+		return false, 0, errs.CtxDoneAfter(ctx, errs.Unavailable(err))
 	}
-	return false, 0, unavailable(err)
+	return false, 0, errs.Unavailable(err)
 }
 
 // noReplyAfter is how long a call cut off by its context's deadline must

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyspace"
 	"reflect"
 	"sync"
@@ -100,7 +101,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
 		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: keyspace.IsToken, Plain: plainPubSub.Load(),
 		Refused: func(err error) error {
-			if pe := permissionOf(err); pe != nil {
+			if pe := errs.Permission(err); pe != nil {
 				return pe
 			}
 			return nil // not a typed nil
@@ -190,8 +191,8 @@ func (c *Client) Close() error {
 		// its release not confirmed): it is no longer renewed, and with
 		// the watchdog stopped nothing would end it at its deadline.
 		held := c.wd.live()
-		left, errs := c.wd.releaseAll(ctx, held)
-		err = closeError(left, len(held), errs)
+		left, rerrs := c.wd.releaseAll(ctx, held)
+		err = errs.Close(left, len(held), rerrs)
 		if err != nil {
 			c.opts.Logger.Warn("dlock: Close left locks to expire by their TTL", "left", left, "of", len(held), "err", err)
 		}
@@ -201,7 +202,7 @@ func (c *Client) Close() error {
 		// Done closes and its Err says why. A release that lands later
 		// still counts as a release.
 		for _, l := range held {
-			if lost, _ := l.loseEnding(l.ctx, errLeftByClose); lost != nil {
+			if lost, _ := l.loseEnding(l.ctx, errs.ErrLeftByClose); lost != nil {
 				c.stats.releasesLeft.Add(1)
 				c.wd.reportLost(lost)
 			}

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 )
@@ -125,15 +124,4 @@ func sentRelease(ctx context.Context, value string) (code int64, err error, ok b
 		return 0, nil, false // it did not run: sent again by itself, retried within ctx
 	}
 	return r.code, r.err, true
-}
-
-// closeError reports the locks Close left to expire.
-func closeError(left, total int, errs []error) error {
-	if left == 0 {
-		return nil
-	}
-	if len(errs) == 0 {
-		errs = []error{unavailable(context.DeadlineExceeded)}
-	}
-	return &CloseError{Left: left, Total: total, Err: oneline.Join(errs...)}
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/keyrules"
@@ -161,7 +162,7 @@ func (s *Counter) setSegments(ctx context.Context, lk *Lock, total int64) ([][]i
 	for i, cmd := range s.c.exec.Batch(ctx, calls) {
 		r, err := cmd.Int64Slice()
 		if err != nil {
-			return nil, unavailable(err)
+			return nil, errs.Unavailable(err)
 		}
 		res[i] = r
 	}
@@ -187,7 +188,7 @@ func (s *Counter) replyErr(lk *Lock, seg int, r []int64) error {
 		if lerr := lk.Err(); lerr != nil {
 			return lerr
 		}
-		return &lostError{key: s.segs.Stripe(seg), cause: ErrTaken}
+		return errs.Lost(s.segs.Stripe(seg), ErrTaken)
 	case r[0] == codeWrongType:
 		return ErrWrongType
 	case r[0] == codeMismatch:
@@ -219,7 +220,7 @@ func (s *Counter) Total(ctx context.Context) (int64, error) {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, unavailable(err)
+		return 0, errs.Unavailable(err)
 	}
 	if err := s.checkRead(counts, recs); err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -51,7 +52,7 @@ func (s *Counter) recorded(cmd *redis.Cmd) error {
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:
-		return unavailable(err)
+		return errs.Unavailable(err)
 	case n == codeWrongType:
 		return ErrWrongType
 	case n != int64(s.segs.Len()):
@@ -79,7 +80,7 @@ func (s *Counter) checkShape(ctx context.Context) error {
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return unavailable(err)
+		return errs.Unavailable(err)
 	}
 	if r, err := rec.Int64(); err == nil {
 		// Segment 0's record decides: it is written first, so the other
@@ -109,7 +110,7 @@ func (s *Counter) checkRead(counts, recs []*redis.StringCmd) error {
 			missing = true
 			continue
 		case err != nil:
-			return unavailable(err)
+			return errs.Unavailable(err)
 		}
 		r, err := strconv.ParseInt(v, 10, 64)
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"math/rand/v2"
 	"strconv"
 
@@ -126,7 +127,7 @@ func (s *Counter) putBack(ctx context.Context, lk *Lock, seg int, n int64) error
 	case ambiguous(err), rexec.MayFollowRun(err):
 		return &maybeAppliedError{op: "putting back", key: s.countKey(seg), n: n, cause: err}
 	default:
-		err = unavailable(err)
+		err = errs.Unavailable(err)
 	}
 	return fmt.Errorf("dlock: putting %d units back into %q failed (they stay taken): %w", n, s.countKey(seg), err)
 }
@@ -149,7 +150,7 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 		// by itself, see rexec.MayFollowRun).
 		return false, &maybeAppliedError{op: "taking", key: s.countKey(seg), n: -d, cause: err}
 	case err != nil:
-		return false, unavailable(err)
+		return false, errs.Unavailable(err)
 	case len(res) == 2 && (res[0] == codeOK || res[0] == 0):
 		return res[0] == codeOK, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,7 +184,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (*Leadership, err
 		case errors.Is(err, ErrLost), errors.Is(err, errOlderTerm):
 			continue // lost the lock before the record was out: stand again
 		case ctx.Err() != nil:
-			return nil, ctxDone(ctx)
+			return nil, errs.CtxDone(ctx)
 		}
 		return nil, err
 	}
@@ -323,7 +324,7 @@ func (l *Leadership) publishUntil(ctx context.Context) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctxDoneAfter(ctx, err)
+			return errs.CtxDoneAfter(ctx, err)
 		case <-l.lk.Done():
 			t.Stop()
 			return l.lk.Err()
@@ -353,7 +354,7 @@ func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 	sent := time.Now()
 	res, err := e.c.exec.Run(ctx, call).Slice()
 	if err != nil {
-		return time.Time{}, unavailable(err)
+		return time.Time{}, errs.Unavailable(err)
 	}
 	bad := fmt.Errorf("%w: unexpected reply from the election script: %v", ErrUnavailable, res)
 	if len(res) < 2 {
@@ -457,7 +458,7 @@ func (e *Election) read(ctx context.Context, n int) ([]LeaderInfo, leaderState, 
 	at := time.Now()
 	res, err := e.c.exec.Run(ctx, call).Slice()
 	if err != nil {
-		return nil, leaderNone, unavailable(err)
+		return nil, leaderNone, errs.Unavailable(err)
 	}
 	bad := fmt.Errorf("%w: unexpected reply from the election read script: %v", ErrUnavailable, res)
 	if len(res) == 1 && res[0] == int64(codeWrongType) {

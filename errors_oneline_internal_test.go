@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyspace"
 	"strings"
 	"testing"
@@ -35,25 +36,25 @@ func TestWrappedErrorsOneLine(t *testing.T) {
 	defer cancel()
 	<-ctx.Done()
 	cases := map[string]error{
-		"unavailable(redis error with newlines)": unavailable(nl),
-		"unavailable(lua error)":                 unavailable(luaErr),
-		"unavailable(joined)":                    unavailable(multi),
-		"ctxDone":                                ctxDone(ctx),
-		"ctxDoneAfter":                           ctxDoneAfter(ctx, unavailable(nl)),
-		"ctxDoneAfter(no reply)":                 ctxDoneAfter(ctx, &noReplyError{after: time.Second, err: multi}),
-		"withRedisCause":                         withRedisCause(ctxDone(ctx), unavailable(multi)),
-		"lostError(unreachable)":                 &lostError{key: "k", cause: oneline.Chain(ErrUnreachable, unavailable(nl))},
-		"lostError(taken, wrong type)":           &lostError{key: "k\nk", cause: oneline.Chain(ErrTaken, ErrWrongType)},
-		"lostError(joined)":                      &lostError{key: "k", cause: multi},
-		"keptError":                              &keptError{acquire: nl, rollback: multi},
-		"maybeAppliedError":                      &maybeAppliedError{op: "taking", key: "c\nc", n: 1, cause: multi},
-		"closeError":                             closeError(2, 3, []error{unavailable(nl), multi}),
-		"not held, expired":                      oneline.Chain(ErrNotHeld, ErrExpired),
-		"joined release errors":                  oneline.Join(multi, unavailable(nl)),
-		"permission":                             permissionOf(nlReply("NOPERM this user has no permissions\nto access one of the keys")),
-		"reservedKeyError":                       &reservedKeyError{key: "a\nb", lock: "c\nd", kind: string(keyspace.AuxFence)},
-		"segmentMismatchError":                   &segmentMismatchError{name: "n\nn", given: 2, recorded: 3},
-		"ttlError":                               &ttlError{ttl: time.Second, min: 2 * time.Second, max: time.Hour, renew: true},
+		"errs.Unavailable(redis error with newlines)": errs.Unavailable(nl),
+		"errs.Unavailable(lua error)":                 errs.Unavailable(luaErr),
+		"errs.Unavailable(joined)":                    errs.Unavailable(multi),
+		"ctxDone":                                     errs.CtxDone(ctx),
+		"ctxDoneAfter":                                errs.CtxDoneAfter(ctx, errs.Unavailable(nl)),
+		"errs.CtxDoneAfter(no reply)":                 errs.CtxDoneAfter(ctx, errs.NoReply(time.Second, multi)),
+		"withRedisCause":                              errs.WithRedisCause(errs.CtxDone(ctx), errs.Unavailable(multi)),
+		"lostError(unreachable)":                      errs.Lost("k", oneline.Chain(ErrUnreachable, errs.Unavailable(nl))),
+		"lostError(taken, wrong type)":                errs.Lost("k\nk", oneline.Chain(ErrTaken, ErrWrongType)),
+		"lostError(joined)":                           errs.Lost("k", multi),
+		"keptError":                                   &keptError{acquire: nl, rollback: multi},
+		"maybeAppliedError":                           &maybeAppliedError{op: "taking", key: "c\nc", n: 1, cause: multi},
+		"closeError":                                  errs.Close(2, 3, []error{errs.Unavailable(nl), multi}),
+		"not held, expired":                           oneline.Chain(ErrNotHeld, ErrExpired),
+		"joined release errors":                       oneline.Join(multi, errs.Unavailable(nl)),
+		"permission":                                  errs.Permission(nlReply("NOPERM this user has no permissions\nto access one of the keys")),
+		"reservedKeyError":                            &reservedKeyError{key: "a\nb", lock: "c\nd", kind: string(keyspace.AuxFence)},
+		"segmentMismatchError":                        &segmentMismatchError{name: "n\nn", given: 2, recorded: 3},
+		"ttlError":                                    &errs.TTLError{TTL: time.Second, Min: 2 * time.Second, Max: time.Hour, Renew: true},
 	}
 	for name, err := range cases {
 		if err == nil {
@@ -66,10 +67,10 @@ func TestWrappedErrorsOneLine(t *testing.T) {
 	}
 	// Still matching what they wrap.
 	var re redis.Error
-	if e := unavailable(nl); !errors.Is(e, ErrUnavailable) || !errors.As(e, &re) {
-		t.Errorf("unavailable(%q) lost what it wraps: %v", nl, e)
+	if e := errs.Unavailable(nl); !errors.Is(e, ErrUnavailable) || !errors.As(e, &re) {
+		t.Errorf("errs.Unavailable(%q) lost what it wraps: %v", nl, e)
 	}
-	if e := ctxDoneAfter(ctx, unavailable(nl)); !errors.Is(e, ErrContextDone) || !errors.Is(e, context.DeadlineExceeded) ||
+	if e := errs.CtxDoneAfter(ctx, errs.Unavailable(nl)); !errors.Is(e, ErrContextDone) || !errors.Is(e, context.DeadlineExceeded) ||
 		!errors.Is(e, ErrUnavailable) || !errors.As(e, &re) {
 		t.Errorf("ctxDoneAfter lost what it wraps: %v", e)
 	}

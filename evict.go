@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -63,7 +64,7 @@ func (c *Client) evictionGate(ctx context.Context) error {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return ctxDone(ctx)
+		return errs.CtxDone(ctx)
 	}
 	defer func() { <-e.sem }()
 	if !e.fresh() {
@@ -122,7 +123,7 @@ func (c *Client) CheckServers(ctx context.Context) error {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return ctxDone(ctx)
+		return errs.CtxDone(ctx)
 	}
 	defer func() { <-e.sem }()
 	if err := c.judgeEviction(evictpolicy.ReadAll(ctx, c.rdb)); err != nil {
@@ -157,7 +158,7 @@ func (c *Client) judgeEviction(nodes []evictpolicy.Node) error {
 		}
 	case unreached != nil:
 		e.until.Store(now.Add(evictRetry).UnixNano())
-		return unavailable(unreached)
+		return errs.Unavailable(unreached)
 	default:
 		if len(unknown) > 0 {
 			c.warnEviction("dlock: could not read maxmemory-policy (CONFIG GET and INFO memory refused); locks are unsafe if Redis evicts keys", "servers", strings.Join(unknown, ", "))

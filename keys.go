@@ -6,6 +6,7 @@ package dlock
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/dlock-go/dlock/internal/defaults"
 	"github.com/dlock-go/dlock/internal/keyrules"
@@ -38,7 +39,7 @@ func auxOf(k protocol.Keys, suffix string) string { return keyspace.Aux(k, suffi
 func init() {
 	keyrules.ValidKey = func(key string) error { return validKey(defaults.Prefix, key) }
 	keyrules.GuardKey = keyspace.GuardKey
-	keyrules.Unavailable = unavailable
+	keyrules.Unavailable = errs.Unavailable
 	keyrules.ValidLockKey = validKey
 	keyrules.ValidPrefix = validPrefix
 }

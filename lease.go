@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"log/slog"
 	"strings"
 	"sync"
@@ -254,7 +255,7 @@ func (l *lease) renewed(ctx context.Context, sent time.Time, ttl time.Duration, 
 		}
 		l.mu.Unlock()
 		l.c.opts.Logger.Debug("dlock: renewal failed", "key", l.keys.Lock, "err", err)
-		return info, nil, unavailable(err)
+		return info, nil, errs.Unavailable(err)
 	}
 	if code == codeOther && l.swapAlt() {
 		return info, nil, errRetryAlt
@@ -400,7 +401,7 @@ func (l *lease) end(ctx context.Context, cause error, ending bool) (lost func(),
 		return nil, err
 	}
 	l.state, l.ending = stateLost, false
-	l.err = &lostError{key: l.keys.Lock, cause: cause}
+	l.err = errs.Lost(l.keys.Lock, cause)
 	l.timer.Stop()
 	err, value := l.err, l.value
 	if held && l.done != nil {
@@ -413,7 +414,7 @@ func (l *lease) end(ctx context.Context, cause error, ending bool) (lost func(),
 		l.c.stats.held.Add(-1) // an ending lease was counted out when its release began
 	}
 	l.c.stats.lost.Add(1)
-	if cause != errLeftByClose { // Close logs what it leaves, once
+	if cause != errs.ErrLeftByClose { // Close logs what it leaves, once
 		l.c.opts.Logger.Warn("dlock: lock lost", "key", l.keys.Lock, "fence", l.fence,
 			"token", shortToken(value), "cause", cause)
 	}
@@ -529,7 +530,7 @@ func (l *lease) releaseRetry(ctx context.Context, start time.Time) (lost func(),
 // script raised, an ACL refusal, a closed go-redis client, or ctx's end.
 func retryableRelease(ctx context.Context, err error) bool {
 	if err == nil || ctx.Err() != nil || errors.Is(err, redis.ErrClosed) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || permissionOf(err) != nil {
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errs.Permission(err) != nil {
 		return false
 	}
 	var re redis.Error
@@ -587,7 +588,7 @@ func (l *lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 			}
 			l.mu.Unlock()
 		}
-		err = unavailable(err)
+		err = errs.Unavailable(err)
 	case code == codeOK, tried && !l.resendTold(code, triedAt):
 		// tried: an earlier release may have run without its reply; if it
 		// did, the key is gone, or handed to a waiter (or taken since):
@@ -682,7 +683,7 @@ func (l *lease) leftByClose(err error) {
 		return
 	}
 	l.state, l.ending = stateLost, false
-	l.err = &lostError{key: l.keys.Lock, cause: errLeftByClose}
+	l.err = errs.Lost(l.keys.Lock, errs.ErrLeftByClose)
 	l.timer.Stop()
 	value := l.value
 	l.mu.Unlock()

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"log/slog"
 	"math"
 	"strings"
@@ -174,7 +175,7 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.TTL != 0 && (o.TTL < time.Millisecond || o.TTL > MaxTTL) {
-		return o, &ttlError{ttl: o.TTL, min: time.Millisecond, max: MaxTTL}
+		return o, &errs.TTLError{TTL: o.TTL, Min: time.Millisecond, Max: MaxTTL}
 	}
 	if o.Prefix == "" {
 		o.Prefix = defaults.Prefix
@@ -249,7 +250,7 @@ func (o *Options) ttlWorks(ttl time.Duration, renew bool) bool {
 func (o *Options) ttlError(ttl time.Duration, renew bool) error {
 	lo, hi := time.Duration(1), MaxTTL
 	if !o.ttlWorks(hi, renew) {
-		return &ttlError{ttl: ttl, renew: renew}
+		return &errs.TTLError{TTL: ttl, Renew: renew}
 	}
 	for lo < hi { // the shortest TTL that works (ttlWorks is monotonic)
 		mid := lo + (hi-lo)/2
@@ -259,7 +260,7 @@ func (o *Options) ttlError(ttl time.Duration, renew bool) error {
 			lo = mid + 1
 		}
 	}
-	return &ttlError{ttl: ttl, min: max(lo, time.Millisecond), max: MaxTTL, renew: renew}
+	return &errs.TTLError{TTL: ttl, Min: max(lo, time.Millisecond), Max: MaxTTL, Renew: renew}
 }
 
 // drift is the allowance subtracted from a validity of ttl.

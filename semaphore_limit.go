@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -76,13 +77,13 @@ func (s *Semaphore) setLimitOnce(ctx context.Context, k protocol.Keys, limit int
 	case wrongType(err):
 		v = "" // the script reports the version key's type
 	case err != nil:
-		return 0, unavailable(err)
+		return 0, errs.Unavailable(err)
 	}
 	n, err := c.exec.Run(ctx, protocol.Call{Script: scripts.SemaphoreLimit,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue, ver},
 		Args: []any{limit, c.opts.PickupTimeout.Milliseconds(), v}}).Int64()
 	if err != nil {
-		return 0, unavailable(err)
+		return 0, errs.Unavailable(err)
 	}
 	return n, nil
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"math/rand/v2"
 	"time"
 
@@ -54,7 +55,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	if ctx.Err() != nil {
 		// Done before anything was sent for this token: nothing to
 		// withdraw.
-		return false, ctxDone(ctx)
+		return false, errs.CtxDone(ctx)
 	}
 	// An attempt that fails withdraws what it may have done itself (see
 	// Client.obtain).
@@ -108,7 +109,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 		case <-w.Wake:
 		case <-ctx.Done():
 			c.giveUp(a)
-			return waited, ctxDoneAfter(ctx, redisErr)
+			return waited, errs.CtxDoneAfter(ctx, redisErr)
 		}
 		// No retry wake-up while attempting: the next is armed after it.
 		c.wd.unsleep(a)
@@ -147,7 +148,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			c.opts.Logger.Debug("dlock: redis error while waiting; retrying", "channel", a.keys.Wake, "err", err)
 		case errors.Is(err, ErrContextDone):
 			c.giveUp(a)
-			return waited, withRedisCause(err, redisErr)
+			return waited, errs.WithRedisCause(err, redisErr)
 		default:
 			c.giveUp(a)
 			return waited, err
