@@ -8,10 +8,10 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/errs"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
@@ -94,8 +94,8 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 		return nil, err
 	}
 	first, q := c.modal(base, mode)
-	a := &waitCall{c: c, keys: keys, ttl: cfg.ttl, renew: cfg.renew, token: newToken(), base: base,
-		mode: mode, wait: wait, queued: q && mode.queued(), own: q, ti: -1}
+	a := &waitCall{c: c, keys: keys, ttl: cfg.ttl, renew: cfg.renew, token: engine.NewToken(), base: base,
+		mode: mode, wait: wait, queued: q && mode.queued(), own: q, Sleeper: engine.NewSleeper()}
 	waited := false
 	var err error
 	if wait {
@@ -107,25 +107,28 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 	} else {
 		_, _, err = a.attempt(ctx, first)
 	}
-	l := a.l
+	var l *engine.Lease
+	if a.l != nil {
+		l = &a.l.lease
+	}
 	if err == nil && c.closed() {
 		// Close ran while we were acquiring: don't hand out a lock nobody
 		// will renew or release.
-		rctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
-		rerr := l.release(rctx)
+		rctx, cancel := context.WithTimeout(engine.ClientRelease(), c.opts.ReleaseTimeout)
+		rerr := l.Release(rctx)
 		cancel()
-		l.leftByClose(rerr) // if that release failed too
+		l.LeftByClose(rerr) // if that release failed too
 		err = ErrClosed
 	}
 	var fence uint64
 	if err == nil {
-		fence = l.fence
+		fence = l.Fence()
 	}
 	c.acquired(ctx, keys.Lock, start, a.attempts, wait, waited, fence, err)
 	if err != nil {
 		return nil, err
 	}
-	return &l.handle, nil
+	return &a.l.lock, nil
 }
 
 // waitCall is one acquiring call (Client.obtain): what its attempts and,
@@ -134,9 +137,10 @@ func (c *Client) obtain(ctx context.Context, start time.Time, keys protocol.Keys
 // the watchdog's retry heap: no goroutine of its own besides the
 // caller's, no runtime timer, no closures.
 type waitCall struct {
-	// waiter is how the call is woken: by a hand-off or release message
-	// (the notifier), by its retry time (the watchdog), or by Close.
-	notify.Waiter
+	// Sleeper is how the call is woken: by a hand-off or release message
+	// (the notifier), by its retry time (the engine's retry clock), or by
+	// Close.
+	engine.Sleeper
 	c     *Client
 	keys  protocol.Keys
 	ttl   time.Duration
@@ -155,8 +159,7 @@ type waitCall struct {
 	// where this Client's waiters listen: see notify.Waiter.Shardable).
 	own      bool
 	attempts int
-	l        *lease // made at the grant, with first
-	ti       int32  // slot in the watchdog's retry heap; -1: not there
+	l        *heldLock // made at the grant, with first
 }
 
 // first returns the protocol of the call's first attempt: the lease's,
@@ -203,9 +206,10 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		}
 		return false, time.Millisecond, nil
 	case err == nil && g.Acquired:
-		l := c.newLease(a.first(), keys, lockConfig{ttl: a.ttl, renew: a.renew})
-		l.ctx = hookContext(ctx)
-		l.start(sent, g)
+		l := new(heldLock)
+		l.lock.l = &l.lease
+		c.eng.InitLease(&l.lease, a.first(), keys, a.ttl, a.renew, ctx)
+		l.lease.Start(sent, g)
 		a.l = l
 		return true, 0, nil
 	case err == nil && !a.wait:
@@ -229,7 +233,7 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		return false, 0, err
 	case errors.Is(err, ErrWrongType), errors.Is(err, ErrInvalidArgument):
 		return false, 0, err // the protocol's own verdict, not a Redis failure
-	case ambiguous(err) && g.Value != "":
+	case engine.Ambiguous(err) && g.Value != "":
 		a.abandon(p, g.Value)
 	case !a.wait && rexec.MayFollowRun(err) && g.Value != "":
 		// Refused (or READONLY) on its last try, but go-redis may have
@@ -239,10 +243,10 @@ func (a *waitCall) attempt(ctx context.Context, p protocol.Protocol) (bool, time
 		// its own, and giving up withdraws it.)
 		a.abandon(p, g.Value)
 	}
-	if ambiguous(err) && ctx.Err() == nil {
+	if engine.Ambiguous(err) && ctx.Err() == nil {
 		c.evict.stale() // a new master may answer the next attempt
 	}
-	if cc, ok := c.rdb.(*redis.ClusterClient); ok && ambiguous(err) {
+	if cc, ok := c.rdb.(*redis.ClusterClient); ok && engine.Ambiguous(err) {
 		cc.ReloadState(ctx) // a failover may have moved the slot: don't wait for the periodic reload
 	}
 	if ctx.Err() != nil {
@@ -278,22 +282,12 @@ func isKept(err error) bool {
 	return errors.As(err, &kept)
 }
 
-// hookContext is context.WithoutCancel(ctx): the context of the hooks of
-// a lock acquired with ctx. A ctx that can never be cancelled and has no
-// deadline (context.Background) is its own, without an allocation.
-func hookContext(ctx context.Context) context.Context {
-	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
-}
-
 // abandon withdraws v (written by p) in the background and makes sure the
 // next attempt uses a fresh token.
 func (a *waitCall) abandon(p protocol.Protocol, v string) {
 	a.withdrawIn(p, v)
 	old := a.token
-	a.token = newToken()
+	a.token = engine.NewToken()
 	a.c.notify.Retoken(old, a.token)
 }
 
@@ -308,33 +302,25 @@ func (a *waitCall) withdraw() {
 // withdrawIn runs the withdrawal of v, written by p, in the background.
 func (a *waitCall) withdrawIn(p protocol.Protocol, v string) {
 	c, keys := a.c, a.keys
-	c.background(func(ctx context.Context) error {
+	c.eng.Background(func(ctx context.Context) error {
 		probe.Point(probe.BeforeWithdraw, keys.Lock)
 		return c.withdrawRetry(ctx, p, keys, v)
 	})
 }
 
-// grant is the outcome of one acquire attempt as the engine keeps it: the
-// protocol's Grant and, for a multi-key lock, the keys it holds with the
-// fence of each.
-type grant struct {
-	protocol.Grant
-	multi *multiKeys // nil: the lock's one key
-}
-
 // multiAcquirer is implemented by the multi-key protocols, whose grants
 // carry a fence per key.
 type multiAcquirer interface {
-	acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (grant, error)
+	acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (engine.Grant, error)
 }
 
 // acquireOnce makes one attempt of p.
-func acquireOnce(ctx context.Context, rdb redis.UniversalClient, p protocol.Protocol, k protocol.Keys, token string, ttl time.Duration) (grant, error) {
+func acquireOnce(ctx context.Context, rdb redis.UniversalClient, p protocol.Protocol, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	if m, ok := p.(multiAcquirer); ok {
 		return m.acquireKeys(ctx, rdb, token, ttl)
 	}
 	g, err := p.Acquire(ctx, rdb, k, token, ttl)
-	return grant{Grant: g}, err
+	return engine.Grant{Grant: g}, err
 }
 
 // withdrawRetry withdraws v (see withdraw) until Redis answers or ctx
@@ -347,7 +333,7 @@ func acquireOnce(ctx context.Context, rdb redis.UniversalClient, p protocol.Prot
 func (c *Client) withdrawRetry(ctx context.Context, p protocol.Protocol, keys protocol.Keys, v string) error {
 	back := 10 * time.Millisecond
 	for {
-		err := withdraw(ctx, c.exec, p, keys, v)
+		err := engine.Withdraw(ctx, c.exec, p, keys, v)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
@@ -38,21 +39,15 @@ type Client struct {
 	// tokenLocks[m] is tokenLock(m), made once (New): a protocol in an
 	// interface is an allocation, which every acquire would pay otherwise.
 	tokenLocks [modeBarge + 1]protocol.Protocol
-	wd         *watchdog
+	eng        *engine.Engine // leases, watchdog, retry clock, background work, counters
 	notify     *notify.Notifier
-	feeds      feeds // election observers' shared reads
-	stats      counters
+	feeds      feeds         // election observers' shared reads
 	evict      evictCheck    // the masters' eviction policy (see evictionGate)
 	closing    chan struct{} // closed by Close
 
 	hookp   atomic.Pointer[Hooks] // the hooks installed now (see hooks)
 	hooksMu sync.Mutex            // serialises AddHooks
 	once    sync.Once
-
-	bgMu      sync.Mutex     // guards bgDone, bgRunning and the Add side of bg
-	bgDone    bool           // set by Close: no new background work
-	bgRunning int            // background goroutines running (Close's WARN)
-	bg        sync.WaitGroup // background work started by the Client
 }
 
 // plainPubSub keeps hand-offs on plain pub/sub on a Cluster for the
@@ -86,19 +81,20 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		// NoPubSub has none at all.
 		c.opts.Barging = true
 	}
-	h := o.Hooks
-	c.hookp.Store(&h)
 	c.exec = rexec.New(rdb)
 	if o.NoFunctions {
 		c.exec.NoFunctions()
 	}
 	// A call riding out a Cluster's refusals ends when Close starts, as a
 	// waiting Lock does; the Client's own releases and clean-ups
-	// (clientRelease, background) keep theirs.
+	// (engine.ClientRelease, Background) keep theirs.
 	c.exec.EndRefusalsOn(c.closing, ErrClosed)
-	c.wd = newWatchdog(c)
+	c.eng = engine.New(engine.Config{Redis: rdb, Exec: c.exec, Timing: o.timing(), ReleaseTimeout: o.ReleaseTimeout,
+		Logger: o.Logger, Closing: c.closing, GroupOf: c.groupOf})
+	h := o.Hooks
+	c.setHooks(&h)
 	c.notify = notify.New(notify.Config{
-		Redis: rdb, Own: o.Prefix + ":client:" + newToken(), Off: ring || o.NoPubSub,
+		Redis: rdb, Own: o.Prefix + ":client:" + engine.NewToken(), Off: ring || o.NoPubSub,
 		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: keyspace.IsToken, Plain: plainPubSub.Load(),
 		Refused: func(err error) error {
 			if pe := errs.Permission(err); pe != nil {
@@ -107,7 +103,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 			return nil // not a typed nil
 		},
 		Redialed: func() {
-			c.stats.pubsubRedials.Add(1)
+			c.eng.Stats.PubSubRedials.Add(1)
 			c.evict.stale()
 		},
 	})
@@ -146,7 +142,7 @@ func (c *Client) Options() Options { return c.opts }
 
 // Stats returns a snapshot of the Client's counters.
 func (c *Client) Stats() Stats {
-	s := c.stats.snapshot()
+	s := snapshot(&c.eng.Stats)
 	s.Refusals = c.exec.Refusals()
 	return s
 }
@@ -180,157 +176,23 @@ func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {
 		close(c.closing)
-		c.wd.wakeAllWaits() // blocked calls return ErrClosed
-		close(c.wd.stop)
-		<-c.wd.done
-		c.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitAside below
-		c.notify.Close()
-		ctx, cancel := context.WithTimeout(clientRelease(), c.opts.ReleaseTimeout)
-		defer cancel()
-		// Every lease still held, also one whose Unlock failed (ended,
-		// its release not confirmed): it is no longer renewed, and with
-		// the watchdog stopped nothing would end it at its deadline.
-		held := c.wd.live()
-		left, rerrs := c.wd.releaseAll(ctx, held)
-		err = errs.Close(left, len(held), rerrs)
-		if err != nil {
-			c.opts.Logger.Warn("dlock: Close left locks to expire by their TTL", "left", left, "of", len(held), "err", err)
-		}
-		// A lock Close could not release (or whose release is still in
-		// flight) stays in Redis until its TTL, but nothing renews it and
-		// no timer is left to end it at its deadline: end it now, so its
-		// Done closes and its Err says why. A release that lands later
-		// still counts as a release.
-		for _, l := range held {
-			if lost, _ := l.loseEnding(l.ctx, errs.ErrLeftByClose); lost != nil {
-				c.stats.releasesLeft.Add(1)
-				c.wd.reportLost(lost)
-			}
-		}
-		// Background work started from now on runs on its caller's
-		// goroutine (see background); what runs already is waited for
-		// with the hooks, within one ReleaseTimeout.
-		c.bgMu.Lock()
-		c.bgDone = true
-		c.bgMu.Unlock()
-		c.waitAside(c.opts.ReleaseTimeout)
+		err = c.eng.Close(c.notify.Close)
 	})
 	return err
 }
 
-func (c *Client) closed() bool {
-	select {
-	case <-c.closing:
-		return true
-	default:
-		return false
-	}
-}
-
-// background runs a token-checked clean-up call in the background, bounded
-// by ReleaseTimeout: the delete after an acquire whose reply was lost (a
-// timeout, a cancelled context, a broken connection), which would
-// otherwise leave the key held by nobody for its TTL; and the withdrawal
-// of a waiter that gave up. Close waits for them, at most ReleaseTimeout
-// (see waitAside): a go-redis client may wait past ctx for a server that
-// does not answer. Once Close is waiting, fn runs on the caller's
-// goroutine.
-func (c *Client) background(fn func(ctx context.Context) error) {
-	run := func() {
-		ctx, cancel := context.WithTimeout(rexec.OutlivingClose(context.Background()), c.opts.ReleaseTimeout)
-		defer cancel()
-		_ = fn(ctx)
-	}
-	if !c.goBackground(run) {
-		run() // Close no longer waits for background work: do it here
-	}
-}
-
-// reportAside runs lost, the report of a loss found off the watchdog (an
-// election's refresher), on a goroutine of its own, which Close waits for
-// at most ReleaseTimeout: its Lost hook may call back into what found the
-// loss (Resign waits for the refresher). After Close it still runs on a
-// goroutine of its own, not waited for.
-func (c *Client) reportAside(lost func()) {
-	if !c.goBackground(lost) {
-		go lost()
-	}
-}
-
-// goBackground runs f on a goroutine Close waits for (see waitAside),
-// unless Close is waiting already: then it does nothing and returns false.
-func (c *Client) goBackground(f func()) bool {
-	c.bgMu.Lock()
-	if c.bgDone {
-		c.bgMu.Unlock()
-		return false
-	}
-	c.bg.Add(1)
-	c.bgRunning++
-	c.bgMu.Unlock()
-	go func() {
-		defer func() {
-			c.bgMu.Lock()
-			c.bgRunning--
-			c.bgMu.Unlock()
-			c.bg.Done()
-		}()
-		f()
-	}()
-	return true
-}
-
-// waitAside is the end of Close: it waits for the goroutines reporting
-// to hooks and for background work (see background), for at most d in
-// all: a hook that never returns, or a clean-up stuck on a server that
-// does not answer, must not hang Close. If some are still running then,
-// it logs how many and returns; they end when they return (the reporting
-// goroutines after running the reports queued behind them). Nothing may
-// start more of either (the loop and the batches have stopped, and
-// bgDone is set).
-func (c *Client) waitAside(d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		c.wd.hooks.Wait()
-		c.bg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
-	running, queued := c.wd.hookCalls()
-	c.bgMu.Lock()
-	bg := c.bgRunning
-	c.bgMu.Unlock()
-	c.opts.Logger.Warn("dlock: Close stopped waiting for hook calls or background clean-ups that have not returned; they keep running (hooks must not block)",
-		"running", running, "queued", queued, "background", bg, "waited", d)
-}
-
-// ambiguous reports whether err leaves unknown whether the command ran:
-// anything but an error reply from Redis itself, and an error a script
-// raised while running (it may have written before; see rexec.ScriptRaised).
-func ambiguous(err error) bool {
-	var re redis.Error
-	if errors.As(err, &re) {
-		return rexec.ScriptRaised(re)
-	}
-	return err != nil
-}
+func (c *Client) closed() bool { return c.eng.Closed() }
 
 // acquired records the end of one acquire call.
 func (c *Client) acquired(ctx context.Context, key string, start time.Time, attempts int, wait, waited bool, fence uint64, err error) {
 	switch {
 	case err == nil:
-		c.stats.acquired.Add(1)
-		c.stats.acquireNanos.Add(int64(time.Since(start)))
+		c.eng.Stats.Acquired.Add(1)
+		c.eng.Stats.AcquireNanos.Add(int64(time.Since(start)))
 	case errors.Is(err, ErrNotAcquired), errors.Is(err, ErrContextDone):
-		c.stats.notAcquired.Add(1)
+		c.eng.Stats.NotAcquired.Add(1)
 	default:
-		c.stats.errors.Add(1)
+		c.eng.Stats.Errors.Add(1)
 	}
 	if h := c.hooks().Acquire; h != nil {
 		h(ctx, AcquireInfo{Key: key, Fence: fence, Wait: time.Since(start), Attempts: attempts, Waited: waited, Try: !wait, Err: err})

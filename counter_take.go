@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/errs"
 	"math/rand/v2"
 	"strconv"
@@ -124,7 +125,7 @@ func (s *Counter) putBack(ctx context.Context, lk *Lock, seg int, n int64) error
 		return nil
 	case err == nil:
 		err = s.replyErr(lk, seg, res)
-	case ambiguous(err), rexec.MayFollowRun(err):
+	case engine.Ambiguous(err), rexec.MayFollowRun(err):
 		return &maybeAppliedError{op: "putting back", key: s.countKey(seg), n: n, cause: err}
 	default:
 		err = errs.Unavailable(err)
@@ -144,7 +145,7 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 		res, err = s.addOnce(ctx, lk, seg, d)
 	}
 	switch {
-	case ambiguous(err), rexec.MayFollowRun(err):
+	case engine.Ambiguous(err), rexec.MayFollowRun(err):
 		// The script may have run: the units may have been taken (also
 		// when the last try was refused: go-redis may have sent it before
 		// by itself, see rexec.MayFollowRun).
@@ -164,7 +165,7 @@ func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, er
 // 10 s past that (and past the lock's expiry), so every copy finds it.
 func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64) ([]int64, error) {
 	key := s.segs.Stripe(seg)
-	op := s.c.keysFor(key).Queue + ":" + newToken()
+	op := s.c.keysFor(key).Queue + ":" + engine.NewToken()
 	window := s.c.opts.TTL
 	ctx, cancel := context.WithTimeout(ctx, window)
 	defer cancel()

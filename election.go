@@ -268,7 +268,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) (err error) {
 	}
 	l.mu.Lock()
 	defer l.unlock()
-	if l.lost, err = l.lk.l.errNow(); err != nil {
+	if l.lost, err = l.lk.l.ErrNow(); err != nil {
 		return err
 	}
 	if value == l.value {
@@ -374,7 +374,7 @@ func (l *Leadership) publishLocked(ctx context.Context) (time.Time, error) {
 		}
 		return sinceOf(sent, now, ms), nil
 	case codeGone:
-		l.lost, err = l.lk.l.lose(l.lk.l.ctx, ErrExpired)
+		l.lost, err = l.lk.l.Lose(l.lk.l.Context(), ErrExpired)
 		return time.Time{}, err
 	case codeWrongType:
 		return time.Time{}, ErrWrongType
@@ -416,7 +416,7 @@ func (l *Leadership) refresh() {
 			// Reported on a goroutine of its own (Close waits for it, at
 			// most ReleaseTimeout), not here: the Lost hook may call
 			// Resign, which waits for this goroutine to end.
-			l.e.c.reportAside(lost)
+			l.e.c.eng.ReportAside(lost)
 		}
 	}
 }

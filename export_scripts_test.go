@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -41,7 +42,7 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...Lock
 	} else if p, err = c.primitive(ctx, cfg); err != nil {
 		return nil, err
 	}
-	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + newToken(), Lease: c.opts.WaiterLease}, nil
+	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + engine.NewToken(), Lease: c.opts.WaiterLease}, nil
 }
 
 func (d *ScriptDriver) proto(mode string) protocol.Protocol {
@@ -75,20 +76,20 @@ func (d *ScriptDriver) Acquire(ctx context.Context, token, mode string, ttl time
 
 // Release releases token's hold; Leave withdraws token (waiting or held).
 func (d *ScriptDriver) Release(ctx context.Context, token string) (int64, error) {
-	return releaseOnce(ctx, d.c.exec, d.proto("q"), d.keys, token)
+	return engine.ReleaseOnce(ctx, d.c.exec, d.proto("q"), d.keys, token)
 }
 
 // Leave withdraws token, queued, handed or holding.
 func (d *ScriptDriver) Leave(ctx context.Context, token string) error {
-	return withdraw(ctx, d.c.exec, d.proto("q"), d.keys, token)
+	return engine.Withdraw(ctx, d.c.exec, d.proto("q"), d.keys, token)
 }
 
 // Keys are the names of the driver's (first) lock.
 func (d *ScriptDriver) Keys() protocol.Keys { return d.keys }
 
 // NewTestToken returns a fresh token.
-func NewTestToken() string { return newToken() }
+func NewTestToken() string { return engine.NewToken() }
 
 // Ambiguous exposes the classification of errors that leave unknown
 // whether a command ran.
-func Ambiguous(err error) bool { return ambiguous(err) }
+func Ambiguous(err error) bool { return engine.Ambiguous(err) }

@@ -2,11 +2,10 @@ package dlock
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/notify"
-	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -31,65 +30,24 @@ func RepublishForTest(ctx context.Context, l *Leadership) error {
 }
 
 // RenewBurst renews every lock of locks once for ttl, now, the way the
-// watchdog sends its batches (batchSize per pipeline, bulk calls, up to
-// renewPipelines at once), without applying the replies, and returns how
-// long it took: the renewal capacity of the Redis side and the batching.
+// watchdog sends its batches, without applying the replies, and returns
+// how long it took (see engine.Engine.RenewBurst).
 func RenewBurst(c *Client, locks []*Lock, ttl time.Duration) time.Duration {
-	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, renewPipelines)
-	for i := 0; i < len(locks); i += batchSize {
-		part := locks[i:min(i+batchSize, len(locks))]
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			var calls []protocol.Call
-			var renewals []bulkRenewal
-			for j, lk := range part {
-				call, _ := lk.l.proto.Renew(lk.l.keys, lk.l.token(), ttl)
-				if r, ok := asBulkRenewal(call); ok {
-					if j%5 != 0 {
-						// leanFence leaves the counter alone in most
-						// renewals (4 in 5 at a TTL of 3 s)
-						r.fttl = 0
-					}
-					renewals = append(renewals, r)
-				} else {
-					calls = append(calls, call)
-				}
-			}
-			c.runCalls(context.Background(), calls, renewals)
-		}()
+	leases := make([]*engine.Lease, len(locks))
+	for i, lk := range locks {
+		leases[i] = lk.l
 	}
-	wg.Wait()
-	return time.Since(start)
+	return c.eng.RenewBurst(leases, ttl)
 }
 
 // RenewKeys renews keys[i], each holding tokens[i], once for ttl the way
-// the watchdog does (extend_many calls of bulkMax locks, batchSize per
-// pipeline, the fence counters left alone), and returns how many were not
-// extended.
+// the watchdog does, and returns how many were not extended.
 func RenewKeys(c *Client, keys, tokens []string, ttl time.Duration) int {
-	left := 0
-	for i := 0; i < len(keys); i += batchSize {
-		end := min(i+batchSize, len(keys))
-		rs := make([]bulkRenewal, 0, end-i)
-		for j := i; j < end; j++ {
-			rs = append(rs, bulkRenewal{lock: keys[j], token: tokens[j], ttl: ttl.Milliseconds()})
-		}
-		_, replies := c.runCalls(context.Background(), nil, rs)
-		for _, r := range replies {
-			if r.err != nil || r.code != codeOK {
-				left++
-			}
-		}
-	}
-	return left
+	return c.eng.RenewKeys(keys, tokens, ttl)
 }
 
 // RenewBatch is how many renewals the watchdog sends per pipeline.
-const RenewBatch = batchSize
+const RenewBatch = engine.RenewBatch
 
 // OwnSubscribed reports whether c's hand-off channel has been subscribed
 // (from then on a Lock's first attempt joins the queue).
@@ -107,14 +65,10 @@ func UsesFunctions(c *Client) bool { return c.exec.Functions() }
 
 // SleepingWaiters is how many blocked calls of c wait for their retry in
 // the watchdog's heap.
-func SleepingWaiters(c *Client) int {
-	c.wd.mu.Lock()
-	defer c.wd.mu.Unlock()
-	return c.wd.waitQ.Len()
-}
+func SleepingWaiters(c *Client) int { return c.eng.SleepingWaiters() }
 
 // WatchdogWakes is how many times c's watchdog loop has woken.
-func WatchdogWakes(c *Client) int64 { return c.wd.wakes.Load() }
+func WatchdogWakes(c *Client) int64 { return c.eng.WatchdogWakes() }
 
 // SetPubSubProbe sets the liveness probe of c's pub/sub connection: a probe
 // every every (0: none) while c has waiters, due back within within. Call
@@ -158,8 +112,8 @@ func HoldExpiry(release <-chan struct{}, reached chan<- struct{}) (undo func()) 
 		}
 		<-release
 	}
-	beforeExpire.Store(&h)
-	return func() { beforeExpire.Store(nil) }
+	engine.HoldExpiry(h)
+	return func() { engine.HoldExpiry(nil) }
 }
 
 // SetPlainPubSub makes the Clients made from now on keep hand-offs on

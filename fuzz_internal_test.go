@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/engine"
 	"math"
 	"strconv"
 	"strings"
@@ -87,8 +88,8 @@ func FuzzOptions(f *testing.F) {
 			if r := got.renewEvery(effective); r <= 0 || r >= validity {
 				t.Fatalf("TTL %v accepted: renewal every %v, validity %v", effective, r, validity)
 			}
-			if effective.Milliseconds() < 1 || fenceTTL(effective) <= effective {
-				t.Fatalf("TTL %v accepted: %dms on the wire, fence counter TTL %v", effective, effective.Milliseconds(), fenceTTL(effective))
+			if effective.Milliseconds() < 1 || engine.FenceTTL(effective) <= effective {
+				t.Fatalf("TTL %v accepted: %dms on the wire, fence counter TTL %v", effective, effective.Milliseconds(), engine.FenceTTL(effective))
 			}
 		}
 	})

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"time"
 
@@ -32,7 +33,7 @@ func (h holdSet) set(k protocol.Keys) string { return auxOf(k, h.suffix) }
 
 func (h holdSet) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
 	return protocol.Call{Script: scripts.HoldsExtend, Keys: []string{k.Lock, h.set(k), k.Fence},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), h.group}}, token
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), h.group}}, token
 }
 
 func (h holdSet) Release(k protocol.Keys, token string) protocol.Call {
@@ -47,7 +48,7 @@ func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
 	return releases.Holds(h.pub(k), h.suffix, token, h.group, h.pickup, mode)
 }
 
-// releaseTellsResend: its release script answers 1 to a second run of a
+// ReleaseTellsResend: its release script answers 1 to a second run of a
 // release that ran (q_released), so a retry's other replies are losses
-// (see resendTellingRelease).
-func (holdSet) releaseTellsResend() {}
+// (see engine.ResendTeller).
+func (holdSet) ReleaseTellsResend() {}

@@ -4,11 +4,8 @@
 package dlock
 
 import (
-	"crypto/rand"
-	"encoding/base64"
-	"github.com/dlock-go/dlock/internal/errs"
-
 	"github.com/dlock-go/dlock/internal/defaults"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/protocol"
@@ -42,22 +39,6 @@ func init() {
 	keyrules.Unavailable = errs.Unavailable
 	keyrules.ValidLockKey = validKey
 	keyrules.ValidPrefix = validPrefix
-}
-
-// newToken returns 128 random bits from crypto/rand, base64url-encoded.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+).
-	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// shortToken is how logs and hooks show a token: enough to correlate, never
-// enough to release someone else's lock.
-func shortToken(t string) string {
-	if len(t) <= 6 {
-		return t
-	}
-	return t[:6] + "…"
 }
 
 // validKey checks a lock (or fenced resource) key: not empty, at most

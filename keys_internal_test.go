@@ -3,6 +3,7 @@ package dlock
 import (
 	"errors"
 	"github.com/dlock-go/dlock/internal/defaults"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/keyspace"
 	"testing"
 )
@@ -30,7 +31,7 @@ func checkAuxInjective(t *testing.T, p1, k1, p2, k2 string) {
 		validKey("", k1) != nil || validKey("", k2) != nil {
 		return
 	}
-	tok := newToken()
+	tok := engine.NewToken()
 	n2 := auxNamesOf(p2, k2, tok)
 	for name, kind := range auxNamesOf(p1, k1, tok) {
 		k, got, ok := keyspace.Owner(p1, name)

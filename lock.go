@@ -9,6 +9,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/oneline"
 )
 
@@ -19,7 +20,14 @@ import (
 // Lock), which is a lock not held: Err, Extend and Unlock return
 // ErrNotHeld, Done is closed, and the rest return zero values.
 type Lock struct {
-	l *lease
+	l *engine.Lease
+}
+
+// heldLock is a lease and its Lock, made together (one allocation, not
+// two).
+type heldLock struct {
+	lease engine.Lease
+	lock  Lock
 }
 
 // closed is the Done channel of a nil Lock.
@@ -54,7 +62,7 @@ func (k *Lock) Key() string {
 	if !k.held() {
 		return ""
 	}
-	return k.l.keys.Lock
+	return k.l.Keys().Lock
 }
 
 // Keys returns every key the lock holds: the one key of Lock and TryLock,
@@ -63,10 +71,10 @@ func (k *Lock) Keys() []string {
 	if !k.held() {
 		return nil
 	}
-	if k.l.multi != nil {
-		return append([]string(nil), k.l.multi.keys...)
+	if m := k.l.Multi(); m != nil {
+		return append([]string(nil), m.Keys...)
 	}
-	return []string{k.l.keys.Lock}
+	return []string{k.l.Keys().Lock}
 }
 
 // Token returns the value that identifies this grant in Redis: the random
@@ -78,7 +86,7 @@ func (k *Lock) Token() string {
 	if !k.held() {
 		return ""
 	}
-	return k.l.token()
+	return k.l.Token()
 }
 
 // FenceOf returns the fencing token of key, one of the lock's Keys (0 for
@@ -87,15 +95,16 @@ func (k *Lock) FenceOf(key string) uint64 {
 	if !k.held() {
 		return 0
 	}
-	if k.l.multi == nil {
-		if key == k.l.keys.Lock {
-			return k.l.fence
+	m := k.l.Multi()
+	if m == nil {
+		if key == k.l.Keys().Lock {
+			return k.l.Fence()
 		}
 		return 0
 	}
-	for i, kk := range k.l.multi.keys {
+	for i, kk := range m.Keys {
 		if kk == key {
-			return k.l.multi.fences[i]
+			return m.Fences[i]
 		}
 	}
 	return 0
@@ -114,7 +123,7 @@ func (k *Lock) Fence() uint64 {
 	if !k.held() {
 		return 0
 	}
-	return k.l.fence
+	return k.l.Fence()
 }
 
 // Deadline returns the moment until which the lock is certainly held: the
@@ -136,7 +145,7 @@ func (k *Lock) Done() <-chan struct{} {
 	if !k.held() {
 		return closed
 	}
-	return k.l.doneChan()
+	return k.l.Done()
 }
 
 // Err returns nil while the lock is held; from the moment Unlock begins,
@@ -165,7 +174,7 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if !k.held() {
 		return ErrNotHeld
 	}
-	return k.l.extend(ctx, ttl)
+	return k.l.Extend(ctx, ttl)
 }
 
 // Unlock releases the lock if the key still holds its token, and wakes a
@@ -194,7 +203,7 @@ func (k *Lock) Unlock(ctx context.Context) error {
 	if !k.held() {
 		return ErrNotHeld
 	}
-	return k.l.release(ctx)
+	return k.l.Release(ctx)
 }
 
 // Do runs fn while holding key. fn's context is cancelled when the lock is

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/keyspace"
 	"slices"
 	"time"
@@ -142,28 +143,28 @@ func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ pro
 }
 
 // acquireKeys makes one attempt on every key; a grant has the fence of each.
-func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (grant, error) {
+func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (engine.Grant, error) {
 	names := make([]string, 0, 3*len(m.ks))
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
-	res, err := m.on(rdb).Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(),
+	res, err := m.on(rdb).Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(),
 		m.mode.String(), m.handoff(m.ks[0]), m.lease.Milliseconds()}}).Int64Slice()
-	g := grant{Grant: protocol.Grant{Value: token}}
+	g := engine.Grant{Grant: protocol.Grant{Value: token}}
 	switch {
 	case err != nil:
 		return g, err
 	case len(res) == len(m.keys)+1 && res[0] == codeOK:
-		g.Acquired, g.multi = true, &multiKeys{keys: m.keys, fences: make([]uint64, len(m.keys))}
+		g.Acquired, g.Multi = true, &engine.MultiKeys{Keys: m.keys, Fences: make([]uint64, len(m.keys))}
 		for i, f := range res[1:] {
-			g.multi.fences[i] = uint64(f)
+			g.Multi.Fences[i] = uint64(f)
 		}
-		g.Fence = g.multi.fences[0]
+		g.Fence = g.Multi.Fences[0]
 		return g, nil
 	case len(res) != 3:
 		return g, errors.New("dlock: unexpected reply from the multi-key acquire script")
 	case res[0] == codeWrongType:
-		return grant{}, ErrWrongType
+		return engine.Grant{}, ErrWrongType
 	}
 	g.HolderTTL = time.Duration(res[1]) * time.Millisecond
 	if res[1] == freeButQueued {
@@ -192,7 +193,7 @@ func (m multiLock) Renew(_ protocol.Keys, token string, ttl time.Duration) (prot
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence)
 	}
-	return protocol.Call{Script: scripts.Extend, Keys: names, Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+	return protocol.Call{Script: scripts.Extend, Keys: names, Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()}}, token
 }
 
 // Release releases every key holding token and leaves every key's queue,
@@ -240,14 +241,14 @@ func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ pr
 	return g.Grant, err
 }
 
-func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (grant, error) {
-	all := grant{Grant: protocol.Grant{Value: token, Acquired: true}, multi: &multiKeys{}}
+func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (engine.Grant, error) {
+	all := engine.Grant{Grant: protocol.Grant{Value: token, Acquired: true}, Multi: &engine.MultiKeys{}}
 	for i := range m.groups {
 		grp := m.group(i)
 		g, err := grp.acquireKeys(ctx, rdb, token, ttl)
 		if err == nil && g.Acquired {
-			all.multi.keys = append(all.multi.keys, g.multi.keys...)
-			all.multi.fences = append(all.multi.fences, g.multi.fences...)
+			all.Multi.Keys = append(all.Multi.Keys, g.Multi.Keys...)
+			all.Multi.Fences = append(all.Multi.Fences, g.Multi.Fences...)
 			continue
 		}
 		switch {
@@ -255,7 +256,7 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 			// Roll back. If that fails, the engine retries it in the
 			// background (Value is set: the withdrawal is token-checked).
 			if _, rerr := m.rollback(ctx, token); rerr != nil {
-				return grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err, rollback: rerr}
+				return engine.Grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err, rollback: rerr}
 			}
 		case i > 0 && (errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument)):
 			// Queued, the slots before i stay ours while we wait. A verdict
@@ -265,14 +266,14 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 			// places in the queues, and the next attempt renews them; if
 			// the error ends the call (the first attempt, or ctx), the
 			// wait withdraws the token.
-			return grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err}
+			return engine.Grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err}
 		case i > 0:
 			grp.holding(&g.Grant, ttl)
 		}
 		g.Value = token
 		return g, err
 	}
-	all.Fence = all.multi.fences[0]
+	all.Fence = all.Multi.Fences[0]
 	return all, nil
 }
 
@@ -331,12 +332,12 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ protocol.Keys, token st
 	return worstReply(m.exec.Batch(ctx, calls))
 }
 
-// releaseTellsResend: multi_release.lua answers a second run of a release
-// that ran by each key's tombstone (see resendTellingRelease).
-func (multiLock) releaseTellsResend() {}
+// ReleaseTellsResend: multi_release.lua answers a second run of a release
+// that ran by each key's tombstone (see engine.ResendTeller).
+func (multiLock) ReleaseTellsResend() {}
 
-// releaseTellsResend: as multiLock's, slot by slot.
-func (multiSlots) releaseTellsResend() {}
+// ReleaseTellsResend: as multiLock's, slot by slot.
+func (multiSlots) ReleaseTellsResend() {}
 
 // rollback gives back what an attempt took, for a token that goes on
 // (the next attempt, e.g. a queued one after TryLock's, uses it again).

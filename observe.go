@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/rexec"
+	"github.com/dlock-go/dlock/internal/engine"
 )
 
 // Hooks are called when locks are acquired, released, renewed and lost.
@@ -108,13 +107,32 @@ func (c *Client) AddHooks(h Hooks) {
 	c.hooksMu.Lock()
 	defer c.hooksMu.Unlock()
 	old := c.hooks()
-	c.hookp.Store(&Hooks{
+	c.setHooks(&Hooks{
 		Acquire: chain(old.Acquire, h.Acquire),
 		Release: chain(old.Release, h.Release),
 		Renew:   chain(old.Renew, h.Renew),
 		Lost:    chain(old.Lost, h.Lost),
 		Behind:  chain(old.Behind, h.Behind),
 	})
+}
+
+// setHooks installs h, and the engine's reports that call them.
+func (c *Client) setHooks(h *Hooks) {
+	c.hookp.Store(h)
+	var e engine.Hooks
+	if f := h.Release; f != nil {
+		e.Release = func(ctx context.Context, i engine.ReleaseInfo) { f(ctx, ReleaseInfo(i)) }
+	}
+	if f := h.Renew; f != nil {
+		e.Renew = func(ctx context.Context, i engine.RenewInfo) { f(ctx, RenewInfo(i)) }
+	}
+	if f := h.Lost; f != nil {
+		e.Lost = func(ctx context.Context, i engine.LostInfo) { f(ctx, LostInfo(i)) }
+	}
+	if f := h.Behind; f != nil {
+		e.Behind = func(ctx context.Context, i engine.BehindInfo) { f(ctx, BehindInfo(i)) }
+	}
+	c.eng.SetHooks(e)
 }
 
 // noHooks are the hooks of a Client that has none.
@@ -142,31 +160,6 @@ func chain[T any](a, b func(context.Context, T)) func(context.Context, T) {
 		b(ctx, v)
 	}
 }
-
-// releaseHook calls the Release hook for an Unlock call with ctx, started
-// at start, that returns err.
-func (l *lease) releaseHook(ctx context.Context, start time.Time, err error) {
-	h := l.c.hooks().Release
-	if h == nil {
-		return
-	}
-	if releasedByClient(ctx) {
-		ctx = l.ctx
-	}
-	h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Took: time.Since(start), Err: err})
-}
-
-// clientReleaseKey marks the context of releases the Client makes on its
-// own (Close): their Release hook gets the lock's context instead.
-type clientReleaseKey struct{}
-
-// clientRelease returns the base context of a release the Client makes on
-// its own: Close does not end its refusal retries (see rexec.OutlivingClose).
-func clientRelease() context.Context {
-	return rexec.OutlivingClose(context.WithValue(context.Background(), clientReleaseKey{}, true))
-}
-
-func releasedByClient(ctx context.Context) bool { return ctx.Value(clientReleaseKey{}) != nil }
 
 // Outcome classifies the error an event reports (AcquireInfo.Err,
 // ReleaseInfo.Err, RenewInfo.Err, LostInfo.Cause), for metrics and traces
@@ -304,33 +297,24 @@ type Stats struct {
 	ReleasesLeft uint64
 }
 
-// counters backs Stats; every field is updated atomically.
-type counters struct {
-	acquired, notAcquired, errors, waits      atomic.Uint64
-	handoffs                                  atomic.Uint64
-	renewals, renewalFailures, lost, released atomic.Uint64
-	behind, renewsDropped, pubsubRedials      atomic.Uint64
-	releasesLeft                              atomic.Uint64
-	held, waiting, acquireNanos               atomic.Int64
-}
-
-func (c *counters) snapshot() Stats {
+// snapshot is Stats of the engine's counters c.
+func snapshot(c *engine.Counters) Stats {
 	return Stats{
-		Acquired:            c.acquired.Load(),
-		NotAcquired:         c.notAcquired.Load(),
-		Errors:              c.errors.Load(),
-		Waits:               c.waits.Load(),
-		Handoffs:            c.handoffs.Load(),
-		Renewals:            c.renewals.Load(),
-		RenewalFailures:     c.renewalFailures.Load(),
-		Lost:                c.lost.Load(),
-		Behind:              c.behind.Load(),
-		RenewReportsDropped: c.renewsDropped.Load(),
-		PubSubRedials:       c.pubsubRedials.Load(),
-		Released:            c.released.Load(),
-		ReleasesLeft:        c.releasesLeft.Load(),
-		Held:                c.held.Load(),
-		Waiting:             c.waiting.Load(),
-		AcquireTime:         time.Duration(c.acquireNanos.Load()),
+		Acquired:            c.Acquired.Load(),
+		NotAcquired:         c.NotAcquired.Load(),
+		Errors:              c.Errors.Load(),
+		Waits:               c.Waits.Load(),
+		Handoffs:            c.Handoffs.Load(),
+		Renewals:            c.Renewals.Load(),
+		RenewalFailures:     c.RenewalFailures.Load(),
+		Lost:                c.Lost.Load(),
+		Behind:              c.Behind.Load(),
+		RenewReportsDropped: c.RenewsDropped.Load(),
+		PubSubRedials:       c.PubSubRedials.Load(),
+		Released:            c.Released.Load(),
+		ReleasesLeft:        c.ReleasesLeft.Load(),
+		Held:                c.Held.Load(),
+		Waiting:             c.Waiting.Load(),
+		AcquireTime:         time.Duration(c.AcquireNanos.Load()),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/defaults"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -232,52 +233,28 @@ func (o Options) withDefaults() (Options, error) {
 const maxDriftFactor = 0.5
 
 // MaxTTL is the longest lock TTL accepted.
-const MaxTTL = 365 * 24 * time.Hour
+const MaxTTL = engine.MaxTTL
 
-// ttlWorks reports whether a lock with ttl can live: its validity (TTL
-// minus the drift allowance) is positive and, if renewed, longer than the
-// renewal interval, so a renewal lands before the deadline.
-func (o *Options) ttlWorks(ttl time.Duration, renew bool) bool {
-	if ttl < time.Millisecond || ttl > MaxTTL {
-		return false
-	}
-	validity := ttl - o.drift(ttl)
-	return validity > 0 && (!renew || o.renewEvery(ttl) < validity)
+// timing is how the Client's engine times its leases.
+func (o *Options) timing() engine.Timing {
+	return engine.Timing{DriftFactor: o.DriftFactor, MinDrift: o.MinDrift, RenewInterval: o.RenewInterval}
 }
 
-// ttlError is the ErrInvalidTTL for ttl: it names ttl and the range of
-// TTLs that work with o.
+// ttlWorks reports whether a lock with ttl can live (see engine.Timing).
+func (o *Options) ttlWorks(ttl time.Duration, renew bool) bool {
+	return o.timing().TTLWorks(ttl, renew)
+}
+
+// ttlError is the ErrInvalidTTL for ttl (see engine.Timing).
 func (o *Options) ttlError(ttl time.Duration, renew bool) error {
-	lo, hi := time.Duration(1), MaxTTL
-	if !o.ttlWorks(hi, renew) {
-		return &errs.TTLError{TTL: ttl, Renew: renew}
-	}
-	for lo < hi { // the shortest TTL that works (ttlWorks is monotonic)
-		mid := lo + (hi-lo)/2
-		if o.ttlWorks(mid, renew) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return &errs.TTLError{TTL: ttl, Min: max(lo, time.Millisecond), Max: MaxTTL, Renew: renew}
+	return o.timing().TTLError(ttl, renew)
 }
 
 // drift is the allowance subtracted from a validity of ttl.
-func (o *Options) drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*o.DriftFactor) + o.MinDrift
-}
+func (o *Options) drift(ttl time.Duration) time.Duration { return o.timing().Drift(ttl) }
 
 // renewEvery is how often a lock with this ttl is renewed.
-func (o *Options) renewEvery(ttl time.Duration) time.Duration {
-	if o.RenewInterval > 0 && o.RenewInterval < ttl/2 {
-		return o.RenewInterval
-	}
-	if o.RenewInterval > 0 {
-		return ttl / 2
-	}
-	return ttl / 3
-}
+func (o *Options) renewEvery(ttl time.Duration) time.Duration { return o.timing().RenewEvery(ttl) }
 
 // LockOption changes one acquire: Client.Lock, TryLock, Do and their
 // Multi forms, and the acquires of RWLock, Semaphore and Reentrant.

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/engine"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -96,7 +97,7 @@ func ContextWithOwner(ctx context.Context, owner string) context.Context {
 		ctx = context.Background()
 	}
 	if owner == "" {
-		owner = "owner:" + newToken()
+		owner = "owner:" + engine.NewToken()
 	}
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
@@ -129,6 +130,6 @@ type reentrantLock struct {
 
 func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	c := protocol.Call{Script: scripts.ReentrantAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), r.mode.String(), r.handoff(k), r.lease.Milliseconds(), r.group}}
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), r.mode.String(), r.handoff(k), r.lease.Milliseconds(), r.group}}
 	return grantOf(token, r.on(rdb).Run(ctx, c))
 }

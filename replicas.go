@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/engine"
 	"strings"
 	"sync"
 	"time"
@@ -187,7 +188,7 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 	}
 	if n < int64(a.replicas) {
 		// Never report a grant a failover could lose: give it back.
-		return protocol.Grant{}, oneline.Join(a.ackErr(n), withdraw(ctx, a.on(rdb), a, k, token))
+		return protocol.Grant{}, oneline.Join(a.ackErr(n), engine.Withdraw(ctx, a.on(rdb), a, k, token))
 	}
 	return g, nil
 }

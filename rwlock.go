@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/engine"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -112,7 +113,7 @@ type sharedLock struct {
 
 func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	c := protocol.Call{Script: scripts.SharedAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(), s.handoff(k) + "{r",
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), s.mode.String(), s.handoff(k) + "{r",
 			s.lease.Milliseconds(), s.pickup.Milliseconds(), s.group}}
 	return grantOf(token, s.on(rdb).Run(ctx, c))
 }

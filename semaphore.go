@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"time"
 
@@ -96,7 +97,7 @@ const codeAboveLimit = -3
 func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
 	cmd := s.on(rdb).Run(ctx, protocol.Call{Script: scripts.SemaphoreAcquire,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), s.mode.String(),
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), s.mode.String(),
 			fmt.Sprintf("%s{%d", s.handoff(k), s.permits), s.lease.Milliseconds(), s.permits, s.limit,
 			s.pickup.Milliseconds()}})
 	if res, err := cmd.Int64Slice(); err == nil && len(res) == 2 && res[0] == codeAboveLimit {
@@ -107,17 +108,17 @@ func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k pro
 
 func (s semaphore) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
 	return protocol.Call{Script: scripts.SemaphoreExtend, Keys: []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()}}, token
 }
 
 func (s semaphore) Release(k protocol.Keys, token string) protocol.Call {
 	return s.release(k, token, "0")
 }
 
-// releaseTellsResend: semaphore_release.lua answers 1 to a second run of a
+// ReleaseTellsResend: semaphore_release.lua answers 1 to a second run of a
 // release that gave the permits back (its tombstone), 0 only when the
-// permits were gone before (see resendTellingRelease).
-func (semaphore) releaseTellsResend() {}
+// permits were gone before (see engine.ResendTeller).
+func (semaphore) ReleaseTellsResend() {}
 
 // Leave takes a waiter out of the queue, giving back permits handed to it
 // too late.

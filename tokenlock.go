@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/scripts/releases"
 	"time"
 
@@ -36,7 +37,7 @@ type tokenArgs struct {
 
 // newTokenArgs boxes q's arguments and those of the TTL ttl.
 func newTokenArgs(q queueMode, ttl time.Duration) *tokenArgs {
-	return &tokenArgs{q: q, ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: fenceTTL(ttl).Milliseconds(),
+	return &tokenArgs{q: q, ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: engine.FenceTTL(ttl).Milliseconds(),
 		mode: q.mode.String(), channel: q.channel, leaseMs: q.lease.Milliseconds(), pickupMs: q.pickup.Milliseconds()}
 }
 
@@ -50,11 +51,6 @@ func (a *tokenArgs) handoff(t tokenLock, k protocol.Keys) any {
 	return a.channel
 }
 
-// fenceTTL is how long the fence counter outlives a grant. The counter may
-// expire after that: the next grant then starts from the server's TIME in
-// microseconds, which by then is above every fence handed out before.
-func fenceTTL(ttl time.Duration) time.Duration { return ttl + 10*time.Second }
-
 // Reply of acquire.lua when the key is free but live waiters are ahead.
 const freeButQueued = -2
 
@@ -63,10 +59,10 @@ func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration)
 		// A try or a barge never queues: the script reads no payload and
 		// no lease (each argument costs Redis a string per call).
 		return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
-			Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String()}}
+			Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), t.mode.String()}}
 	}
 	return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds(), t.mode.String(), t.handoff(k), t.lease.Milliseconds()}}
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), t.mode.String(), t.handoff(k), t.lease.Milliseconds()}}
 }
 
 func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
@@ -93,7 +89,7 @@ func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) 
 	a := t.args
 	ttlMs, fttlMs := a.ttlMs, a.fttlMs
 	if ttl != a.ttl {
-		ttlMs, fttlMs = ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()
+		ttlMs, fttlMs = ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()
 	}
 	if !t.mode.queued() {
 		return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
@@ -138,16 +134,17 @@ var errUnexpectedReply = errors.New("dlock: unexpected reply from the acquire sc
 
 func (tokenLock) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
 	return protocol.Call{Script: scripts.Extend, Keys: []string{k.Lock, k.Fence},
-		Args: []any{token, ttl.Milliseconds(), fenceTTL(ttl).Milliseconds()}}, token
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()}}, token
 }
 
 func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
 	return releases.Token(t.pub(k), token, t.pickup, releases.Release)
 }
 
-// release runs Release's call, as the arguments of its EVALSHA command
-// (see acquireRaw) if t has its arguments boxed.
-func (t tokenLock) release(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd {
+// ReleaseOn runs Release's call on x, as the arguments of its EVALSHA
+// command (see acquireRaw) if t has its arguments boxed (see
+// engine.RawReleaser).
+func (t tokenLock) ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd {
 	if t.boxed() == nil {
 		return x.Run(ctx, t.Release(k, token))
 	}
@@ -162,7 +159,7 @@ func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
 	return releases.Token(t.pub(k), token, t.pickup, releases.Leave)
 }
 
-// releaseTellsResend: its release script answers 1 to a second run of a
+// ReleaseTellsResend: its release script answers 1 to a second run of a
 // release that ran (q_released), so a retry's other replies are losses
-// (see resendTellingRelease).
-func (tokenLock) releaseTellsResend() {}
+// (see engine.ResendTeller).
+func (tokenLock) ReleaseTellsResend() {}

@@ -30,7 +30,7 @@ import (
 // and sleeps until a release message or its retry.
 //
 // The retry times of every blocked call are kept by the watchdog's one
-// goroutine and timer (watchdog.sleep), which wakes a call on the same
+// goroutine and timer (engine.Sleeper), which wakes a call on the same
 // channel as the notifier: a sleeping call has no timer, no goroutine of
 // its own, and waits on that channel and ctx.
 func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Protocol) (waited bool, err error) {
@@ -71,9 +71,9 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 		return false, err
 	}
 	waited = true
-	c.stats.waits.Add(1)
-	c.stats.waiting.Add(1)
-	defer c.stats.waiting.Add(-1)
+	c.eng.Stats.Waits.Add(1)
+	c.eng.Stats.Waiting.Add(1)
+	defer c.eng.Stats.Waiting.Add(-1)
 	if !a.queued {
 		// dlock's own protocols publish their release messages on
 		// sharded pub/sub where the Client uses it; a foreign one PUBLISHes.
@@ -94,7 +94,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			return waited, err
 		}
 	}
-	defer c.wd.unsleep(a)
+	defer c.eng.Unsleep(&a.Sleeper)
 	next := c.retryAfter(ttl, a.queued)
 	// early: the next retry comes before the holder's TTL runs out.
 	early := c.retryEarly(ttl, a.queued)
@@ -104,7 +104,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 	var redisErr error
 	backoff := 50 * time.Millisecond
 	for {
-		c.wd.sleep(a, next)
+		c.eng.Sleep(&a.Sleeper, next)
 		select {
 		case <-w.Wake:
 		case <-ctx.Done():
@@ -112,7 +112,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 			return waited, errs.CtxDoneAfter(ctx, redisErr)
 		}
 		// No retry wake-up while attempting: the next is armed after it.
-		c.wd.unsleep(a)
+		c.eng.Unsleep(&a.Sleeper)
 		if c.closed() {
 			c.giveUp(a)
 			return waited, ErrClosed
@@ -125,7 +125,7 @@ func (c *Client) wait(ctx context.Context, a *waitCall, first, try protocol.Prot
 		// replaced pub/sub connection.
 		woken, granted := w.Woken()
 		if granted && a.queued {
-			c.stats.handoffs.Add(1)
+			c.eng.Stats.Handoffs.Add(1)
 			probe.Point(probe.BeforeConfirm, a.keys.Lock)
 		}
 		if ok, ttl, err = a.attempt(ctx, a.retry()); ok {

@@ -5,7 +5,7 @@
 // the blocked calls' retry clock in waitclock.go, Close's release of
 // every lease in closeall.go.
 
-package dlock
+package engine
 
 import (
 	"math"
@@ -16,7 +16,7 @@ import (
 	"github.com/dlock-go/dlock/internal/timeheap"
 )
 
-// watchdog is the Client's renewal engine, its registry of held leases,
+// watchdog is the engine's renewal loop, its registry of held leases,
 // and the clock of its blocked calls.
 //
 // It keeps two min-heaps of leases: one by next renewal time (the leases
@@ -40,22 +40,22 @@ import (
 // Lock order: a lease's mu may be held while taking wd.mu, never the
 // reverse.
 type watchdog struct {
-	c     *Client
+	e     *Engine
 	epoch time.Time     // heap times are nanoseconds since epoch (monotonic)
 	wake  chan struct{} // buffered(1): a heap top may have moved earlier
 	stop  chan struct{} // closed by Close
 	done  chan struct{} // closed when the loop has exited
 
 	mu       sync.Mutex
-	renewQ   timeheap.Heap[*lease]    // renewing leases not in a batch, by next renewal
-	deadQ    timeheap.Heap[*lease]    // every lease with a live deadline, by deadline
-	waitQ    timeheap.Heap[*waitCall] // sleeping blocked calls, by next retry
-	waitEnd  bool                     // Close: blocked calls are woken, not put to sleep
-	held     int                      // registered leases
-	inflight int                      // batch goroutines running
-	batches  sync.WaitGroup           // renewal batches and the goroutines applying their replies: Close waits for them
-	hooks    sync.WaitGroup           // the goroutines reporting to hooks: Close waits for them, at most ReleaseTimeout (see Client.waitAside)
-	lastWarn int64                    // when the last "falling behind" warning was given
+	renewQ   timeheap.Heap[*Lease]   // renewing leases not in a batch, by next renewal
+	deadQ    timeheap.Heap[*Lease]   // every lease with a live deadline, by deadline
+	waitQ    timeheap.Heap[*Sleeper] // sleeping blocked calls, by next retry
+	waitEnd  bool                    // Close: blocked calls are woken, not put to sleep
+	held     int                     // registered leases
+	inflight int                     // batch goroutines running
+	batches  sync.WaitGroup          // renewal batches and the goroutines applying their replies: Close waits for them
+	hooks    sync.WaitGroup          // the goroutines reporting to hooks: Close waits for them, at most ReleaseTimeout (see Engine.waitAside)
+	lastWarn int64                   // when the last "falling behind" warning was given
 	// The reports waiting for a goroutine to run them (see report):
 	// losses, taken by up to reporters goroutines (lossRunning), and
 	// renewals in chunks (renewsQueued of them), taken by up to
@@ -103,13 +103,13 @@ type wdEntry struct {
 	reg      bool  // registered: renewed (if it renews)
 }
 
-func newWatchdog(c *Client) *watchdog {
+func newWatchdog(e *Engine) *watchdog {
 	wd := &watchdog{
-		c: c, epoch: time.Now(), wake: make(chan struct{}, 1),
+		e: e, epoch: time.Now(), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		renewQ: timeheap.New(func(l *lease) *int32 { return &l.wd.ri }),
-		deadQ:  timeheap.New(func(l *lease) *int32 { return &l.wd.di }),
-		waitQ:  timeheap.New(func(a *waitCall) *int32 { return &a.ti }),
+		renewQ: timeheap.New(func(l *Lease) *int32 { return &l.wd.ri }),
+		deadQ:  timeheap.New(func(l *Lease) *int32 { return &l.wd.di }),
+		waitQ:  timeheap.New(func(s *Sleeper) *int32 { return &s.slot }),
 		wakeAt: math.MinInt64, lead: -1,
 	}
 	go wd.loop()
@@ -131,9 +131,9 @@ func (e *wdEntry) slack() int64 {
 
 // add registers a lease that has just started: its deadline is watched,
 // and it is renewed if it renews.
-func (wd *watchdog) add(l *lease) {
+func (wd *watchdog) add(l *Lease) {
 	l.mu.Lock()
-	rAt, dAt, every := wd.at(l.nextRenew), wd.at(l.deadline), int64(wd.c.opts.renewEvery(l.ttl))
+	rAt, dAt, every := wd.at(l.nextRenew), wd.at(l.deadline), int64(wd.e.timing.RenewEvery(l.ttl))
 	wd.mu.Lock()
 	e := &l.wd
 	e.reg, e.ri, e.di = true, -1, -1
@@ -168,7 +168,7 @@ func (wd *watchdog) kick() {
 // remove unregisters a lease: no more renewals. Its deadline stays
 // watched until the lease ends (leaseTimer.Stop), and Close releases it
 // if it is still held then (an Unlock that failed).
-func (wd *watchdog) remove(l *lease) {
+func (wd *watchdog) remove(l *Lease) {
 	wd.mu.Lock()
 	e := &l.wd
 	if e.reg {
@@ -185,7 +185,7 @@ func (wd *watchdog) remove(l *lease) {
 // when that is earlier (an Extend to a shorter TTL), with the renewal
 // interval every. A lease in a batch is requeued at its nextRenew after
 // the reply. Callers may hold the lease's mu.
-func (wd *watchdog) renewEarlier(l *lease, at time.Time, every time.Duration) {
+func (wd *watchdog) renewEarlier(l *Lease, at time.Time, every time.Duration) {
 	wd.mu.Lock()
 	e := &l.wd
 	top := false
@@ -204,11 +204,11 @@ func (wd *watchdog) renewEarlier(l *lease, at time.Time, every time.Duration) {
 
 // leaseTimer is a lease's deadline "timer": an entry in the watchdog's
 // deadline heap. Reset and Stop may be called with the lease's mu held.
-type leaseTimer struct{ l *lease }
+type leaseTimer struct{ l *Lease }
 
 // Reset arms the deadline d from now.
 func (t leaseTimer) Reset(d time.Duration) bool {
-	wd := t.l.c.wd
+	wd := t.l.e.wd
 	wd.mu.Lock()
 	e := &t.l.wd
 	e.dAt = wd.now() + int64(d)
@@ -227,7 +227,7 @@ func (t leaseTimer) Reset(d time.Duration) bool {
 
 // Stop disarms the deadline (the lease ended).
 func (t leaseTimer) Stop() bool {
-	wd := t.l.c.wd
+	wd := t.l.e.wd
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	if e := &t.l.wd; e.di >= 0 {
@@ -241,10 +241,10 @@ func (t leaseTimer) Stop() bool {
 // once the loop and the batches have stopped): the registered ones, and
 // those an Unlock unregistered whose release failed (Redis unreachable),
 // which stay held until their deadline, now that no loop ends them there.
-func (wd *watchdog) live() []*lease {
+func (wd *watchdog) live() []*Lease {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
-	out := make([]*lease, 0, wd.deadQ.Len())
+	out := make([]*Lease, 0, wd.deadQ.Len())
 	for l := range wd.deadQ.All() {
 		out = append(out, l)
 	}
@@ -293,7 +293,7 @@ func (wd *watchdog) loop() {
 // runs on the reporting goroutines (report): a slow hook holds up no other
 // lock's renewal, deadline or Done, nor a blocked call's retry (a queued
 // waiter's lease refresh).
-func (wd *watchdog) expire(ls []*lease) {
+func (wd *watchdog) expire(ls []*Lease) {
 	wd.batches.Add(1)
 	go func() {
 		defer wd.batches.Done()
@@ -316,7 +316,7 @@ var beforeExpire atomic.Pointer[func()]
 // past their deadline and the renewals due now (and, to fill the last
 // pipeline, those within their slack), as many as free batch slots can
 // take. next is when to look again (-1: nothing scheduled).
-func (wd *watchdog) take() (expired, due []*lease, next int64) {
+func (wd *watchdog) take() (expired, due []*Lease, next int64) {
 	wd.mu.Lock()
 	defer wd.mu.Unlock()
 	now := wd.now()

@@ -1,8 +1,16 @@
-// report.go owns the watchdog's reports to hooks: losses (Lost) and
-// renewals (Renew) run on goroutines of their own, off the renewal path,
-// and Close waits for them.
+// report.go owns the engine's reports to hooks: the watchdog's losses
+// (Lost) and renewals (Renew) run on goroutines of their own, off the
+// renewal path, and Close waits for them; a release (Release) is reported
+// by the Unlock that made it.
 
-package dlock
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/rexec"
+)
 
 const (
 	// reporters caps the goroutines that report the watchdog's losses
@@ -26,12 +34,12 @@ const (
 // renewReport is a watchdog renewal of l waiting for the Renew hook (whose
 // context is l's).
 type renewReport struct {
-	l    *lease
+	l    *Lease
 	info RenewInfo
 }
 
 // report runs f, a loss report, on one of up to reporters goroutines that
-// take the losses in order; Close waits for them (see Client.waitAside). A loss
+// take the losses in order; Close waits for them (see Engine.waitAside). A loss
 // report is never dropped, nor does it wait for a Renew hook (see
 // reportRenewals).
 func (wd *watchdog) report(f func()) {
@@ -45,10 +53,10 @@ func (wd *watchdog) report(f func()) {
 	}
 }
 
-// reportLost runs lost, the report of a loss (see lease.lose), on the
+// reportLost runs lost, the report of a loss (see Lease.Lose), on the
 // reporting goroutines if there is a Lost hook, here if not.
 func (wd *watchdog) reportLost(lost func()) {
-	if wd.c.hooks().Lost != nil {
+	if wd.e.hooksNow().Lost != nil {
 		wd.report(lost)
 	} else {
 		lost()
@@ -56,7 +64,7 @@ func (wd *watchdog) reportLost(lost func()) {
 }
 
 // hookCalls returns how many goroutines are reporting to hooks, and how
-// many reports wait for them (Close's WARN: see Client.waitAside).
+// many reports wait for them (Close's WARN: see Engine.waitAside).
 func (wd *watchdog) hookCalls() (running, queued int) {
 	wd.repMu.Lock()
 	defer wd.repMu.Unlock()
@@ -82,7 +90,7 @@ func (wd *watchdog) lossLoop() {
 }
 
 // reportRenewals hands a batch's renewal reports to up to renewReporters
-// goroutines of their own (Close waits for them: see Client.waitAside), without waiting for any
+// goroutines of their own (Close waits for them: see Engine.waitAside), without waiting for any
 // hook: when more than maxQueuedRenews wait, the oldest are dropped and
 // counted.
 func (wd *watchdog) reportRenewals(rs []renewReport) {
@@ -104,7 +112,7 @@ func (wd *watchdog) reportRenewals(rs []renewReport) {
 		wd.renews[0] = nil
 		wd.renews = wd.renews[1:]
 		wd.renewsQueued -= len(old)
-		wd.c.stats.renewsDropped.Add(uint64(len(old)))
+		wd.e.Stats.RenewsDropped.Add(uint64(len(old)))
 	}
 }
 
@@ -123,7 +131,7 @@ func (wd *watchdog) renewLoop() {
 		wd.renews = wd.renews[1:]
 		wd.renewsQueued -= len(rs)
 		wd.repMu.Unlock()
-		if h := wd.c.hooks().Renew; h != nil {
+		if h := wd.e.hooksNow().Renew; h != nil {
 			for _, r := range rs {
 				// A report taken once its lock has ended (lost, or
 				// released) is dropped: Lost has begun, or Unlock may
@@ -135,3 +143,28 @@ func (wd *watchdog) renewLoop() {
 		}
 	}
 }
+
+// releaseHook calls the Release hook for an Unlock call with ctx, started
+// at start, that returns err.
+func (l *Lease) releaseHook(ctx context.Context, start time.Time, err error) {
+	h := l.e.hooksNow().Release
+	if h == nil {
+		return
+	}
+	if releasedByClient(ctx) {
+		ctx = l.ctx
+	}
+	h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Took: time.Since(start), Err: err})
+}
+
+// clientReleaseKey marks the context of releases the Client makes on its
+// own (Close): their Release hook gets the lock's context instead.
+type clientReleaseKey struct{}
+
+// ClientRelease returns the base context of a release the Client makes on
+// its own: Close does not end its refusal retries (see rexec.OutlivingClose).
+func ClientRelease() context.Context {
+	return rexec.OutlivingClose(context.WithValue(context.Background(), clientReleaseKey{}, true))
+}
+
+func releasedByClient(ctx context.Context) bool { return ctx.Value(clientReleaseKey{}) != nil }

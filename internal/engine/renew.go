@@ -3,7 +3,7 @@
 // renewals) and applying the replies, the back-off after an error, putting
 // leases back in the renewal heap, and the "falling behind" warning.
 
-package dlock
+package engine
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 // behindLocked warns (at most once a second) when a renewal waits for a
 // free pipeline, or is sent, more than half an interval after it was due:
 // the watchdog is falling behind, and locks would be lost if it went on.
-func (wd *watchdog) behindLocked(now, lag int64, due []*lease) {
+func (wd *watchdog) behindLocked(now, lag int64, due []*Lease) {
 	var limit int64
 	if len(due) > 0 {
 		limit = due[0].wd.every / 2
@@ -35,11 +35,11 @@ func (wd *watchdog) warnLocked(now, lag, limit int64, waiting int) {
 	}
 	wd.lastWarn = now
 	info := BehindInfo{Held: wd.held, Waiting: waiting, Lag: time.Duration(lag)}
-	wd.c.stats.behind.Add(1)
+	wd.e.Stats.Behind.Add(1)
 	go func() { // not under wd.mu: the hook and the logger may be slow
-		wd.c.opts.Logger.Warn("dlock: renewals are falling behind: locks may be lost; hold fewer locks per Client, raise their TTL or give Redis and this process more CPU",
+		wd.e.log.Warn("dlock: renewals are falling behind: locks may be lost; hold fewer locks per Client, raise their TTL or give Redis and this process more CPU",
 			"held", info.Held, "waiting", info.Waiting, "late", info.Lag)
-		if h := wd.c.hooks().Behind; h != nil {
+		if h := wd.e.hooksNow().Behind; h != nil {
 			h(context.Background(), info)
 		}
 	}()
@@ -54,8 +54,8 @@ func (wd *watchdog) replyLate(late time.Duration, n int, every int64) {
 }
 
 // dispatch starts the batches of due (take counted them in inflight).
-func (wd *watchdog) dispatch(due []*lease) {
-	var direct []*lease
+func (wd *watchdog) dispatch(due []*Lease) {
+	var direct []*Lease
 	batch := due[:0:0]
 	for _, l := range due {
 		if l.direct() {
@@ -82,7 +82,7 @@ func (wd *watchdog) dispatch(due []*lease) {
 	}
 }
 
-func (wd *watchdog) start(leases []*lease, run func([]*lease)) {
+func (wd *watchdog) start(leases []*Lease, run func([]*Lease)) {
 	wd.batches.Add(1)
 	go func() {
 		defer wd.batches.Done()
@@ -96,7 +96,7 @@ func (wd *watchdog) start(leases []*lease, run func([]*lease)) {
 
 // requeue puts a lease back in the renewal heap after a batch, at its
 // next renewal time, unless it was unregistered meanwhile.
-func (wd *watchdog) requeue(l *lease) {
+func (wd *watchdog) requeue(l *Lease) {
 	l.mu.Lock()
 	st := wd.queueState(l)
 	wd.mu.Lock()
@@ -111,7 +111,7 @@ func (wd *watchdog) requeue(l *lease) {
 // requeueHeld is requeue for a batch's leases, taking wd.mu once per 64
 // of them. Callers hold every lease's opMu: nothing moves their deadline
 // or renewal time between the read and the push.
-func (wd *watchdog) requeueHeld(ls []*lease) {
+func (wd *watchdog) requeueHeld(ls []*Lease) {
 	sts := make([]queueState, len(ls))
 	for i, l := range ls {
 		l.mu.Lock()
@@ -137,14 +137,14 @@ type queueState struct {
 	rAt, every, dAt int64
 }
 
-func (wd *watchdog) queueState(l *lease) queueState {
+func (wd *watchdog) queueState(l *Lease) queueState {
 	return queueState{held: l.state == stateHeld, failing: l.renewErr != nil,
-		rAt: wd.at(l.nextRenew), every: int64(wd.c.opts.renewEvery(l.ttl)), dAt: wd.at(l.deadline)}
+		rAt: wd.at(l.nextRenew), every: int64(wd.e.timing.RenewEvery(l.ttl)), dAt: wd.at(l.deadline)}
 }
 
 // requeueLocked applies st to l's heap entries and reports whether l
 // became the top of the renewal heap. Callers hold wd.mu.
-func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
+func (wd *watchdog) requeueLocked(l *Lease, st queueState) bool {
 	e := &l.wd
 	if e.di >= 0 && st.dAt > e.dAt {
 		// A renewal moved the deadline later: its heap item stays where it
@@ -163,11 +163,11 @@ func (wd *watchdog) requeueLocked(l *lease, st queueState) bool {
 // with it): it is looked at again shortly. A lease whose renewal an Extend
 // moved later goes back to wait for it. mark: the caller sends the
 // renewal itself, in flight from now until renewed applies its reply.
-func (wd *watchdog) claim(l *lease, now time.Time, mark bool) (ttl time.Duration, deadline time.Time, token string, ok bool) {
+func (wd *watchdog) claim(l *Lease, now time.Time, mark bool) (ttl time.Duration, deadline time.Time, token string, ok bool) {
 	if !l.opMu.TryLock() {
 		l.mu.Lock()
 		if !l.nextRenew.After(now) {
-			l.nextRenew = now.Add(min(max(wd.c.opts.renewEvery(l.ttl)/8, time.Millisecond), 50*time.Millisecond))
+			l.nextRenew = now.Add(min(max(wd.e.timing.RenewEvery(l.ttl)/8, time.Millisecond), 50*time.Millisecond))
 		}
 		l.mu.Unlock()
 		wd.requeue(l)
@@ -175,7 +175,7 @@ func (wd *watchdog) claim(l *lease, now time.Time, mark bool) (ttl time.Duration
 	}
 	l.mu.Lock()
 	ttl, deadline, token = l.ttl, l.deadline, l.value
-	early := l.renewErr == nil && l.nextRenew.After(now.Add(wd.c.opts.renewEvery(l.ttl)/4)) ||
+	early := l.renewErr == nil && l.nextRenew.After(now.Add(wd.e.timing.RenewEvery(l.ttl)/4)) ||
 		l.renewErr != nil && l.nextRenew.After(now)
 	held := l.state == stateHeld
 	if held && !early && mark {
@@ -192,7 +192,7 @@ func (wd *watchdog) claim(l *lease, now time.Time, mark bool) (ttl time.Duration
 
 // renewing is one lease's renewal in a batch.
 type renewing struct {
-	l     *lease
+	l     *Lease
 	ttl   time.Duration
 	next  string // what the key holds once renewed
 	i     int    // index of its call, or of its bulk renewal
@@ -211,7 +211,7 @@ type renewing struct {
 // goes through with as few as it can, one for its reply; its work is
 // bounded (batchSize leases) and the Go scheduler preempts it like any
 // other goroutine.
-func (wd *watchdog) renew(leases []*lease) {
+func (wd *watchdog) renew(leases []*Lease) {
 	taken := make([]renewing, 0, len(leases))
 	var calls []protocol.Call
 	renewals := make([]bulkRenewal, 0, len(leases))
@@ -255,18 +255,18 @@ func (wd *watchdog) renew(leases []*lease) {
 		case <-ctx.Done():
 		}
 	}()
-	callReplies, bulkReplies := wd.c.runCalls(ctx, calls, renewals)
+	callReplies, bulkReplies := wd.e.runCalls(ctx, calls, renewals)
 	probe.Point(probe.WatchdogAfterBatch, "")
-	if late := time.Since(sent); late > wd.c.opts.renewEvery(taken[0].ttl)/2 {
+	if late := time.Since(sent); late > wd.e.timing.RenewEvery(taken[0].ttl)/2 {
 		// The replies came (or were read) more than half an interval
 		// after the send: a starved process or server, which a backlog of
 		// due renewals would not show.
-		wd.replyLate(late, len(taken), int64(wd.c.opts.renewEvery(taken[0].ttl)))
+		wd.replyLate(late, len(taken), int64(wd.e.timing.RenewEvery(taken[0].ttl)))
 	}
-	ls := make([]*lease, 0, len(taken))
+	ls := make([]*Lease, 0, len(taken))
 	var refused []int // renewals refused: the lease is lost (or retried)
 	var reports []renewReport
-	hooked := wd.c.hooks().Renew != nil
+	hooked := wd.e.hooksNow().Renew != nil
 	if hooked {
 		reports = make([]renewReport, 0, len(taken))
 	}
@@ -346,14 +346,14 @@ func (wd *watchdog) renew(leases []*lease) {
 // applied: it requeues l, lets go of its opMu and hands its hooks to the
 // reporting goroutines (a loss's Lost and Renew in order; a Renew alone
 // with the batches' renewal reports).
-func (wd *watchdog) refusedDone(l *lease, ttl time.Duration, info RenewInfo, lost func()) {
+func (wd *watchdog) refusedDone(l *Lease, ttl time.Duration, info RenewInfo, lost func()) {
 	wd.backoff(l, ttl)
 	wd.requeue(l)
 	l.opMu.Unlock()
 	switch {
 	case lost != nil:
 		wd.report(func() { l.renewHooks(l.ctx, info, lost) })
-	case wd.c.hooks().Renew != nil:
+	case wd.e.hooksNow().Renew != nil:
 		wd.reportRenewals([]renewReport{{l, info}})
 	}
 }
@@ -368,7 +368,7 @@ func (t *renewing) reply(calls, bulk []reply) reply {
 
 // renewDirect renews leases of a DirectProtocol, each in its own
 // goroutine (each may talk to several servers), bounded by its deadline.
-func (wd *watchdog) renewDirect(leases []*lease) {
+func (wd *watchdog) renewDirect(leases []*Lease) {
 	var wg sync.WaitGroup
 	for _, l := range leases {
 		ttl, deadline, _, ok := wd.claim(l, time.Now(), false)
@@ -395,7 +395,7 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 			switch {
 			case lost != nil:
 				wd.report(func() { l.renewHooks(l.ctx, info, lost) })
-			case wd.c.hooks().Renew != nil:
+			case wd.e.hooksNow().Renew != nil:
 				wd.reportRenewals([]renewReport{{l, info}})
 			}
 		}()
@@ -404,11 +404,11 @@ func (wd *watchdog) renewDirect(leases []*lease) {
 }
 
 // backoff schedules a lease whose renewal failed to retry soon.
-func (wd *watchdog) backoff(l *lease, ttl time.Duration) {
+func (wd *watchdog) backoff(l *Lease, ttl time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.renewErr != nil {
-		back := min(max(wd.c.opts.renewEvery(ttl)/8, 10*time.Millisecond), 500*time.Millisecond)
+		back := min(max(wd.e.timing.RenewEvery(ttl)/8, 10*time.Millisecond), 500*time.Millisecond)
 		l.nextRenew = time.Now().Add(back)
 	}
 }

@@ -1,4 +1,4 @@
-package dlock
+package engine
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func asBulkRenewal(c protocol.Call) (bulkRenewal, bool) {
 // pipeline (split per Cluster node or Ring shard by go-redis), merging
 // what a bulk script can serve, and returns each call's and each
 // renewal's reply in order.
-func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals []bulkRenewal) (callReplies, renewalReplies []reply) {
+func (e *Engine) runCalls(ctx context.Context, calls []protocol.Call, renewals []bulkRenewal) (callReplies, renewalReplies []reply) {
 	type groupKey struct {
 		s         *redis.Script
 		at        string
@@ -130,10 +130,10 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 			sent, owners, kind = append(sent, call), append(owners, []int{i}), append(kind, 0)
 			continue
 		}
-		group(groupKey{s: s, at: c.groupOf(call.Keys[0])}, i)
+		group(groupKey{s: s, at: e.groupOf(call.Keys[0])}, i)
 	}
 	for i, r := range renewals {
-		group(groupKey{s: scripts.ExtendMany, at: c.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
+		group(groupKey{s: scripts.ExtendMany, at: e.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
 	}
 	for n, k := range order {
 		ids := plain[n]
@@ -167,12 +167,12 @@ func (c *Client) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 	if raw != nil {
 		raw = append(raw, make([]rexec.Raw, len(sent)-len(raw))...)
 	}
-	for j, cmd := range c.exec.Send(ctx, sent, raw) {
+	for j, cmd := range e.exec.Send(ctx, sent, raw) {
 		if rexec.IsRefusal(cmd.Err()) {
 			// Not retried here, in the batch: a refused renewal is
 			// retried by the watchdog, within its lease's deadline, and a
 			// refused release of Close by itself (see sentRelease).
-			c.exec.Refused(1)
+			e.exec.Refused(1)
 		}
 		switch kind[j] {
 		case 0:
@@ -262,8 +262,8 @@ const fenceMargin = 5 * time.Second
 // still pushes it. The counter only has to outlive the lock (`dlock list`
 // finds locks by it); fencing stays monotonic even if it expires (see
 // internal/lualib/fence.lua). Callers hold opMu.
-func (l *lease) leanFence(r *bulkRenewal, sent time.Time, ttl time.Duration) bool {
-	if l.c.wd.at(sent.Add(ttl+fenceMargin)) < l.fenceUntil {
+func (l *Lease) leanFence(r *bulkRenewal, sent time.Time, ttl time.Duration) bool {
+	if l.e.wd.at(sent.Add(ttl+fenceMargin)) < l.fenceUntil {
 		r.fttl = 0
 		return false
 	}
@@ -272,6 +272,6 @@ func (l *lease) leanFence(r *bulkRenewal, sent time.Time, ttl time.Duration) boo
 
 // fencePushed records that a renewal sent at sent for ttl pushed the
 // fence counter out. Callers hold opMu.
-func (l *lease) fencePushed(sent time.Time, ttl time.Duration) {
-	l.fenceUntil = l.c.wd.at(sent.Add(fenceTTL(ttl)))
+func (l *Lease) fencePushed(sent time.Time, ttl time.Duration) {
+	l.fenceUntil = l.e.wd.at(sent.Add(FenceTTL(ttl)))
 }

@@ -1,12 +1,14 @@
-// closeall.go owns Close's release of every lease still held: pipelined
-// releases whose replies are handed to lease.release, and the error
-// reporting the locks left to expire.
+// closeall.go owns Close's end of the engine: the watchdog stopped, every
+// lease still held released by pipelined releases whose replies are handed
+// to Lease.Release, the error reporting the locks left to expire, and the
+// wait for hooks and background work.
 
-package dlock
+package engine
 
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/errs"
 	"sync"
 	"time"
 
@@ -14,24 +16,69 @@ import (
 	"github.com/dlock-go/dlock/protocol"
 )
 
+// Close ends the engine for Client.Close, once Config.Closing is closed:
+// it wakes every blocked call (they see the Client closed), stops the
+// watchdog, then stopNotify (the pub/sub), releases every lease still
+// held within ReleaseTimeout, ends as lost those it could not release,
+// and waits for hook reports and background work, at most another
+// ReleaseTimeout. It returns a *CloseError if some locks are left to
+// expire by their TTL.
+func (e *Engine) Close(stopNotify func()) error {
+	e.wd.wakeAllWaits() // blocked calls return ErrClosed
+	close(e.wd.stop)
+	<-e.wd.done
+	e.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitAside below
+	stopNotify()
+	ctx, cancel := context.WithTimeout(ClientRelease(), e.releaseTimeout)
+	defer cancel()
+	// Every lease still held, also one whose Unlock failed (ended,
+	// its release not confirmed): it is no longer renewed, and with
+	// the watchdog stopped nothing would end it at its deadline.
+	held := e.wd.live()
+	left, rerrs := e.wd.releaseAll(ctx, held)
+	err := errs.Close(left, len(held), rerrs)
+	if err != nil {
+		e.log.Warn("dlock: Close left locks to expire by their TTL", "left", left, "of", len(held), "err", err)
+	}
+	// A lock Close could not release (or whose release is still in
+	// flight) stays in Redis until its TTL, but nothing renews it and
+	// no timer is left to end it at its deadline: end it now, so its
+	// Done closes and its Err says why. A release that lands later
+	// still counts as a release.
+	for _, l := range held {
+		if lost, _ := l.loseEnding(l.ctx, errs.ErrLeftByClose); lost != nil {
+			e.Stats.ReleasesLeft.Add(1)
+			e.wd.reportLost(lost)
+		}
+	}
+	// Background work started from now on runs on its caller's
+	// goroutine (see Background); what runs already is waited for
+	// with the hooks, within one ReleaseTimeout.
+	e.bgMu.Lock()
+	e.bgDone = true
+	e.bgMu.Unlock()
+	e.waitAside(e.releaseTimeout)
+	return err
+}
+
 // releaseAll releases leases for Close: in pipelines of batchSize, up to
 // renewPipelines at once, all within ctx. It returns, at the latest soon
 // after ctx ends, how many it did not release (they stay in Redis until
 // their TTL runs out, unless a release still in flight lands) and the
 // first few errors.
-func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, errs []error) {
+func (wd *watchdog) releaseAll(ctx context.Context, leases []*Lease) (left int, rerrs []error) {
 	var mu sync.Mutex
 	var done int // leases whose release concluded (released, or not held)
 	note := func(err error) {
 		mu.Lock()
 		defer mu.Unlock()
-		if err == nil || errors.Is(err, ErrNotHeld) {
+		if err == nil || errors.Is(err, errs.ErrNotHeld) {
 			done++
-		} else if len(errs) < 3 {
-			errs = append(errs, err)
+		} else if len(rerrs) < 3 {
+			rerrs = append(rerrs, err)
 		}
 	}
-	var batched, direct []*lease
+	var batched, direct []*Lease
 	for _, l := range leases {
 		if l.direct() {
 			direct = append(direct, l)
@@ -56,12 +103,12 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 				values := make([]string, len(part))
 				for i, l := range part {
 					l.endForRelease() // Done closes before the key can pass on
-					values[i] = l.token()
+					values[i] = l.Token()
 					calls[i] = l.releaseCall(values[i])
 				}
-				replies, _ := wd.c.runCalls(ctx, calls, nil)
+				replies, _ := wd.e.runCalls(ctx, calls, nil)
 				for i, l := range part {
-					note(l.release(withReleaseReply(ctx, values[i], replies[i].code, replies[i].err)))
+					note(l.Release(withReleaseReply(ctx, values[i], replies[i].code, replies[i].err)))
 				}
 			}()
 		}
@@ -70,7 +117,7 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				note(l.release(ctx))
+				note(l.Release(ctx))
 			}()
 		}
 		wg.Wait()
@@ -87,11 +134,11 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*lease) (left int, 
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return len(leases) - done, errs
+	return len(leases) - done, rerrs
 }
 
 // releaseReply is the reply to a release already sent in a pipeline for
-// value, handed to lease.release through its context so the release logic
+// value, handed to Lease.Release through its context so the release logic
 // stays in one place. It is used once, and only for that value.
 type releaseReply struct {
 	mu    sync.Mutex

@@ -1,0 +1,90 @@
+// calls.go owns how the engine calls a protocol (package protocol): the
+// withdrawal, renewal and release of one value, by script or directly,
+// and the optional methods a protocol may have.
+
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/rexec"
+	"github.com/dlock-go/dlock/protocol"
+	"github.com/redis/go-redis/v9"
+)
+
+// RawReleaser is implemented by a protocol that sends its release on the
+// engine's executor itself (the token lock: as the built arguments of its
+// EVALSHA, with fewer allocations than its Call).
+type RawReleaser interface {
+	ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd
+}
+
+// ResendTeller is implemented by the protocols whose release script tells
+// a second run of a release that ran already (its reply was lost, and the
+// caller retried) from a release that found the hold gone: the first run
+// leaves a tombstone of the token (q_released in
+// internal/lualib/queue.lua), and a run that finds the hold gone but the
+// tombstone there answers codeOK. Their codeGone or codeOther is then a
+// loss even on a retry: the hold was gone before any release of it ran
+// (taken by an operator's ForceRelease, which leaves no tombstone, or
+// expired and taken since). multi_release.lua tells key by key: a key the
+// first run found not ours keeps another tombstone (q_mark_lost), and the
+// second run's verdict on it stands.
+type ResendTeller interface {
+	ReleaseTellsResend()
+}
+
+// Leaver is implemented by protocols whose waiters queue in Redis.
+type Leaver interface {
+	Leave(k protocol.Keys, value string) protocol.Call
+}
+
+// Withdraw removes value from k, held or queued: a leaving waiter, or the
+// clean-up after an acquire whose reply was lost.
+func Withdraw(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string) error {
+	if l, ok := p.(Leaver); ok {
+		return x.Run(ctx, l.Leave(k, value)).Err()
+	}
+	if d, ok := p.(protocol.DirectProtocol); ok {
+		_, err := d.ReleaseDirect(ctx, k, value)
+		return err
+	}
+	return x.Run(ctx, p.Release(k, value)).Err()
+}
+
+// renewOnce renews value on k for ttl, by script or directly.
+func renewOnce(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string, ttl time.Duration) (next string, code int64, err error) {
+	if d, ok := p.(protocol.DirectProtocol); ok {
+		return d.RenewDirect(ctx, k, value, ttl)
+	}
+	c, next := p.Renew(k, value, ttl)
+	code, err = x.Run(ctx, c).Int64()
+	return next, code, err
+}
+
+// ReleaseOnce releases value on k, by script or directly.
+func ReleaseOnce(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string) (int64, error) {
+	if d, ok := p.(protocol.DirectProtocol); ok {
+		return d.ReleaseDirect(ctx, k, value)
+	}
+	if code, err, ok := sentRelease(ctx, value); ok { // Close sent it in a pipeline
+		return code, err
+	}
+	if r, ok := p.(RawReleaser); ok {
+		return r.ReleaseOn(ctx, x, k, value).Int64()
+	}
+	return x.Run(ctx, p.Release(k, value)).Int64()
+}
+
+// Ambiguous reports whether err leaves unknown whether the command ran:
+// anything but an error reply from Redis itself, and an error a script
+// raised while running (it may have written before; see rexec.ScriptRaised).
+func Ambiguous(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return rexec.ScriptRaised(re)
+	}
+	return err != nil
+}
