@@ -123,15 +123,15 @@ type Lease struct {
 
 // InitLease sets l up for a grant of keys by proto, for ttl, renewed by
 // the watchdog if renew; ctx is the acquiring call's: its values are the
-// hooks' (see HookContext). Start makes it live.
+// hooks' (see hookContext). Start makes it live.
 func (e *Engine) InitLease(l *Lease, proto protocol.Protocol, keys protocol.Keys, ttl time.Duration, renew bool, ctx context.Context) {
-	l.e, l.proto, l.keys, l.renew, l.ttl, l.ctx = e, proto, keys, renew, ttl, HookContext(ctx)
+	l.e, l.proto, l.keys, l.renew, l.ttl, l.ctx = e, proto, keys, renew, ttl, hookContext(ctx)
 }
 
-// HookContext is context.WithoutCancel(ctx): the context of the hooks of
+// hookContext is context.WithoutCancel(ctx): the context of the hooks of
 // a lock acquired with ctx. A ctx that can never be cancelled and has no
 // deadline (context.Background) is its own, without an allocation.
-func HookContext(ctx context.Context) context.Context {
+func hookContext(ctx context.Context) context.Context {
 	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
 		return ctx
 	}
@@ -341,6 +341,3 @@ func (l *Lease) Fence() uint64 { return l.fence }
 
 // Context returns the lease's hook context (see InitLease).
 func (l *Lease) Context() context.Context { return l.ctx }
-
-// Proto returns the lease's protocol.
-func (l *Lease) Proto() protocol.Protocol { return l.proto }
