@@ -1,6 +1,9 @@
 package dlock
 
-import "github.com/dlock-go/dlock/protocol"
+import (
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/protocol"
+)
 
 // WithProtocol makes the call use p instead of the token lock: another
 // lock format on the same engine (package legacy's, package redlock's, or
@@ -10,3 +13,18 @@ import "github.com/dlock-go/dlock/protocol"
 func WithProtocol(p protocol.Protocol) LockOption {
 	return func(c *lockConfig) { c.proto, c.kinds = p, c.kinds|kindProtocol }
 }
+
+// The optional methods the engine looks for (see internal/engine's
+// calls.go): a primitive that loses one by a typo no longer compiles.
+var (
+	_ engine.RawReleaser  = tokenLock{}
+	_ engine.ResendTeller = tokenLock{}
+	_ engine.ResendTeller = holdSet{}
+	_ engine.ResendTeller = semaphore{}
+	_ engine.ResendTeller = multiLock{}
+	_ engine.ResendTeller = multiSlots{}
+	_ engine.Leaver       = tokenLock{}
+	_ engine.Leaver       = holdSet{}
+	_ engine.Leaver       = semaphore{}
+	_ engine.Leaver       = multiLock{}
+)
