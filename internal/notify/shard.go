@@ -291,6 +291,15 @@ func (n *Notifier) shardMessage(c *sconn, m *redis.Message) {
 	}
 }
 
+// confirmedOf returns the channel closed once s's subscription is
+// confirmed: a redial after a slot moved (see rehome) gives s a new one,
+// under n.mu.
+func (n *Notifier) confirmedOf(s *ssub) chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return s.confirmed
+}
+
 // confirmShard records Redis's confirmation of SSUBSCRIBE ch on c.
 func (n *Notifier) confirmShard(c *sconn, ch string) {
 	n.mu.Lock()

@@ -95,9 +95,9 @@ func (n *Notifier) Queue(ctx context.Context, w *Waiter) error {
 			}
 		}
 		for _, s := range subs[1:] {
-			awaitConfirm(ctx, s.confirmed)
+			awaitConfirm(ctx, n.confirmedOf(s))
 		}
-		confirmed = subs[0].confirmed
+		confirmed = n.confirmedOf(subs[0])
 	} else {
 		if n.ownConfirmed == nil {
 			n.ownConfirmed = n.subscribeLocked(n.own)
@@ -273,7 +273,7 @@ func (n *Notifier) Subscribe(ctx context.Context, w *Waiter) error {
 		if fresh {
 			n.placeShard(ctx, s)
 		}
-		awaitConfirm(ctx, s.confirmed)
+		awaitConfirm(ctx, n.confirmedOf(s))
 		return nil
 	}
 	cw := n.chans[channel]
