@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -130,25 +131,28 @@ func ExampleLeadership_Proclaim() {
 	// Output: v2 2
 }
 
+// ExampleElection_Run is README.md's leader example (TestReadmeExamples).
 func ExampleElection_Run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, rdb, done := exampleClient()
+	locks, rdb, done := exampleClient()
 	defer done()
-	e := c.Election("example:run", dlock.ElectionOptions{})
-	err := e.Run(ctx, "worker-1", dlock.RunConfig{
+
+	// README begin
+	// Run calls OnStartedLeading while this process leads.
+	e := locks.Election("scheduler", dlock.ElectionOptions{})
+	if err := e.Run(ctx, "worker-1", dlock.RunConfig{
 		OnStartedLeading: func(ctx context.Context, l *dlock.Leadership) {
-			// ctx is cancelled if the leadership is lost: stop then. Write
-			// with the term as the fence: a deposed leader's late write is
-			// refused (fenced.ErrStale) once a later leader has written.
-			err := fenced.Set(ctx, rdb, "example:schedule", l.Term(), l.Lock().Token(), "plan of worker-1")
+			// ctx is cancelled if the leadership is lost. The term is the fence:
+			// a deposed leader's late write is refused once a later leader wrote.
+			err := fenced.Set(ctx, rdb, "schedule", l.Term(), l.Lock().Token(), "plan of worker-1")
 			fmt.Println("leading; fenced write:", err)
 		}, // returning resigns
-		OnStoppedLeading: func() { fmt.Println("stopped leading") },
-	})
-	fmt.Println("Run:", err)
+	}); err != nil { // the loss error if the leadership was lost
+		log.Fatal(err)
+	}
+	// README end
+
 	// Output:
 	// leading; fenced write: <nil>
-	// stopped leading
-	// Run: <nil>
 }

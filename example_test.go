@@ -186,7 +186,7 @@ func ExampleLock_Fence() {
 	// true
 }
 
-// Example_readme is the library example of README.md: TestReadmeExample
+// Example_readme is the library example of README.md: TestReadmeExamples
 // fails if the two differ (between the README markers, whitespace aside).
 func Example_readme() {
 	ctx := context.Background()
@@ -202,8 +202,9 @@ func Example_readme() {
 
 	// Run a function under the lock. Its ctx is cancelled, with the cause, if the lock is lost.
 	err = locks.Do(ctx, "nightly-report", func(ctx context.Context) error {
-		fmt.Println("building the report")
-		return nil
+		lock, _ := dlock.LockFrom(ctx) // the lock Do holds
+		// A fenced write: refused (fenced.ErrStale) once a later holder has written.
+		return fenced.Set(ctx, rdb, "report:status", lock.Fence(), lock.Token(), "built")
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -215,15 +216,12 @@ func Example_readme() {
 		log.Fatal(err)
 	}
 	defer lock.Unlock(ctx) // idempotent; reports ErrLost if the lock was lost
-	select {
-	case <-lock.Done(): // lost: lock.Err() says why
-		log.Fatal(lock.Err())
-	default:
+	if err := lock.Err(); err != nil {
+		log.Fatal(err) // lost: Done() is closed, Err says why
 	}
 	fmt.Println("fence for the resource:", lock.Fence() > 0) // refuse writes with older fences
 	// README end
 
 	// Output:
-	// building the report
 	// fence for the resource: true
 }

@@ -11,39 +11,83 @@ import (
 	"unicode"
 )
 
-// TestReadmeExample keeps README.md's library example runnable: its Go
-// block must be the part of Example_readme (example_test.go) between the
-// "// README begin" and "// README end" lines, whitespace aside.
-func TestReadmeExample(t *testing.T) {
+// TestReadmeExamples keeps README.md's Go examples runnable: every ```go
+// block of README.md must be the part of an Example function
+// (example*_test.go) between its "// README begin" and "// README end"
+// lines, whitespace aside; every such part must be in README.md, which
+// names its Example.
+func TestReadmeExamples(t *testing.T) {
 	readme := readFile(t, "README.md")
-	block, ok := fencedBlock(readme, "go")
-	if !ok {
+	blocks := fencedBlocks(readme, "go")
+	if len(blocks) == 0 {
 		t.Fatal("README.md has no ```go block")
 	}
-
-	src := readFile(t, "example_test.go")
-	start := strings.Index(src, "\nfunc Example_readme() {\n")
-	if start < 0 {
-		t.Fatal("example_test.go has no func Example_readme")
+	regions := readmeRegions(t)
+	if len(regions) == 0 {
+		t.Fatal(`no Example has "// README begin" / "// README end" lines`)
 	}
-	body := src[start:]
-	if end := strings.Index(body, "\n}\n"); end >= 0 {
-		body = body[:end]
+	used := map[string]bool{}
+	for i, block := range blocks {
+		got, found := normalize(block), false
+		for name, region := range regions {
+			if got == normalize(region) {
+				used[name], found = true, true
+			}
+		}
+		if !found {
+			t.Errorf("README.md's Go block #%d is no Example's README part (whitespace-normalised):\n%s", i+1, got)
+			for name, region := range regions {
+				want := normalize(region)
+				t.Logf("%s differs at byte %d: %s", name, firstDiff(got, want), want)
+			}
+		}
 	}
-	_, rest, ok1 := strings.Cut(body, "// README begin\n")
-	region, _, ok2 := strings.Cut(rest, "// README end\n")
-	if !ok1 || !ok2 {
-		t.Fatal(`Example_readme lacks its "// README begin" / "// README end" lines`)
-	}
-
-	if got, want := normalize(block), normalize(region); got != want {
-		t.Errorf("README.md's Go block and Example_readme differ (whitespace-normalised):\nREADME:  %s\nExample: %s\nfirst difference at byte %d",
-			got, want, firstDiff(got, want))
+	for name := range regions {
+		if !used[name] {
+			t.Errorf("%s's README part is not a Go block of README.md", name)
+		}
+		if !strings.Contains(readme, "`"+name+"`") {
+			t.Errorf("README.md does not name %s, the source of one of its Go blocks", name)
+		}
 	}
 }
 
-// fencedBlock returns the body of the first fenced code block of lang.
-func fencedBlock(md, lang string) (string, bool) {
+// readmeRegions returns, by Example function name, the lines of each
+// Example in example*_test.go between "// README begin" and "// README end".
+func readmeRegions(t *testing.T) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob("example*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regions := map[string]string{}
+	for _, f := range files {
+		src := readFile(t, f)
+		for rest := src; ; {
+			_, after, ok := strings.Cut(rest, "// README begin\n")
+			if !ok {
+				break
+			}
+			before := src[:len(src)-len(after)]
+			fn := strings.LastIndex(before, "\nfunc Example")
+			region, tail, ok := strings.Cut(after, "// README end\n")
+			if fn < 0 || !ok {
+				t.Fatalf(`%s: a "// README begin" line outside an Example, or without its "// README end"`, f)
+			}
+			name, _, _ := strings.Cut(before[fn+len("\nfunc "):], "(")
+			if _, dup := regions[name]; dup {
+				t.Fatalf("%s: %s has two README parts", f, name)
+			}
+			regions[name] = region
+			rest = tail
+		}
+	}
+	return regions
+}
+
+// fencedBlocks returns the bodies of the fenced code blocks of lang.
+func fencedBlocks(md, lang string) []string {
+	var out []string
 	var b strings.Builder
 	in := false
 	sc := bufio.NewScanner(strings.NewReader(md))
@@ -52,12 +96,22 @@ func fencedBlock(md, lang string) (string, bool) {
 		switch {
 		case !in && strings.TrimSpace(line) == "```"+lang:
 			in = true
+			b.Reset()
 		case in && strings.TrimSpace(line) == "```":
-			return b.String(), true
+			in = false
+			out = append(out, b.String())
 		case in:
 			b.WriteString(line)
 			b.WriteByte('\n')
 		}
+	}
+	return out
+}
+
+// fencedBlock returns the body of the first fenced code block of lang.
+func fencedBlock(md, lang string) (string, bool) {
+	if blocks := fencedBlocks(md, lang); len(blocks) > 0 {
+		return blocks[0], true
 	}
 	return "", false
 }
