@@ -7,7 +7,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -29,13 +31,47 @@ type nlRedisError string
 func (e nlRedisError) Error() string { return string(e) }
 func (nlRedisError) RedisError()     {}
 
-// errorPackages are the directories of the packages whose exported errors
-// must print on one line.
-var errorPackages = []string{".", "redlock", "legacy", "fenced", "stripe", "protocol"}
+// errorPackages returns the directories of the module's packages whose
+// exported errors must print on one line: every directory with Go files,
+// except internal ones (their errors reach users through the packages
+// that export them), commands, test data and nested modules, so that a
+// new package cannot be left out. It fails the test if one of the
+// packages known to export errors is not found.
+func errorPackages(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		name := d.Name()
+		if path != "." && (strings.HasPrefix(name, ".") || name == "internal" || name == "testdata" || name == "cmd") {
+			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." {
+			return filepath.SkipDir // another module: dlockprom, dlockotel, bench
+		}
+		if src, _ := filepath.Glob(filepath.Join(path, "*.go")); len(src) > 0 {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{".", "admin", "fenced", "legacy", "protocol", "redlock", "stripe"} {
+		if !slices.Contains(dirs, want) {
+			t.Fatalf("package directory %q not found among %q", want, dirs)
+		}
+	}
+	return dirs
+}
 
 // exportedErrorNames parses the non-test files of dir and returns, as
 // "pkg.Name", its exported package-level variables named Err* or declared
-// as error, and its exported types with an Error method.
+// as error, its exported types with an Error method, and its exported
+// types named *Error (aliases of an internal package's error types, whose
+// Error method is declared there).
 func exportedErrorNames(t *testing.T, dir string) (vars, types []string) {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -55,6 +91,13 @@ func exportedErrorNames(t *testing.T, dir string) (vars, types []string) {
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.GenDecl:
+				if d.Tok == token.TYPE {
+					for _, spec := range d.Specs {
+						if n := spec.(*ast.TypeSpec).Name; n.IsExported() && strings.HasSuffix(n.Name, "Error") {
+							types = append(types, pkg+"."+n.Name)
+						}
+					}
+				}
 				if d.Tok != token.VAR {
 					continue
 				}
@@ -78,8 +121,8 @@ func exportedErrorNames(t *testing.T, dir string) (vars, types []string) {
 				if st, ok := rt.(*ast.StarExpr); ok {
 					rt = st.X
 				}
-				if id, ok := rt.(*ast.Ident); ok && id.IsExported() {
-					types = append(types, pkg+"."+id.Name)
+				if id, ok := rt.(*ast.Ident); ok && id.IsExported() && !strings.HasSuffix(id.Name, "Error") {
+					types = append(types, pkg+"."+id.Name) // one named *Error is found by its declaration
 				}
 			}
 		}
@@ -162,7 +205,7 @@ func TestErrorsOneLine(t *testing.T) {
 		},
 	}
 	var missing []string
-	for _, dir := range errorPackages {
+	for _, dir := range errorPackages(t) {
 		vs, ts := exportedErrorNames(t, dir)
 		for _, v := range vs {
 			if _, ok := vars[v]; !ok {
