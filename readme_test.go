@@ -267,3 +267,17 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Errorf(".ci/run does not run README.md's test command %q on a line of its own", cmds[1])
 	}
 }
+
+// TestDocSizes keeps the entry documents short enough to be read as
+// references: the details belong in docs/ and the package docs.
+func TestDocSizes(t *testing.T) {
+	for name, limit := range map[string]int{
+		"README.md":                                7 << 10,
+		filepath.Join("bench", "README.md"):        15 << 10,
+		filepath.Join("cmd", "dlock", "README.md"): 10 << 10,
+	} {
+		if n := len(readFile(t, name)); n > limit {
+			t.Errorf("%s is %d bytes, over its %d", name, n, limit)
+		}
+	}
+}
