@@ -90,7 +90,7 @@ func GuardKey(key string) string { return keyrules.GuardKey(key) }
 // should: the guard must not forget fences when the lock's server does).
 // The same rule in SQL, for a row that stores the fence of its last
 // writer in a BIGINT column (fences fit: they start from the Redis clock
-// in microseconds, about 2^51 today):
+// in microseconds, which stays below 2^63 for another 290,000 years):
 //
 //	UPDATE accounts SET balance = $3, fence = $1 WHERE id = $2 AND fence < $1
 //
