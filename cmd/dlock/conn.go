@@ -216,13 +216,20 @@ func (a *app) connect(ctx context.Context, t target) (*endpoint, redis.Universal
 		if l := drvLog.lastLine(); l != "" && !strings.Contains(l, detail) && !strings.Contains(detail, l) {
 			detail += " (driver: " + l + ")"
 		}
-		if e.tls && isTimeout(err) {
+		switch {
+		case e.tls && isTimeout(err):
 			// A server without TLS reads the handshake as a command that
 			// never ends, and answers nothing: say what was asked for.
 			detail = fmt.Sprintf("the TLS handshake with %s did not complete (%s): the server may not serve TLS "+
 				"(rediss:// asks for TLS; a server without it needs redis://)", strings.Join(e.addrs, ", "), detail)
+			a.errorf("%s at %s: %s", pingFailure(err), e.where(), detail)
+		case isTimeout(err):
+			// Connected, or still dialling, but no reply: a paused or
+			// overloaded server, or a filtered port.
+			a.errorf("Redis at %s did not answer: no reply to PING within %v (%s)", e.where(), pingTimeout, detail)
+		default:
+			a.errorf("%s at %s: %s", pingFailure(err), e.where(), detail)
 		}
-		a.errorf("%s at %s: %s", pingFailure(err), e.where(), detail)
 		if !t.explicit() {
 			fmt.Fprintln(a.stderr, "Give the Redis to use with --redis URL or $DLOCK_REDIS_URL / $REDIS_URL.")
 		}

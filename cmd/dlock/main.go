@@ -80,8 +80,9 @@ Exit codes of dlock run:
   124                        the lock was lost while the command ran, or renewals failed
                              so long that its process tree was stopped before the deadline
                              (SIGTERM --kill-after before it, SIGKILL at it)
-  125                        dlock failed before running the command (Redis unreachable,
-                             bad URL, key is not a lock, Redis may evict keys)
+  125                        dlock failed before running the command (Redis unreachable
+                             or not answering, bad URL, key is not a lock, Redis may
+                             evict keys)
   126                        the command was found but could not be executed
   127                        the command was not found
 Other commands: 0 ok, 1 a check failed, 2 usage, 3 nothing held, 4 not a lock,

@@ -35,7 +35,8 @@ Flags:
   -n, --no-wait             fail at once if KEY is held
   -w, --wait DURATION       wait at most DURATION (5s, 500ms, or seconds: 2.5);
                             -w 0 is -n. Default: wait as long as it takes.
-                            If Redis fails meanwhile, dlock exits 125, not -E
+                            If Redis fails or stops answering meanwhile, dlock
+                            exits 125, not -E
   -E, --conflict-exit-code CODE
                             exit code when the lock was not acquired. Default: 1
   --ttl DURATION            lock time-to-live; renewed every TTL/3 while COMMAND
@@ -114,7 +115,8 @@ Exit codes:
                      that COMMAND was stopped before the deadline; its whole
                      process tree was stopped
   125                dlock failed before running COMMAND: bad URL, Redis unreachable,
-                     KEY holds a non-string value
+                     not answering or failing (also while -w waited), KEY holds a
+                     non-string value
   126                COMMAND was found but could not be executed
   127                COMMAND was not found
 

@@ -181,6 +181,31 @@ func TestRunRedisOutageWhileWaiting(t *testing.T) {
 	}
 }
 
+// TestPausedRedisAtStart: a Redis that accepts connections but answers
+// nothing (a paused server) from the start is reported as a Redis that
+// did not answer, with exit 125, before `run -w 1s` could wait: not as a
+// held lock, nor only as a low-level timeout.
+func TestPausedRedisAtStart(t *testing.T) {
+	t.Parallel()
+	own := redistest.Start(t, redistest.Config{})
+	if err := own.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = own.Resume() })
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, args := range [][]string{{"run", "-w", "1s", testKey(t), "touch", marker}, {"status", testKey(t)}} {
+		r := dlockRun(t, nil, append([]string{"--redis", own.URL()}, args...)...)
+		expectCode(t, r, 125)
+		expectStderr(t, r, "Redis at "+own.Addr(), "did not answer", "PING")
+		if strings.Count(r.stderr, "\n") != 1 || strings.Contains(r.stderr, "still held") {
+			t.Errorf("dlock %s: want one line saying Redis did not answer:\n%v", args[0], r)
+		}
+	}
+	if fileExists(marker) {
+		t.Error("the command ran")
+	}
+}
+
 // TestRunInterruptWhileConnecting: Ctrl-C (SIGINT) or SIGTERM while dlock
 // connects to a Redis that does not answer ends it with 128+N, not 125
 // after the connection check gives up.
