@@ -3,8 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,14 +18,9 @@ import (
 // long before the lock's TTL, instead of the key staying held by nobody
 // until then.
 func TestUnlockOnKilledClusterMaster(t *testing.T) {
-	if strings.Contains(os.Getenv("DLOCK_REDIS_SERVER"), "valkey") {
-		// Known defect, open: on Valkey 8 the Unlock resent to the
-		// promoted replica reports the lock lost in 2 of 3 runs.
-		t.Skip("known defect on Valkey 8: Unlock across a killed Cluster master reports the lock lost")
-	}
 	t.Parallel()
 	cl := redistest.StartCluster(t, redistest.ClusterConfig{Replicas: 1})
-	unlockOnKilledMaster(t, "{relfo}:k", 1, func() redis.UniversalClient {
+	unlockOnKilledMaster(t, "{relfo}:k", "{relfo}:synced", 1, func() redis.UniversalClient {
 		o := cl.ClusterOptions()
 		o.ClusterStateReloadInterval = 0 // go-redis's default: a minute
 		o.ContextTimeoutEnabled = true
@@ -40,7 +33,7 @@ func TestUnlockOnKilledClusterMaster(t *testing.T) {
 func TestUnlockOnKilledSentinelMaster(t *testing.T) {
 	t.Parallel()
 	s := redistest.StartSentinel(t, redistest.SentinelConfig{})
-	unlockOnKilledMaster(t, "relfo", 2, func() redis.UniversalClient {
+	unlockOnKilledMaster(t, "relfo", "relfo:synced", 2, func() redis.UniversalClient {
 		o := s.FailoverOptions()
 		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o)
@@ -48,9 +41,10 @@ func TestUnlockOnKilledSentinelMaster(t *testing.T) {
 }
 
 // unlockOnKilledMaster holds k, queues a waiter on it, kills k's master
-// (once its replicas have the grant) and unlocks: Unlock must
-// answer released, and the waiter get k well before the TTL.
-func unlockOnKilledMaster(t *testing.T, k string, replicas int, newRDB func() redis.UniversalClient,
+// (once its replicas have the grant: see waitReplicated, with synced a
+// key in k's slot) and unlocks: Unlock must answer released, and the
+// waiter get k well before the TTL.
+func unlockOnKilledMaster(t *testing.T, k, synced string, replicas int, newRDB func() redis.UniversalClient,
 	masterOf func(context.Context, string) (*redistest.Server, error)) {
 	ctx := t.Context()
 	// After the Clients close: go-redis re-dials the dead node's pool once
@@ -80,7 +74,7 @@ func unlockOnKilledMaster(t *testing.T, k string, replicas int, newRDB func() re
 		t.Fatal(err)
 	}
 	// The grant reached the replicas.
-	if n, err := master.Client(t).Do(ctx, "wait", replicas, 5000).Int(); err != nil || n != replicas {
+	if n, err := waitReplicated(ctx, master.Client(t), synced, replicas); err != nil || n != replicas {
 		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
 	got := make(chan time.Time, 1)
@@ -118,6 +112,26 @@ func unlockOnKilledMaster(t *testing.T, k string, replicas int, newRDB func() re
 	case <-time.After(ttl / 2):
 		t.Fatalf("the waiter did not get the key within %v of the kill: the release did not reach the promoted replica", ttl/2)
 	}
+}
+
+// waitReplicated writes key on rdb's node and then sends WAIT replicas on
+// the same connection, and returns the replicas that acknowledged: they
+// have every write the node made before, the grant of a lock among them.
+// A WAIT alone would not tell: it waits for the last write of its own
+// connection, and on a connection that wrote nothing it answers at once
+// with every replica connected, whatever it has received (Redis 7.0 and
+// Valkey 8 alike).
+func waitReplicated(ctx context.Context, rdb *redis.Client, key string, replicas int) (int, error) {
+	var wait *redis.Cmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, "1", time.Minute)
+		wait = p.Do(ctx, "wait", replicas, 5000)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return wait.Int()
 }
 
 // An Unlock that cannot reach Redis within ReleaseTimeout returns
