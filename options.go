@@ -86,18 +86,21 @@ type Options struct {
 	// died is skipped once its lease is over. Default: 3s.
 	WaiterLease time.Duration
 
-	// MinReplicas, when above 0, makes every grant, renewal and release of
-	// the token lock wait (Redis WAIT, on the same connection to the key's
-	// master) until at least this many replicas acknowledged it, at most
-	// ReplicaTimeout. If fewer did, an acquire releases the lock and
+	// MinReplicas, when above 0, makes every grant, renewal, release and
+	// withdrawal of the token lock wait (Redis WAIT, on the same connection
+	// to the key's master) until at least this many replicas acknowledged
+	// it, at most ReplicaTimeout. If fewer did, an acquire releases the lock and
 	// returns ErrReplicaAck instead of a lock a failover could lose; a
 	// renewal counts as failed (the deadline does not move, and the lock is
-	// lost at it unless a later renewal is acknowledged); a release is sent
-	// again, within ReleaseTimeout and until the lock's deadline, so that a
-	// release the old master accepted just before a failover also runs on
-	// the new one, and Unlock returns ErrReplicaAck (with ErrUnavailable)
-	// if the replicas never acknowledged it, though the key may be freed on
-	// the master all the same. Renewals then take one round trip per lock
+	// lost at it unless a later renewal is acknowledged); the withdrawal of
+	// a token (a waiter that gave up, an acquire whose reply was lost) is
+	// sent again within ReleaseTimeout, so that its tombstone, which
+	// refuses a late acquire of that token, survives a failover; a release
+	// is sent again, within ReleaseTimeout and until the lock's deadline,
+	// so that a release the old master accepted just before a failover
+	// also runs on the new one, and Unlock returns ErrReplicaAck (with
+	// ErrUnavailable) if the replicas never acknowledged it, though the key
+	// may be freed on the master all the same. Renewals then take one round trip per lock
 	// instead of pipelined batches. On a Cluster, a MOVED or ASK reply (a
 	// failover, a slot migration) is followed to the slot's new node within
 	// the call's context. It narrows the failover window; it does not close

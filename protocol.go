@@ -27,4 +27,5 @@ var (
 	_ engine.Leaver       = holdSet{}
 	_ engine.Leaver       = semaphore{}
 	_ engine.Leaver       = multiLock{}
+	_ engine.DirectLeaver = ackedTokenLock{}
 )

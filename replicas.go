@@ -16,7 +16,7 @@ import (
 )
 
 // ackedTokenLock is the token lock with Options.MinReplicas: every write
-// that grants, renews or releases the lock is followed, on the same
+// that grants, renews, releases or withdraws the lock is followed, on the same
 // connection to the key's master, by WAIT MinReplicas ReplicaTimeout. It
 // renews and releases directly (one pipeline per lock), since WAIT only
 // covers the writes of the connection it runs on.
@@ -187,8 +187,10 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 		return g, err
 	}
 	if n < int64(a.replicas) {
-		// Never report a grant a failover could lose: give it back.
-		return protocol.Grant{}, oneline.Join(a.ackErr(n), engine.Withdraw(ctx, a.on(rdb), a, k, token))
+		// Never report a grant a failover could lose: give it back, at
+		// once on the master (the engine withdraws the token again, in the
+		// background, until replicas acknowledge it: see LeaveDirect).
+		return protocol.Grant{}, oneline.Join(a.ackErr(n), engine.Withdraw(ctx, a.on(rdb), a.tokenLock, k, token))
 	}
 	return g, nil
 }
@@ -228,4 +230,25 @@ func (a ackedTokenLock) ReleaseDirect(ctx context.Context, k protocol.Keys, toke
 		err = a.ackErr(n)
 	}
 	return code, err
+}
+
+// LeaveDirect withdraws token (a waiter that gave up, an acquire whose
+// reply was lost: see engine.Withdraw) and waits for the replicas, as a
+// grant does. The withdrawal's tombstone is what refuses an acquire of
+// token that lands late (internal/lualib/queue.lua); one that no replica
+// saw is lost with a master that fails over, and the late acquire would
+// then be granted on the promoted replica and hold the key for nobody
+// until its TTL. A withdrawal that fewer than MinReplicas replicas
+// acknowledged returns ErrReplicaAck, and the caller sends it again
+// (within ReleaseTimeout in the background). A second run is harmless:
+// the leave is token-checked and writes the same tombstone.
+func (a ackedTokenLock) LeaveDirect(ctx context.Context, k protocol.Keys, token string) error {
+	_, n, err := a.runAcked(ctx, a.rdb, a.Leave(k, token))
+	if err != nil {
+		return err
+	}
+	if n < int64(a.replicas) {
+		return a.ackErr(n)
+	}
+	return nil
 }

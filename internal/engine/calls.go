@@ -36,6 +36,16 @@ type ResendTeller interface {
 	ReleaseTellsResend()
 }
 
+// DirectLeaver is implemented by a protocol whose withdrawal is more than
+// one script call on the Client's connection: with Options.MinReplicas,
+// the leave and a WAIT on the key's master, so that the tombstone that
+// refuses a late acquire of the token survives a failover. Withdraw calls
+// it instead of Leave's call; an error (the replicas did not acknowledge)
+// makes the caller send it again.
+type DirectLeaver interface {
+	LeaveDirect(ctx context.Context, k protocol.Keys, value string) error
+}
+
 // Leaver is implemented by protocols whose waiters queue in Redis.
 type Leaver interface {
 	Leave(k protocol.Keys, value string) protocol.Call
@@ -44,6 +54,9 @@ type Leaver interface {
 // Withdraw removes value from k, held or queued: a leaving waiter, or the
 // clean-up after an acquire whose reply was lost.
 func Withdraw(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string) error {
+	if l, ok := p.(DirectLeaver); ok {
+		return l.LeaveDirect(ctx, k, value)
+	}
 	if l, ok := p.(Leaver); ok {
 		return x.Run(ctx, l.Leave(k, value)).Err()
 	}
