@@ -96,6 +96,8 @@ type Lease struct {
 	// retried Unlock, or Close, sends it again, and a reply that finds the
 	// lock was lost before it turns the end into that loss.
 	ending bool
+	// confirmed: a reply confirmed the release (confirmRelease).
+	confirmed bool
 	// unsent: the lease ended as released (endForRelease) and no release
 	// of it may have run yet: the caller let go, and its release waits
 	// for opMu (a renewal in flight holds it). The deadline passing

@@ -63,7 +63,15 @@ func (l *Lease) releaseRetry(ctx context.Context, start time.Time) (lost func(),
 		lo, rep, e := l.releaseLocked(ctx)
 		l.opMu.Unlock()
 		if !rep && err != nil {
-			return lost, report, err // the deadline passed meanwhile: nothing more to send
+			// Nothing sent this time. Another call (a concurrent Unlock,
+			// Close) settled the release while this one backed off: its
+			// outcome is this call's too (e: nil, or the loss it found).
+			// Else the deadline passed meanwhile: nothing more to send,
+			// and this call's last error stands.
+			if l.settled() {
+				return nil, report, e
+			}
+			return lost, report, err
 		}
 		lost, report, err = lo, report || rep, e
 		if lost != nil || !retryableRelease(ctx, err) {
@@ -271,7 +279,15 @@ func (l *Lease) confirmRelease() {
 	if !l.ending {
 		return
 	}
-	l.ending = false
+	l.ending, l.confirmed = false, true
 	l.timer.Stop()
 	l.e.Stats.Released.Add(1)
+}
+
+// settled reports whether a reply settled the lease's release: it
+// confirmed the release, or found (or Close left) the lease lost.
+func (l *Lease) settled() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.confirmed || l.state == stateLost
 }
