@@ -14,7 +14,6 @@ import (
 	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/rexec"
-	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,15 +34,16 @@ type Client struct {
 	// server, as on a Cluster (tests of the cross-slot path).
 	splitSlots bool
 
-	exec *rexec.Exec // runs the Client's script calls: its caller pipeline
-	// tokenLocks[m] is tokenLock(m), made once (New): a protocol in an
+	exec  *rexec.Exec   // runs the Client's script calls: its caller pipeline
+	queue *engine.Queue // the queue settings of the Client's protocols
+	// token is the Client's token lock, made once (New): a protocol in an
 	// interface is an allocation, which every acquire would pay otherwise.
-	tokenLocks [modeBarge + 1]protocol.Protocol
-	eng        *engine.Engine // leases, watchdog, retry clock, background work, counters
-	notify     *notify.Notifier
-	feeds      feeds         // election observers' shared reads
-	evict      evictCheck    // the masters' eviction policy (see evictionGate)
-	closing    chan struct{} // closed by Close
+	token   engine.Protocol
+	eng     *engine.Engine // leases, watchdog, retry clock, background work, counters
+	notify  *notify.Notifier
+	feeds   feeds         // election observers' shared reads
+	evict   evictCheck    // the masters' eviction policy (see evictionGate)
+	closing chan struct{} // closed by Close
 
 	hookp   atomic.Pointer[Hooks] // the hooks installed now (see hooks)
 	hooksMu sync.Mutex            // serialises AddHooks
@@ -89,10 +89,6 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	// waiting Lock does; the Client's own releases and clean-ups
 	// (engine.ClientRelease, Background) keep theirs.
 	c.exec.EndRefusalsOn(c.closing, ErrClosed)
-	c.eng = engine.New(engine.Config{Redis: rdb, Exec: c.exec, Timing: o.timing(), ReleaseTimeout: o.ReleaseTimeout,
-		Logger: o.Logger, Closing: c.closing, GroupOf: c.groupOf})
-	h := o.Hooks
-	c.setHooks(&h)
 	c.notify = notify.New(notify.Config{
 		Redis: rdb, Own: o.Prefix + ":client:" + engine.NewToken(), Off: ring || o.NoPubSub,
 		Logger: c.opts.Logger, Closing: c.closing, Closed: ErrClosed, IsToken: keyspace.IsToken, Plain: plainPubSub.Load(),
@@ -107,9 +103,14 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 			c.evict.stale()
 		},
 	})
-	for m := range c.tokenLocks {
-		c.tokenLocks[m] = c.newTokenLock(acquireMode(m))
-	}
+	c.queue = &engine.Queue{Channel: c.notify.Own(), Lease: o.WaiterLease, Pickup: o.PickupTimeout,
+		Exec: c.exec, Notify: c.notify, Redis: rdb}
+	c.eng = engine.New(engine.Config{Redis: rdb, Exec: c.exec, Timing: o.timing(), ReleaseTimeout: o.ReleaseTimeout,
+		Logger: o.Logger, Closing: c.closing, GroupOf: c.groupOf, Notify: c.notify, Queue: c.queue,
+		RetryInterval: o.RetryInterval, Barging: c.opts.Barging, Gate: c.evictionGate, Stale: c.evict.stale})
+	h := o.Hooks
+	c.setHooks(&h)
+	c.token = c.newTokenLock()
 	return c, nil
 }
 
@@ -121,16 +122,10 @@ func isNil(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// tokenLock returns the default protocol configured for this Client, with
-// acquire.lua's mode.
-func (c *Client) tokenLock(mode acquireMode) protocol.Protocol {
-	return c.tokenLocks[mode]
-}
-
-// newTokenLock makes tokenLock(mode).
-func (c *Client) newTokenLock(mode acquireMode) protocol.Protocol {
-	q := c.queueMode(mode)
-	t := tokenLock{queueMode: q, args: newTokenArgs(q, c.opts.TTL)}
+// newTokenLock makes the Client's token lock: with MinReplicas, one that
+// waits for the replicas.
+func (c *Client) newTokenLock() engine.Protocol {
+	t := tokenLock{q: c.queue, args: newTokenArgs(c.queue, c.opts.TTL)}
 	if c.opts.MinReplicas > 0 {
 		return ackedTokenLock{tokenLock: t, rdb: c.rdb, replicas: c.opts.MinReplicas, timeout: c.opts.ReplicaTimeout}
 	}

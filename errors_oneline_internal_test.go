@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,7 @@ func TestWrappedErrorsOneLine(t *testing.T) {
 		"lostError(unreachable)":                      errs.Lost("k", oneline.Chain(ErrUnreachable, errs.Unavailable(nl))),
 		"lostError(taken, wrong type)":                errs.Lost("k\nk", oneline.Chain(ErrTaken, ErrWrongType)),
 		"lostError(joined)":                           errs.Lost("k", multi),
-		"keptError":                                   &keptError{acquire: nl, rollback: multi},
+		"engine.KeptError":                            &engine.KeptError{Acquire: nl, Rollback: multi},
 		"maybeAppliedError":                           &maybeAppliedError{op: "taking", key: "c\nc", n: 1, cause: multi},
 		"closeError":                                  errs.Close(2, 3, []error{errs.Unavailable(nl), multi}),
 		"not held, expired":                           oneline.Chain(ErrNotHeld, ErrExpired),

@@ -14,7 +14,7 @@ import (
 // only under pauses.
 type ScriptDriver struct {
 	c     *Client
-	base  protocol.Protocol
+	base  engine.Protocol
 	keys  protocol.Keys
 	Chan  string // the channel hand-offs to this driver's waiters go to
 	Lease time.Duration
@@ -36,7 +36,7 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...Lock
 	if err != nil {
 		return nil, err
 	}
-	var p protocol.Protocol
+	var p engine.Protocol
 	if len(keys) > 1 {
 		p = c.multiGroups(keys)[0]
 	} else if p, err = c.primitive(ctx, cfg); err != nil {
@@ -45,22 +45,17 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...Lock
 	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + engine.NewToken(), Lease: c.opts.WaiterLease}, nil
 }
 
-func (d *ScriptDriver) proto(mode string) protocol.Protocol {
-	m := d.c.queueMode(modeNamed(mode))
-	m.channel = d.Chan
-	m.lease = d.Lease
-	switch p := d.base.(type) {
-	case tokenLock:
-		return tokenLock{queueMode: m, args: newTokenArgs(m, d.c.opts.TTL)}
-	case queued:
-		return withMode(p, m)
-	}
-	return d.base
+// attempt returns the queue settings of an attempt in mode: the Client's,
+// with the driver's hand-off channel and queue lease.
+func (d *ScriptDriver) attempt(mode string) engine.Attempt {
+	q := *d.c.queue
+	q.Channel, q.Lease = d.Chan, d.Lease
+	return engine.Attempt{Mode: modeNamed(mode), Queue: &q}
 }
 
 // modeNamed returns the acquire mode whose script argument is name.
-func modeNamed(name string) acquireMode {
-	for _, m := range []acquireMode{modeTry, modeJoin, modeQueued, modeBarge} {
+func modeNamed(name string) engine.Mode {
+	for _, m := range engine.Modes {
 		if m.String() == name {
 			return m
 		}
@@ -70,18 +65,18 @@ func modeNamed(name string) acquireMode {
 
 // Acquire makes one attempt in mode (try, q1, q, barge) with token.
 func (d *ScriptDriver) Acquire(ctx context.Context, token, mode string, ttl time.Duration) (bool, uint64, error) {
-	g, err := d.proto(mode).Acquire(ctx, d.c.rdb, d.keys, token, ttl)
+	g, err := d.base.Acquire(ctx, d.attempt(mode), d.keys, token, ttl)
 	return g.Acquired, g.Fence, err
 }
 
 // Release releases token's hold; Leave withdraws token (waiting or held).
 func (d *ScriptDriver) Release(ctx context.Context, token string) (int64, error) {
-	return engine.ReleaseOnce(ctx, d.c.exec, d.proto("q"), d.keys, token)
+	return engine.ReleaseOnce(ctx, d.c.exec, d.base, d.keys, token)
 }
 
 // Leave withdraws token, queued, handed or holding.
 func (d *ScriptDriver) Leave(ctx context.Context, token string) error {
-	return engine.Withdraw(ctx, d.c.exec, d.proto("q"), d.keys, token)
+	return engine.Withdraw(ctx, d.c.exec, d.base, d.keys, token)
 }
 
 // Keys are the names of the driver's (first) lock.

@@ -88,12 +88,9 @@ const ProbePrefix = notify.ProbePrefix
 // the permits were granted. Called twice with the same arguments, it is
 // the Redis client re-sending the attempt.
 func SemaphoreAttempt(ctx context.Context, c *Client, key, token, mode, channel string, limit, n int, ttl, lease, pickup time.Duration) (bool, error) {
-	m, ok := map[string]acquireMode{"try": modeTry, "q1": modeJoin, "q": modeQueued, "barge": modeBarge}[mode]
-	if !ok {
-		panic("SemaphoreAttempt: mode " + mode)
-	}
-	s := semaphore{queueMode: queueMode{mode: m, channel: channel, lease: lease, pickup: pickup, exec: c.exec}, limit: limit, permits: n}
-	g, err := s.Acquire(ctx, c.rdb, c.keysFor(key), token, ttl)
+	q := &engine.Queue{Channel: channel, Lease: lease, Pickup: pickup, Exec: c.exec, Redis: c.rdb}
+	s := semaphore{q: q, limit: limit, permits: n}
+	g, err := s.Acquire(ctx, engine.Attempt{Mode: modeNamed(mode), Queue: q}, c.keysFor(key), token, ttl)
 	return g.Acquired, err
 }
 

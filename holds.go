@@ -24,9 +24,9 @@ import (
 // renewing and releasing one handle. Acquiring differs (the protocols
 // embedding it define Acquire).
 type holdSet struct {
-	queueMode
-	group  string // what the lock key holds while the hold lasts
-	suffix string // the hold set's suffix
+	q      *engine.Queue // the Client's queue settings
+	group  string        // what the lock key holds while the hold lasts
+	suffix string        // the hold set's suffix
 }
 
 func (h holdSet) set(k protocol.Keys) string { return auxOf(k, h.suffix) }
@@ -45,8 +45,11 @@ func (h holdSet) Release(k protocol.Keys, token string) protocol.Call {
 func (h holdSet) Leave(k protocol.Keys, token string) protocol.Call { return h.release(k, token, "1") }
 
 func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
-	return releases.Holds(h.pub(k), h.suffix, token, h.group, h.pickup, mode)
+	return releases.Holds(h.q.Pub(k), h.suffix, token, h.group, h.q.Pickup, mode)
 }
+
+// Queued: the waiters of a shared hold queue in Redis.
+func (holdSet) Queued() bool { return true }
 
 // ReleaseTellsResend: its release script answers 1 to a second run of a
 // release that ran (q_released), so a retry's other replies are losses

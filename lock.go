@@ -1,7 +1,7 @@
 // lock.go owns the Lock handle: taking one (Lock, TryLock), what it
 // tells (Key, Token, Fence, Deadline, Done, Err), Extend, Unlock and Do.
 // How a call acquires (its attempts, its wait, a withdrawal) is in
-// acquire.go.
+// internal/engine (acquire.go, wait.go, withdraw.go).
 
 package dlock
 

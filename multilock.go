@@ -10,7 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -79,9 +78,9 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opt
 		return nil, ErrClosed
 	}
 	groups := c.multiGroups(keys)
-	var proto protocol.Protocol = groups[0]
+	var proto engine.Protocol = groups[0]
 	if len(groups) > 1 {
-		proto = multiSlots{queueMode: c.queueMode(modeTry), groups: groups}
+		proto = multiSlots{q: c.queue, groups: groups}
 	}
 	return c.obtain(ctx, start, groups[0].ks[0], proto, cfg, wait)
 }
@@ -100,7 +99,7 @@ func (c *Client) multiGroups(keys []string) []multiLock {
 	var groups []multiLock
 	for i, e := range es {
 		if i == 0 || e.group != es[i-1].group {
-			groups = append(groups, multiLock{})
+			groups = append(groups, multiLock{q: c.queue})
 		}
 		g := &groups[len(groups)-1]
 		g.keys = append(g.keys, e.key)
@@ -132,24 +131,19 @@ func (c *Client) groupOf(key string) string {
 // each key a token lock holding the same token, taken, renewed (extend.lua
 // over all pairs) and released by one script each.
 type multiLock struct {
-	queueMode
+	q    *engine.Queue   // the Client's queue settings
 	keys []string        // in the canonical order
 	ks   []protocol.Keys // the Keys of each
 }
 
-func (m multiLock) Acquire(ctx context.Context, rdb redis.UniversalClient, _ protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	g, err := m.acquireKeys(ctx, rdb, token, ttl)
-	return g.Grant, err
-}
-
-// acquireKeys makes one attempt on every key; a grant has the fence of each.
-func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (engine.Grant, error) {
+// Acquire makes one attempt on every key; a grant has the fence of each.
+func (m multiLock) Acquire(ctx context.Context, a engine.Attempt, _ protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	names := make([]string, 0, 3*len(m.ks))
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Fence, k.Queue)
 	}
-	res, err := m.on(rdb).Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(),
-		m.mode.String(), m.handoff(m.ks[0]), m.lease.Milliseconds()}}).Int64Slice()
+	res, err := a.On().Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(),
+		a.Mode.String(), a.Handoff(m.ks[0]), a.Lease.Milliseconds()}}).Int64Slice()
 	g := engine.Grant{Grant: protocol.Grant{Value: token}}
 	switch {
 	case err != nil:
@@ -171,16 +165,19 @@ func (m multiLock) acquireKeys(ctx context.Context, rdb redis.UniversalClient, t
 		g.HolderTTL = 0
 	}
 	if res[2] > 1 {
-		m.holding(&g.Grant, ttl)
+		holding(a.Mode, &g.Grant, ttl)
 	}
 	return g, nil
 }
 
-// holding bounds the retry of a waiter that holds some keys while it waits
-// for the next: its retries renew them, so they must come within a third
-// of their TTL.
-func (m multiLock) holding(g *protocol.Grant, ttl time.Duration) {
-	if !m.mode.queued() {
+// Queued: a multi-key lock's waiters queue in Redis.
+func (multiLock) Queued() bool { return true }
+
+// holding bounds the retry of a waiter (in mode m) that holds some keys
+// while it waits for the next: its retries renew them, so they must come
+// within a third of their TTL.
+func holding(m engine.Mode, g *protocol.Grant, ttl time.Duration) {
+	if !m.Queued() {
 		return
 	}
 	if g.HolderTTL <= 0 || g.HolderTTL > ttl/3 {
@@ -208,10 +205,10 @@ func (m multiLock) Leave(_ protocol.Keys, token string) protocol.Call { return m
 // (leave for good) or 'r' (roll back an attempt whose token goes on).
 func (m multiLock) release(token, mode string) protocol.Call {
 	names := make([]string, 0, 2*len(m.ks))
-	args := []any{token, m.pickup.Milliseconds()}
+	args := []any{token, m.q.Pickup.Milliseconds()}
 	for _, k := range m.ks {
 		names = append(names, k.Lock, k.Queue)
-		args = append(args, m.wake(k))
+		args = append(args, m.q.Wake(k))
 	}
 	return protocol.Call{Script: scripts.MultiRelease, Keys: names, Args: append(args, mode)}
 }
@@ -219,44 +216,47 @@ func (m multiLock) release(token, mode string) protocol.Call {
 // multiSlots is the protocol of a multi-key lock over several slots: one
 // multiLock per slot, taken in the canonical order; renewed and released
 // directly, with one pipeline of per-slot scripts (go-redis sends each to
-// its node). Each slot's scripts run with the multiSlots' queue settings
-// (see group).
+// its node).
 type multiSlots struct {
-	queueMode
+	q      *engine.Queue // the Client's queue settings
 	groups []multiLock
 }
 
-// group returns the protocol of the i-th slot, with m's queue settings.
-func (m multiSlots) group(i int) multiLock {
-	g := m.groups[i]
-	g.queueMode = m.queueMode
-	return g
+// group returns the protocol of the i-th slot.
+func (m multiSlots) group(i int) multiLock { return m.groups[i] }
+
+// Queued: a multi-key lock's waiters queue in Redis.
+func (multiSlots) Queued() bool { return true }
+
+// WaiterSlots lists the slots a waiter may queue in: the slot of each
+// group, in turn (see engine.Slotted).
+func (m multiSlots) WaiterSlots() []int {
+	slots := make([]int, 0, len(m.groups))
+	for _, g := range m.groups {
+		slots = append(slots, keyspace.Slot(g.ks[0].Lock))
+	}
+	return slots
 }
 
 // Acquire takes the groups in order. In try and barge modes a group it
 // cannot take makes it release the groups taken before (all or nothing);
 // queued, it keeps them and queues for the next (see LockMulti).
-func (m multiSlots) Acquire(ctx context.Context, rdb redis.UniversalClient, _ protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	g, err := m.acquireKeys(ctx, rdb, token, ttl)
-	return g.Grant, err
-}
-
-func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, token string, ttl time.Duration) (engine.Grant, error) {
+func (m multiSlots) Acquire(ctx context.Context, a engine.Attempt, _ protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	all := engine.Grant{Grant: protocol.Grant{Value: token, Acquired: true}, Multi: &engine.MultiKeys{}}
 	for i := range m.groups {
 		grp := m.group(i)
-		g, err := grp.acquireKeys(ctx, rdb, token, ttl)
+		g, err := grp.Acquire(ctx, a, protocol.Keys{}, token, ttl)
 		if err == nil && g.Acquired {
 			all.Multi.Keys = append(all.Multi.Keys, g.Multi.Keys...)
 			all.Multi.Fences = append(all.Multi.Fences, g.Multi.Fences...)
 			continue
 		}
 		switch {
-		case i > 0 && !m.mode.queued():
+		case i > 0 && !a.Mode.Queued():
 			// Roll back. If that fails, the engine retries it in the
 			// background (Value is set: the withdrawal is token-checked).
 			if _, rerr := m.rollback(ctx, token); rerr != nil {
-				return engine.Grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err, rollback: rerr}
+				return engine.Grant{Grant: protocol.Grant{Value: token}}, &engine.KeptError{Acquire: err, Rollback: rerr}
 			}
 		case i > 0 && (errors.Is(err, ErrWrongType) || errors.Is(err, ErrInvalidArgument)):
 			// Queued, the slots before i stay ours while we wait. A verdict
@@ -266,9 +266,9 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 			// places in the queues, and the next attempt renews them; if
 			// the error ends the call (the first attempt, or ctx), the
 			// wait withdraws the token.
-			return engine.Grant{Grant: protocol.Grant{Value: token}}, &keptError{acquire: err}
+			return engine.Grant{Grant: protocol.Grant{Value: token}}, &engine.KeptError{Acquire: err}
 		case i > 0:
-			grp.holding(&g.Grant, ttl)
+			holding(a.Mode, &g.Grant, ttl)
 		}
 		g.Value = token
 		return g, err
@@ -276,29 +276,6 @@ func (m multiSlots) acquireKeys(ctx context.Context, rdb redis.UniversalClient, 
 	all.Fence = all.Multi.Fences[0]
 	return all, nil
 }
-
-// keptError is a multi-slot acquire that failed (acquire, possibly nil:
-// a slot was held) while the slots it had taken before may still hold the
-// token: a queued attempt keeps them (rollback nil), or the roll-back of a
-// try or barge attempt failed (rollback). The engine withdraws the token
-// whatever acquire was, even a definite reply such as a wrong type. It
-// unwraps to acquire alone, so whether the acquire was ambiguous, a wrong
-// type or a refusal is judged on it, not on the roll-back's error (a
-// READONLY or BUSY reply there says nothing about the acquire).
-type keptError struct{ acquire, rollback error }
-
-func (e *keptError) Error() string {
-	if e.rollback == nil {
-		return oneline.Msg(e.acquire)
-	}
-	a := "a key is held"
-	if e.acquire != nil {
-		a = oneline.Msg(e.acquire)
-	}
-	return a + "; and the keys taken before could not be given back: " + oneline.Msg(e.rollback)
-}
-
-func (e *keptError) Unwrap() error { return e.acquire }
 
 // Renew and Release are not used (the engine calls RenewDirect and
 // ReleaseDirect); they cover the first slot only.
@@ -316,7 +293,7 @@ func (m multiSlots) RenewDirect(ctx context.Context, _ protocol.Keys, token stri
 		g := m.group(i)
 		calls[i], _ = g.Renew(g.ks[0], token, ttl)
 	}
-	code, err := worstReply(m.exec.Batch(ctx, calls))
+	code, err := worstReply(m.q.Exec.Batch(ctx, calls))
 	return token, code, err
 }
 
@@ -329,7 +306,7 @@ func (m multiSlots) ReleaseDirect(ctx context.Context, _ protocol.Keys, token st
 		g := m.group(i)
 		calls[i] = g.Leave(g.ks[0], token)
 	}
-	return worstReply(m.exec.Batch(ctx, calls))
+	return worstReply(m.q.Exec.Batch(ctx, calls))
 }
 
 // ReleaseTellsResend: multi_release.lua answers a second run of a release
@@ -346,7 +323,7 @@ func (m multiSlots) rollback(ctx context.Context, token string) (int64, error) {
 	for i := range m.groups {
 		calls[i] = m.group(i).release(token, "r")
 	}
-	return worstReply(m.exec.Batch(ctx, calls))
+	return worstReply(m.q.Exec.Batch(ctx, calls))
 }
 
 // worstReply combines the replies of per-slot renewals or releases: a

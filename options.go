@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/defaults"
 	"github.com/dlock-go/dlock/internal/engine"
-	"github.com/dlock-go/dlock/protocol"
 )
 
 // Options configures a Client. The zero value is valid: every field's
@@ -266,7 +265,7 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	ttl   time.Duration
 	renew bool
-	proto protocol.Protocol
+	proto engine.Protocol // WithProtocol's (nil: the Client's token lock)
 	// kinds records what kind of lock this is: WithProtocol, or the typed
 	// primitive (RWLock readers, Reentrant, Semaphore) that made the call;
 	// two kinds conflict.
@@ -294,9 +293,6 @@ func withKind(opts []LockOption, set LockOption) []LockOption {
 	return append([]LockOption{set}, opts...)
 }
 
-// defaultProto marks "the token lock, configured by the Client".
-var defaultProto protocol.Protocol = tokenLock{}
-
 // WithTTL sets the lock's time-to-live (at least 1ms). Default: Options.TTL.
 func WithTTL(ttl time.Duration) LockOption {
 	return func(c *lockConfig) { c.ttl = ttl }
@@ -309,14 +305,14 @@ func WithoutRenewal() LockOption {
 }
 
 func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
-	cfg := lockConfig{ttl: c.opts.TTL, renew: true, proto: defaultProto}
+	cfg := lockConfig{ttl: c.opts.TTL, renew: true}
 	if len(opts) > 0 {
 		cfg = applyLockOptions(cfg, opts)
 	}
 	if !c.opts.ttlWorks(cfg.ttl, cfg.renew) {
 		return cfg, c.opts.ttlError(cfg.ttl, cfg.renew) // expired when handed out, or before its first renewal
 	}
-	if isNil(cfg.proto) {
+	if cfg.kinds&kindProtocol != 0 && cfg.proto == nil {
 		return cfg, fmt.Errorf("%w: WithProtocol(nil)", ErrInvalidOpts)
 	}
 	if cfg.kinds&(cfg.kinds-1) != 0 {

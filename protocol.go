@@ -11,12 +11,26 @@ import (
 // (Client.Lock, TryLock, Do): RWLock readers, Reentrant and Semaphore
 // refuse it (ErrInvalidOpts).
 func WithProtocol(p protocol.Protocol) LockOption {
-	return func(c *lockConfig) { c.proto, c.kinds = p, c.kinds|kindProtocol }
+	var ep engine.Protocol // nil: refused by lockConfig
+	if !isNil(p) {
+		ep = engine.Foreign(p)
+	}
+	return func(c *lockConfig) { c.proto, c.kinds = ep, c.kinds|kindProtocol }
 }
 
 // The optional methods the engine looks for (see internal/engine's
 // calls.go): a primitive that loses one by a typo no longer compiles.
 var (
+	_ engine.Protocol     = tokenLock{}
+	_ engine.Protocol     = ackedTokenLock{}
+	_ engine.Protocol     = sharedLock{}
+	_ engine.Protocol     = reentrantLock{}
+	_ engine.Protocol     = semaphore{}
+	_ engine.Protocol     = multiLock{}
+	_ engine.Protocol     = multiSlots{}
+	_ engine.Slotted      = multiSlots{}
+	_ engine.Direct       = ackedTokenLock{}
+	_ engine.Direct       = multiSlots{}
 	_ engine.RawReleaser  = tokenLock{}
 	_ engine.ResendTeller = tokenLock{}
 	_ engine.ResendTeller = holdSet{}

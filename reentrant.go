@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
-	"github.com/redis/go-redis/v9"
 )
 
 // Reentrant is a lock on one key that its owner may take again while it
@@ -128,8 +127,9 @@ type reentrantLock struct {
 	holdSet
 }
 
-func (r reentrantLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+func (r reentrantLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	c := protocol.Call{Script: scripts.ReentrantAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
-		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), r.mode.String(), r.handoff(k), r.lease.Milliseconds(), r.group}}
-	return grantOf(token, r.on(rdb).Run(ctx, c))
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(), a.Handoff(k), a.Lease.Milliseconds(), r.group}}
+	g, err := grantOf(token, a.On().Run(ctx, c))
+	return engine.Grant{Grant: g}, err
 }

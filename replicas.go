@@ -177,10 +177,10 @@ func (a ackedTokenLock) ackErr(n int64) error {
 	return fmt.Errorf("%w: %d of %d within %v", ErrReplicaAck, n, a.replicas, a.timeout)
 }
 
-func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	cmd, n, err := a.runAcked(ctx, rdb, a.acquireCall(k, token, ttl))
+func (a ackedTokenLock) Acquire(ctx context.Context, at engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
+	cmd, n, err := a.runAcked(ctx, a.rdb, a.acquireCall(at, k, token, ttl))
 	if err != nil {
-		return protocol.Grant{Value: token}, err
+		return engine.Grant{Grant: protocol.Grant{Value: token}}, err
 	}
 	g, err := a.grant(token, cmd)
 	if err != nil || !g.Acquired {
@@ -190,7 +190,7 @@ func (a ackedTokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, 
 		// Never report a grant a failover could lose: give it back, at
 		// once on the master (the engine withdraws the token again, in the
 		// background, until replicas acknowledge it: see LeaveDirect).
-		return protocol.Grant{}, oneline.Join(a.ackErr(n), engine.Withdraw(ctx, a.on(rdb), a.tokenLock, k, token))
+		return engine.Grant{}, oneline.Join(a.ackErr(n), engine.Withdraw(ctx, at.On(), a.tokenLock, k, token))
 	}
 	return g, nil
 }

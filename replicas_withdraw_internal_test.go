@@ -42,12 +42,12 @@ func TestMinReplicasWithdrawSurvivesFailover(t *testing.T) {
 	cutReplicas(t, mc, s.Nodes, master)
 
 	keys, token := c.keysFor("wdfo"), engine.NewToken()
-	p := c.tokenLock(modeTry)
+	p := c.token
 	done := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		done <- c.withdrawRetry(wctx, p, keys, token)
+		done <- c.eng.WithdrawRetry(wctx, p, keys, token)
 	}()
 	// The master has the tombstone, which no replica can receive.
 	for mc.Get(ctx, keys.Queue+":"+token).Val() != "~" {
@@ -76,7 +76,7 @@ func TestMinReplicasWithdrawSurvivesFailover(t *testing.T) {
 	}
 	// The acquire of the withdrawn token lands now, late, on the new master.
 	late := p.(ackedTokenLock).tokenLock
-	g, err := late.Acquire(ctx, rdb, keys, token, time.Minute)
+	g, err := late.Acquire(ctx, engine.Attempt{Mode: engine.ModeTry, Queue: c.queue}, keys, token, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

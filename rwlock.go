@@ -7,7 +7,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
-	"github.com/redis/go-redis/v9"
 )
 
 // RWLock is a readers-writer lock on one key, made by Client.RWLock. Any
@@ -111,9 +110,10 @@ type sharedLock struct {
 	holdSet
 }
 
-func (s sharedLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
+func (s sharedLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	c := protocol.Call{Script: scripts.SharedAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
-		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), s.mode.String(), s.handoff(k) + "{r",
-			s.lease.Milliseconds(), s.pickup.Milliseconds(), s.group}}
-	return grantOf(token, s.on(rdb).Run(ctx, c))
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(), a.Handoff(k) + "{r",
+			a.Lease.Milliseconds(), a.Pickup.Milliseconds(), s.group}}
+	g, err := grantOf(token, a.On().Run(ctx, c))
+	return engine.Grant{Grant: g}, err
 }

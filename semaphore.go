@@ -9,7 +9,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
-	"github.com/redis/go-redis/v9"
 )
 
 // Semaphore is a counting semaphore on one key, made by Client.Semaphore:
@@ -87,24 +86,28 @@ const MaxSemaphoreLimit = 1 << 50
 // key's sorted set, scored with the end of its lease; its permit count is
 // in a hash beside it (internal/lualib/semaphore.lua).
 type semaphore struct {
-	queueMode
+	q              *engine.Queue // the Client's queue settings
 	limit, permits int
 }
 
 // Reply of semaphore_acquire.lua: more permits asked than the limit.
 const codeAboveLimit = -3
 
-func (s semaphore) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	cmd := s.on(rdb).Run(ctx, protocol.Call{Script: scripts.SemaphoreAcquire,
+func (s semaphore) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
+	cmd := a.On().Run(ctx, protocol.Call{Script: scripts.SemaphoreAcquire,
 		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
-		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), s.mode.String(),
-			fmt.Sprintf("%s{%d", s.handoff(k), s.permits), s.lease.Milliseconds(), s.permits, s.limit,
-			s.pickup.Milliseconds()}})
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(),
+			fmt.Sprintf("%s{%d", a.Handoff(k), s.permits), a.Lease.Milliseconds(), s.permits, s.limit,
+			a.Pickup.Milliseconds()}})
 	if res, err := cmd.Int64Slice(); err == nil && len(res) == 2 && res[0] == codeAboveLimit {
-		return protocol.Grant{}, fmt.Errorf("%w: %d permits asked, limit %d", ErrInvalidPermits, s.permits, res[1])
+		return engine.Grant{}, fmt.Errorf("%w: %d permits asked, limit %d", ErrInvalidPermits, s.permits, res[1])
 	}
-	return grantOf(token, cmd)
+	g, err := grantOf(token, cmd)
+	return engine.Grant{Grant: g}, err
 }
+
+// Queued: a semaphore's waiters queue in Redis.
+func (semaphore) Queued() bool { return true }
 
 func (s semaphore) Renew(k protocol.Keys, token string, ttl time.Duration) (protocol.Call, string) {
 	return protocol.Call{Script: scripts.SemaphoreExtend, Keys: []string{k.Lock, auxOf(k, permitsSuffix), k.Fence},
@@ -127,5 +130,5 @@ func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {
 }
 
 func (s semaphore) release(k protocol.Keys, token, mode string) protocol.Call {
-	return releases.Semaphore(s.pub(k), token, s.pickup, mode, s.limit)
+	return releases.Semaphore(s.q.Pub(k), token, s.q.Pickup, mode, s.limit)
 }

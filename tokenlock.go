@@ -17,7 +17,7 @@ import (
 // PX TTL, fenced by a counter in the same slot, with a FIFO wait queue and
 // direct hand-off (see internal/scripts/acquire.lua and release.lua).
 type tokenLock struct {
-	queueMode
+	q *engine.Queue // the Client's queue settings
 	// args are the Client's arguments of this protocol, boxed once (see
 	// Client.newTokenLock); nil in a tokenLock not made by a Client.
 	args *tokenArgs
@@ -26,27 +26,30 @@ type tokenLock struct {
 // tokenArgs are the arguments a Client's token lock sends with every call,
 // boxed once: each value in an interface is an allocation otherwise.
 type tokenArgs struct {
-	q             queueMode     // the queue settings they were boxed for
 	ttl           time.Duration // the Client's TTL; ttlMs and fttlMs are its
 	ttlMs, fttlMs any
-	mode          any // the acquire mode (acquireMode.String)
-	channel       any // the hand-off channel
-	leaseMs       any // the waiter lease
-	pickupMs      any // the pickup time
+	modes         [len(engine.Modes)]any // each mode's argument (Mode.String)
+	channel       any                    // the hand-off channel
+	leaseMs       any                    // the waiter lease
+	pickupMs      any                    // the pickup time
 }
 
 // newTokenArgs boxes q's arguments and those of the TTL ttl.
-func newTokenArgs(q queueMode, ttl time.Duration) *tokenArgs {
-	return &tokenArgs{q: q, ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: engine.FenceTTL(ttl).Milliseconds(),
-		mode: q.mode.String(), channel: q.channel, leaseMs: q.lease.Milliseconds(), pickupMs: q.pickup.Milliseconds()}
+func newTokenArgs(q *engine.Queue, ttl time.Duration) *tokenArgs {
+	a := &tokenArgs{ttl: ttl, ttlMs: ttl.Milliseconds(), fttlMs: engine.FenceTTL(ttl).Milliseconds(),
+		channel: q.Channel, leaseMs: q.Lease.Milliseconds(), pickupMs: q.Pickup.Milliseconds()}
+	for _, m := range engine.Modes {
+		a.modes[m] = m.String()
+	}
+	return a
 }
 
-// handoff returns the boxed hand-off channel argument of t's acquire on
-// k: the one boxed, or on sharded pub/sub the slot's (see
-// queueMode.handoff).
-func (a *tokenArgs) handoff(t tokenLock, k protocol.Keys) any {
-	if t.notify != nil && t.notify.Sharded() {
-		return t.handoff(k)
+// handoff returns the boxed hand-off channel argument of an acquire on k:
+// the one boxed, or on sharded pub/sub the slot's (see
+// engine.Queue.Handoff).
+func (a *tokenArgs) handoff(q *engine.Queue, k protocol.Keys) any {
+	if q.Notify != nil && q.Notify.Sharded() {
+		return q.Handoff(k)
 	}
 	return a.channel
 }
@@ -54,54 +57,49 @@ func (a *tokenArgs) handoff(t tokenLock, k protocol.Keys) any {
 // Reply of acquire.lua when the key is free but live waiters are ahead.
 const freeButQueued = -2
 
-func (t tokenLock) acquireCall(k protocol.Keys, token string, ttl time.Duration) protocol.Call {
-	if !t.mode.queued() {
+func (tokenLock) acquireCall(a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) protocol.Call {
+	if !a.Mode.Queued() {
 		// A try or a barge never queues: the script reads no payload and
 		// no lease (each argument costs Redis a string per call).
 		return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
-			Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), t.mode.String()}}
+			Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String()}}
 	}
 	return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
-		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), t.mode.String(), t.handoff(k), t.lease.Milliseconds()}}
+		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(), a.Handoff(k), a.Lease.Milliseconds()}}
 }
 
-func (t tokenLock) Acquire(ctx context.Context, rdb redis.UniversalClient, k protocol.Keys, token string, ttl time.Duration) (protocol.Grant, error) {
-	if t.boxed() != nil {
-		return t.grant(token, t.on(rdb).RunRaw(ctx, t.acquireRaw(k, token, ttl)))
+func (t tokenLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
+	if t.args != nil && a.Queue == t.q {
+		return t.grant(token, a.On().RunRaw(ctx, t.acquireRaw(a.Mode, k, token, ttl)))
 	}
-	return t.grant(token, t.on(rdb).Run(ctx, t.acquireCall(k, token, ttl)))
+	return t.grant(token, a.On().Run(ctx, t.acquireCall(a, k, token, ttl)))
 }
 
-// boxed returns t's boxed arguments if they were boxed for t's queue
-// settings, else nil: a copy whose settings were replaced (withMode) must
-// not send the mode, channel, lease or pickup time of the original.
-func (t tokenLock) boxed() *tokenArgs {
-	if a := t.args; a != nil && a.q == t.queueMode {
-		return a
-	}
-	return nil
-}
-
-// acquireRaw is acquireCall as the arguments of its EVALSHA command, with
-// the arguments boxed once (t.args) reused: the same command, with fewer
-// allocations. Only for a t whose boxed() is not nil.
-func (t tokenLock) acquireRaw(k protocol.Keys, token string, ttl time.Duration) rexec.Raw {
+// acquireRaw is acquireCall, in mode m with t's queue settings, as the
+// arguments of its EVALSHA command, with the arguments boxed once
+// (t.args) reused: the same command, with fewer allocations. Only for a t
+// with args.
+func (t tokenLock) acquireRaw(m engine.Mode, k protocol.Keys, token string, ttl time.Duration) rexec.Raw {
 	a := t.args
 	ttlMs, fttlMs := a.ttlMs, a.fttlMs
 	if ttl != a.ttl {
 		ttlMs, fttlMs = ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()
 	}
-	if !t.mode.queued() {
+	if !m.Queued() {
 		return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
-			token, ttlMs, fttlMs, a.mode}, Src: acquireBody}
+			token, ttlMs, fttlMs, a.modes[m]}, Src: acquireBody}
 	}
 	return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
-		token, ttlMs, fttlMs, a.mode, a.handoff(t, k), a.leaseMs}, Src: acquireBody}
+		token, ttlMs, fttlMs, a.modes[m], a.handoff(t.q, k), a.leaseMs}, Src: acquireBody}
 }
 
+// Queued: the token lock's waiters queue in Redis.
+func (tokenLock) Queued() bool { return true }
+
 // grant decodes acquire.lua's reply.
-func (tokenLock) grant(token string, cmd *redis.Cmd) (protocol.Grant, error) {
-	return grantOf(token, cmd)
+func (tokenLock) grant(token string, cmd *redis.Cmd) (engine.Grant, error) {
+	g, err := grantOf(token, cmd)
+	return engine.Grant{Grant: g}, err
 }
 
 // grantOf decodes the reply of acquire.lua, and of every acquire script
@@ -138,25 +136,25 @@ func (tokenLock) Renew(k protocol.Keys, token string, ttl time.Duration) (protoc
 }
 
 func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
-	return releases.Token(t.pub(k), token, t.pickup, releases.Release)
+	return releases.Token(t.q.Pub(k), token, t.q.Pickup, releases.Release)
 }
 
 // ReleaseOn runs Release's call on x, as the arguments of its EVALSHA
 // command (see acquireRaw) if t has its arguments boxed (see
 // engine.RawReleaser).
 func (t tokenLock) ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd {
-	if t.boxed() == nil {
+	if t.args == nil {
 		return x.Run(ctx, t.Release(k, token))
 	}
 	return x.RunRaw(ctx, rexec.Raw{Args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
-		token, t.wake(k), t.args.pickupMs, "0"}, Src: releaseBody})
+		token, t.q.Wake(k), t.args.pickupMs, "0"}, Src: releaseBody})
 }
 
 // Leave takes a waiter out of the queue and passes on a hand-off that
 // reached it too late; on a holder it releases. The engine calls it when a
 // waiter gives up, and after an acquire whose reply was lost.
 func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
-	return releases.Token(t.pub(k), token, t.pickup, releases.Leave)
+	return releases.Token(t.q.Pub(k), token, t.q.Pickup, releases.Leave)
 }
 
 // ReleaseTellsResend: its release script answers 1 to a second run of a

@@ -53,14 +53,14 @@ type Leaver interface {
 
 // Withdraw removes value from k, held or queued: a leaving waiter, or the
 // clean-up after an acquire whose reply was lost.
-func Withdraw(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string) error {
+func Withdraw(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys, value string) error {
 	if l, ok := p.(DirectLeaver); ok {
 		return l.LeaveDirect(ctx, k, value)
 	}
 	if l, ok := p.(Leaver); ok {
 		return x.Run(ctx, l.Leave(k, value)).Err()
 	}
-	if d, ok := p.(protocol.DirectProtocol); ok {
+	if d, ok := p.(Direct); ok {
 		_, err := d.ReleaseDirect(ctx, k, value)
 		return err
 	}
@@ -68,8 +68,8 @@ func Withdraw(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protoco
 }
 
 // renewOnce renews value on k for ttl, by script or directly.
-func renewOnce(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string, ttl time.Duration) (next string, code int64, err error) {
-	if d, ok := p.(protocol.DirectProtocol); ok {
+func renewOnce(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys, value string, ttl time.Duration) (next string, code int64, err error) {
+	if d, ok := p.(Direct); ok {
 		return d.RenewDirect(ctx, k, value, ttl)
 	}
 	c, next := p.Renew(k, value, ttl)
@@ -78,8 +78,8 @@ func renewOnce(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protoc
 }
 
 // ReleaseOnce releases value on k, by script or directly.
-func ReleaseOnce(ctx context.Context, x *rexec.Exec, p protocol.Protocol, k protocol.Keys, value string) (int64, error) {
-	if d, ok := p.(protocol.DirectProtocol); ok {
+func ReleaseOnce(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys, value string) (int64, error) {
+	if d, ok := p.(Direct); ok {
 		return d.ReleaseDirect(ctx, k, value)
 	}
 	if code, err, ok := sentRelease(ctx, value); ok { // Close sent it in a pipeline

@@ -11,6 +11,10 @@
 //     bulk calls that renew or release many token locks at once (bulk.go);
 //   - the reports of renewals and losses to hooks, off the renewal path
 //     (report.go), in the engine's own event types (hooks.go);
+//   - acquiring: one attempt after another (acquire.go), the wait between
+//     them with its pub/sub wake-ups (wait.go), the withdrawal of a token
+//     given up (withdraw.go), each attempt's queue mode (mode.go), through
+//     the one interface every kind of lock implements (protocol.go);
 //   - the blocked calls' retry clock (waitclock.go);
 //   - Close's release of every lease still held, and the background
 //     clean-ups Close waits for (closeall.go, background.go).
@@ -21,10 +25,12 @@
 package engine
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
@@ -45,6 +51,18 @@ type Config struct {
 	// slot, its Ring shard, or "" on one server): what one bulk call may
 	// touch.
 	GroupOf func(key string) string
+
+	// The acquiring calls' settings: the Client's notifier and queue
+	// settings, the fallback retry of a blocked call (RetryInterval),
+	// whether attempts ignore the wait queue (Options.Barging).
+	Notify        *notify.Notifier
+	Queue         *Queue
+	RetryInterval time.Duration
+	Barging       bool
+	// Gate is the check before an attempt (the eviction policy's); Stale
+	// says a new master may answer the next check.
+	Gate  func(ctx context.Context) error
+	Stale func()
 }
 
 // Engine is one Client's engine: its leases, watchdog, reports, retry
@@ -57,6 +75,12 @@ type Engine struct {
 	log            *slog.Logger
 	closing        <-chan struct{}
 	groupOf        func(key string) string
+	notify         *notify.Notifier
+	queue          *Queue
+	retryInterval  time.Duration
+	barging        bool
+	gate           func(ctx context.Context) error
+	stale          func()
 	wd             *watchdog
 	hooks          hookSet
 	Stats          Counters
@@ -70,7 +94,8 @@ type Engine struct {
 // New returns an Engine for cfg, its watchdog running.
 func New(cfg Config) *Engine {
 	e := &Engine{rdb: cfg.Redis, exec: cfg.Exec, timing: cfg.Timing, releaseTimeout: cfg.ReleaseTimeout,
-		log: cfg.Logger, closing: cfg.Closing, groupOf: cfg.GroupOf}
+		log: cfg.Logger, closing: cfg.Closing, groupOf: cfg.GroupOf, notify: cfg.Notify, queue: cfg.Queue,
+		retryInterval: cfg.RetryInterval, barging: cfg.Barging, gate: cfg.Gate, stale: cfg.Stale}
 	e.wd = newWatchdog(e)
 	return e
 }

@@ -92,3 +92,9 @@ func (e *Engine) RenewKeys(keys, tokens []string, ttl time.Duration) int {
 	}
 	return left
 }
+
+// WithdrawRetry is the background withdrawal of value, written by p, on
+// keys: sent until Redis answers it or ctx ends (see withdrawRetry).
+func (e *Engine) WithdrawRetry(ctx context.Context, p Protocol, keys protocol.Keys, value string) error {
+	return e.withdrawRetry(ctx, p, keys, value)
+}

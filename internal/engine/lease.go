@@ -38,7 +38,7 @@ const (
 // Package dlock's Lock wraps one.
 type Lease struct {
 	e          *Engine
-	proto      protocol.Protocol
+	proto      Protocol
 	keys       protocol.Keys
 	renew      bool
 	fence      uint64
@@ -126,7 +126,7 @@ type Lease struct {
 // InitLease sets l up for a grant of keys by proto, for ttl, renewed by
 // the watchdog if renew; ctx is the acquiring call's: its values are the
 // hooks' (see hookContext). Start makes it live.
-func (e *Engine) InitLease(l *Lease, proto protocol.Protocol, keys protocol.Keys, ttl time.Duration, renew bool, ctx context.Context) {
+func (e *Engine) InitLease(l *Lease, proto Protocol, keys protocol.Keys, ttl time.Duration, renew bool, ctx context.Context) {
 	l.e, l.proto, l.keys, l.renew, l.ttl, l.ctx = e, proto, keys, renew, ttl, hookContext(ctx)
 }
 

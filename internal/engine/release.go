@@ -203,7 +203,7 @@ func (l *Lease) resendTold(code int64, first time.Time) bool {
 // releaseOnce is releaseOnce for the lease: a script protocol's release
 // sends the call releaseCall returns.
 func (l *Lease) releaseOnce(ctx context.Context, value string) (int64, error) {
-	_, direct := l.proto.(protocol.DirectProtocol)
+	_, direct := l.proto.(Direct)
 	if _, raw := l.proto.(RawReleaser); direct || raw {
 		return ReleaseOnce(ctx, l.e.exec, l.proto, l.keys, value)
 	}

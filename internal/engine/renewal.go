@@ -49,7 +49,7 @@ func (l *Lease) setRenewing() {
 
 // direct reports whether the lease's protocol renews by itself.
 func (l *Lease) direct() bool {
-	_, ok := l.proto.(protocol.DirectProtocol)
+	_, ok := l.proto.(Direct)
 	return ok
 }
 

@@ -29,7 +29,7 @@ func (e *Engine) Sleep(s *Sleeper, d time.Duration) { e.wd.sleep(s, d) }
 func (e *Engine) Unsleep(s *Sleeper) { e.wd.unsleep(s) }
 
 // sleep puts a blocked call to sleep until its retry, d from now, unless
-// something wakes it first (package dlock's wait loop); a call asleep already is
+// something wakes it first (the wait loop, wait.go); a call asleep already is
 // moved. After Close it is woken at once instead.
 func (wd *watchdog) sleep(a *Sleeper, d time.Duration) {
 	wd.mu.Lock()

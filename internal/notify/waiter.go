@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 )
 
-// Waiter is one blocked call (embedded in its waitCall) or an election
+// Waiter is one blocked call (embedded in the engine's waitCall) or an election
 // feed. Wake has room for one signal, so a wake-up sent while the waiter
 // is busy trying is not lost. The notifier, the watchdog's retry heap and
 // Close all signal the same channel: a waiter selects on it and its
