@@ -58,8 +58,10 @@ type Info struct {
 	// and Limit its run-time limit (0: none set by Semaphore.SetLimit).
 	Holders, Permits, Limit int64
 	// Subscribers counts connections subscribed to the key's wake-up channel
-	// (PUBSUB NUMSUB on the node answering): clients with a Barging or
-	// non-queueing Lock call waiting.
+	// (PUBSUB NUMSUB on the node answering; on Redis Cluster, plus PUBSUB
+	// SHARDNUMSUB on the master of the key's slot, where dlock Clients
+	// subscribe it by SSUBSCRIBE): clients with a Barging or non-queueing
+	// Lock call waiting.
 	Subscribers int64
 }
 
@@ -137,7 +139,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 			info.Aux = append(info.Aux, aux[i])
 		}
 	}
-	info.Subscribers = subs.Val()[ks.Wake]
+	info.Subscribers = subs.Val()[ks.Wake] + c.shardSubscribers(ctx, ks.Wake)
 	info.Queued = queued.Val()
 	switch typ.Val() {
 	case "none":
@@ -184,6 +186,22 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 		info.TTL = -1
 	}
 	return info, nil
+}
+
+// shardSubscribers counts the sharded subscriptions to the wake-up
+// channel wake on a Cluster (0 elsewhere, or if the master of its slot
+// does not answer): they live on that master only, and PUBSUB NUMSUB
+// does not count them.
+func (c *Client) shardSubscribers(ctx context.Context, wake string) int64 {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if !ok {
+		return 0
+	}
+	m, err := cc.MasterForKey(ctx, wake)
+	if err != nil {
+		return 0
+	}
+	return m.PubSubShardNumSub(ctx, wake).Val()[wake]
 }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
