@@ -32,6 +32,7 @@ var (
 	_ engine.Direct       = ackedTokenLock{}
 	_ engine.Direct       = multiSlots{}
 	_ engine.RawReleaser  = tokenLock{}
+	_ engine.BulkRenewer  = tokenLock{}
 	_ engine.ResendTeller = tokenLock{}
 	_ engine.ResendTeller = holdSet{}
 	_ engine.ResendTeller = semaphore{}

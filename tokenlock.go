@@ -157,6 +157,10 @@ func (t tokenLock) Leave(k protocol.Keys, token string) protocol.Call {
 	return releases.Token(t.q.Pub(k), token, t.q.Pickup, releases.Leave)
 }
 
+// RenewsInBulk: Renew is extend.lua's call on the lock and fence keys,
+// which the engine sends many at once (see engine.BulkRenewer).
+func (tokenLock) RenewsInBulk() {}
+
 // ReleaseTellsResend: its release script answers 1 to a second run of a
 // release that ran (q_released), so a retry's other replies are losses
 // (see engine.ResendTeller).

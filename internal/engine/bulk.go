@@ -73,21 +73,6 @@ func arg(boxed any, s string) any {
 	return s
 }
 
-// asBulkRenewal returns c as a bulk renewal if extend_many can serve it: a
-// single-key extend.lua call.
-func asBulkRenewal(c protocol.Call) (bulkRenewal, bool) {
-	if c.Script != scripts.Extend || len(c.Keys) != 2 || len(c.Args) != 3 {
-		return bulkRenewal{}, false
-	}
-	token, ok1 := c.Args[0].(string)
-	ttl, ok2 := c.Args[1].(int64)
-	fttl, ok3 := c.Args[2].(int64)
-	if !ok1 || !ok2 || !ok3 {
-		return bulkRenewal{}, false
-	}
-	return bulkRenewal{lock: c.Keys[0], fence: c.Keys[1], token: token, ttl: ttl, fttl: fttl}, true
-}
-
 // runCalls runs calls, each with an integer reply, and renewals in one
 // pipeline (split per Cluster node or Ring shard by go-redis), merging
 // what a bulk script can serve, and returns each call's and each

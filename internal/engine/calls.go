@@ -46,6 +46,16 @@ type DirectLeaver interface {
 	LeaveDirect(ctx context.Context, k protocol.Keys, value string) error
 }
 
+// BulkRenewer is implemented by a protocol whose renewal of a lease is
+// extend.lua's call on the lease's lock and fence keys (the token, the TTL
+// and the fence counter's TTL, in milliseconds), storing the same token:
+// the engine renews many such leases by one extend_many call, and builds
+// the renewal itself, without the protocol's Renew. A Direct protocol
+// renews by itself, never in bulk.
+type BulkRenewer interface {
+	RenewsInBulk()
+}
+
 // Leaver is implemented by protocols whose waiters queue in Redis.
 type Leaver interface {
 	Leave(k protocol.Keys, value string) protocol.Call

@@ -52,8 +52,7 @@ func (e *Engine) RenewBurst(leases []*Lease, ttl time.Duration) time.Duration {
 			var calls []protocol.Call
 			var renewals []bulkRenewal
 			for j, l := range part {
-				call, _ := l.proto.Renew(l.keys, l.Token(), ttl)
-				if r, ok := asBulkRenewal(call); ok {
+				if r, ok := l.bulkRenewal(ttl, l.Token()); ok {
 					if j%5 != 0 {
 						// leanFence leaves the counter alone in most
 						// renewals (4 in 5 at a TTL of 3 s)
@@ -61,6 +60,7 @@ func (e *Engine) RenewBurst(leases []*Lease, ttl time.Duration) time.Duration {
 					}
 					renewals = append(renewals, r)
 				} else {
+					call, _ := l.proto.Renew(l.keys, l.Token(), ttl)
 					calls = append(calls, call)
 				}
 			}

@@ -114,9 +114,6 @@ type Lease struct {
 	// is when the fence counter expires at the earliest, as last pushed
 	// out by the grant or a bulk renewal (see leanFence).
 	fenceUntil int64
-	// bulkLean (guarded by opMu): the lease's renewal is extend.lua's
-	// single-key call, the one extend_many serves (see renewal).
-	bulkLean bool
 	// leanLock and leanToken (guarded by opMu) are the lock key and the
 	// token as a bulk renewal's arguments: boxed once, not at every
 	// renewal (see bulkRenewal).

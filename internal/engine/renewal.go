@@ -20,24 +20,29 @@ import (
 // its protocol's call; next is what the key holds once renewed. Callers
 // hold opMu.
 func (l *Lease) renewal(ttl time.Duration, token string) (c protocol.Call, br bulkRenewal, next string, bulk bool) {
-	if l.bulkLean {
+	if b, ok := l.bulkRenewal(ttl, token); ok {
 		if l.leanLock == nil {
 			l.leanLock = l.keys.Lock
 		}
 		if s, ok := l.leanToken.(string); !ok || s != token {
 			l.leanToken = token
 		}
-		return c, bulkRenewal{lock: l.keys.Lock, fence: l.keys.Fence, token: token,
-			ttl: ttl.Milliseconds(), fttl: FenceTTL(ttl).Milliseconds(),
-			lockArg: l.leanLock, tokenArg: l.leanToken}, token, true
+		b.lockArg, b.tokenArg = l.leanLock, l.leanToken
+		return c, b, token, true
 	}
 	c, next = l.proto.Renew(l.keys, token, ttl)
-	br, bulk = asBulkRenewal(c)
-	// A token lock's renewal is always this call: build it directly from
-	// now on, without the protocol's call and its allocations.
-	l.bulkLean = bulk && next == token && br.token == token && br.lock == l.keys.Lock &&
-		br.fence == l.keys.Fence && br.ttl == ttl.Milliseconds() && br.fttl == FenceTTL(ttl).Milliseconds()
-	return c, br, next, bulk
+	return c, bulkRenewal{}, next, false
+}
+
+// bulkRenewal returns the renewal of token for ttl as its part of an
+// extend_many call, if the lease's protocol renews in bulk (see
+// BulkRenewer).
+func (l *Lease) bulkRenewal(ttl time.Duration, token string) (bulkRenewal, bool) {
+	if _, ok := l.proto.(BulkRenewer); !ok || l.direct() {
+		return bulkRenewal{}, false
+	}
+	return bulkRenewal{lock: l.keys.Lock, fence: l.keys.Fence, token: token,
+		ttl: ttl.Milliseconds(), fttl: FenceTTL(ttl).Milliseconds()}, true
 }
 
 // setRenewing marks a renewal in flight until renewed applies its reply.
