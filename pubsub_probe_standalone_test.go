@@ -12,9 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// probeHook acts on the PUBLISHes of liveness probes: fail makes them
-// fail (Redis down or slow), swallow answers them without sending them
-// (the command path reaches a node the subscription is not on).
+// probeHook acts on the PUBLISHes (and a Cluster's SPUBLISHes) of
+// liveness probes: fail makes them fail (Redis down or slow), swallow
+// answers them without sending them (the command path reaches a node the
+// subscription is not on).
 type probeHook struct{ fail, swallow atomic.Bool }
 
 func (h *probeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -24,7 +25,7 @@ func (h *probeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *probeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a := cmd.Args()
-		if len(a) == 3 && strings.EqualFold(cmd.Name(), "publish") {
+		if len(a) == 3 && (strings.EqualFold(cmd.Name(), "publish") || strings.EqualFold(cmd.Name(), "spublish")) {
 			if p, _ := a[2].(string); strings.HasPrefix(p, dlock.ProbePrefix) {
 				switch {
 				case h.fail.Load():

@@ -21,7 +21,9 @@ import (
 // A connection that errs, is refused a channel (MOVED, CROSSSLOT), is
 // told by the server that a channel is gone (a pushed sunsubscribe: the
 // slot moved or its master became a replica), or misses its liveness
-// probe is dropped whole: its channels are subscribed again, each on the
+// probe (an SPUBLISH on one of its slot channels; a connection whose
+// waiters only listen subscribes one for it, see probeChannelLocked) is
+// dropped whole: its channels are subscribed again, each on the
 // connection to its slot's master now, and once Redis confirms, their
 // waiters are woken to try again (a message may have been lost meanwhile;
 // their retry clocks run on regardless).
@@ -136,16 +138,77 @@ func (n *Notifier) dropShardLocked(ch string, own bool, w *Waiter) {
 			}
 		}
 	}
-	if s.refs > 0 || len(s.waiters) > 0 {
+	if s.refs > 0 || len(s.waiters) > 0 || n.keepForProbeLocked(s) {
 		return
 	}
-	delete(n.ssubs, ch)
-	if c := s.conn; c != nil && c.subs[ch] == s {
-		delete(c.subs, ch)
-		if !c.dead && !n.closed {
-			c.unsubs[ch]++
-			n.queueShardLocked(c, psOp{channel: ch})
+	n.unsubShardLocked(s)
+	if c := s.conn; c != nil && !own && !listening(c) {
+		// No listening waiter left on c: the channel kept for its
+		// probe goes too.
+		for _, p := range c.subs {
+			if p.own && p.refs == 0 {
+				n.unsubShardLocked(p)
+			}
 		}
+	}
+}
+
+// unsubShardLocked forgets s and sends its SUNSUBSCRIBE.
+func (n *Notifier) unsubShardLocked(s *ssub) {
+	delete(n.ssubs, s.channel)
+	if c := s.conn; c != nil && c.subs[s.channel] == s {
+		delete(c.subs, s.channel)
+		if !c.dead && !n.closed {
+			c.unsubs[s.channel]++
+			n.queueShardLocked(c, psOp{channel: s.channel})
+		}
+	}
+}
+
+// keepForProbeLocked reports whether s, a slot's hand-off channel no
+// queued waiter uses any more, stays subscribed as the probe's channel of
+// its connection: the connection has listening waiters and no other
+// hand-off channel.
+func (n *Notifier) keepForProbeLocked(s *ssub) bool {
+	c := s.conn
+	if !s.own || c == nil || c.dead {
+		return false
+	}
+	for _, o := range c.subs {
+		if o != s && o.own {
+			return false
+		}
+	}
+	return listening(c)
+}
+
+// listening reports whether c carries a key's wake-up channel.
+func listening(c *sconn) bool {
+	for _, s := range c.subs {
+		if !s.own {
+			return true
+		}
+	}
+	return false
+}
+
+// probeChannelLocked subscribes, on c, the Client's hand-off channel of
+// the slot of one of c's wake-up channels: the probe of a connection
+// whose waiters only listen (Barging) needs a channel that only this
+// Client hears, and that slot's channel is on the same master.
+func (n *Notifier) probeChannelLocked(c *sconn) {
+	for _, s := range c.subs {
+		if s.own {
+			continue
+		}
+		ch := n.slotChannelLocked(s.slot)
+		if n.ssubs[ch] != nil {
+			return // placed elsewhere meanwhile (a slot moving): probe later
+		}
+		p := &ssub{channel: ch, own: true, slot: s.slot, confirmed: make(chan struct{})}
+		n.ssubs[ch] = p
+		n.attachLocked(p, c.addr)
+		return
 	}
 }
 
@@ -343,7 +406,13 @@ func (n *Notifier) rehome(c *sconn, wake, reload bool) {
 	}
 	subs := make([]*ssub, 0, len(c.subs))
 	for _, s := range c.subs {
-		if n.ssubs[s.channel] == s {
+		switch {
+		case n.ssubs[s.channel] != s:
+		case s.own && s.refs == 0:
+			// Kept for c's probe only: the new connection's probe
+			// subscribes a channel of its own.
+			delete(n.ssubs, s.channel)
+		default:
 			s.conn = nil
 			subs = append(subs, s)
 		}
@@ -466,14 +535,20 @@ func (n *Notifier) shardProbeStep(c *sconn, now time.Time) (stale bool) {
 		return false
 	}
 	var ch string
+	pending := false
 	for _, s := range c.subs {
 		if s.own && isClosed(s.confirmed) {
 			ch = s.channel
 			break
 		}
+		pending = pending || s.own
 	}
 	if ch == "" {
-		return false
+		if !pending {
+			// Only listening waiters: the probe needs a hand-off channel.
+			n.probeChannelLocked(c)
+		}
+		return false // probe once it is confirmed
 	}
 	c.probeSoon = false
 	c.lastProbe = now
