@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/protocol"
 )
 
@@ -39,13 +40,13 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 func (c *Client) primitive(ctx context.Context, cfg lockConfig) (engine.Protocol, error) {
 	switch cfg.kinds {
 	case kindShared:
-		return sharedLock{holdSet{q: c.queue, group: SharedValue, suffix: readersSuffix}}, nil
+		return sharedLock{holdSet{q: c.queue, group: keyspace.SharedValue, suffix: readersSuffix}}, nil
 	case kindReentrant:
 		owner := cfg.owner
 		if owner == "" {
 			owner, _ = ownerFromContext(ctx)
 		}
-		if owner == "" || owner == SharedValue {
+		if owner == "" || owner == keyspace.SharedValue {
 			return nil, ErrInvalidOwner
 		}
 		return reentrantLock{holdSet{q: c.queue, group: reentrantValue(owner), suffix: holdsSuffix}}, nil

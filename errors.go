@@ -129,11 +129,10 @@ var (
 	// ErrInvalidOpts: an Options field or a combination of LockOptions that
 	// cannot work; returned wrapped, naming the field and its value.
 	ErrInvalidOpts = errs.Arg("invalid options")
-	// ErrEmptyToken: package admin's ReleaseToken was given an empty token.
-	ErrEmptyToken = errs.Arg("empty token")
 
 	// ErrInvalidOwner: a Reentrant acquire without an owner (none given,
-	// none bound to the context), or with the reserved SharedValue.
+	// none bound to the context), or with the reserved "dlock:shared" (what a
+	// read-locked key holds).
 	ErrInvalidOwner = errs.Arg("reentrant owner empty (pass one, or bind one with ContextWithOwner) or reserved")
 	// ErrInvalidLimit: a semaphore limit below 1 (Semaphore.SetLimit: below
 	// 0) or above MaxSemaphoreLimit.

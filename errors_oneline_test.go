@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/fenced"
 	"github.com/dlock-go/dlock/legacy"
 	"github.com/dlock-go/dlock/redlock"
@@ -160,7 +161,7 @@ func TestErrorsOneLine(t *testing.T) {
 		"dlock.ErrKeyTooLong":      dlock.ErrKeyTooLong,
 		"dlock.ErrInvalidTTL":      dlock.ErrInvalidTTL,
 		"dlock.ErrInvalidOpts":     dlock.ErrInvalidOpts,
-		"dlock.ErrEmptyToken":      dlock.ErrEmptyToken,
+		"admin.ErrEmptyToken":      admin.ErrEmptyToken,
 		"dlock.ErrInvalidOwner":    dlock.ErrInvalidOwner,
 		"dlock.ErrInvalidLimit":    dlock.ErrInvalidLimit,
 		"dlock.ErrInvalidPermits":  dlock.ErrInvalidPermits,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -128,7 +129,7 @@ func ExampleClient_RWLock() {
 	config := locks.RWLock("example:config")
 	r1, _ := config.RLock(ctx)
 	r2, err := config.RLock(ctx)
-	fmt.Println(err, rdb.Get(ctx, "example:config").Val() == dlock.SharedValue)
+	fmt.Println(err, rdb.Get(ctx, "example:config").Val() == admin.SharedValue)
 
 	// ...and exclude writers: any exclusive lock on the key.
 	_, err = locks.TryLock(ctx, "example:config")

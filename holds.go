@@ -12,7 +12,7 @@ import (
 // A shared hold is how the reentrant lock and the read side of the
 // read-write lock keep one lock key held by several handles at once: the
 // key holds a string naming the hold's group (the owner id, or
-// SharedValue), and a sorted set next to it has one member per handle,
+// keyspace.SharedValue), and a sorted set next to it has one member per handle,
 // scored with the server time at which that handle's lease ends (see
 // internal/lualib/holds.lua). Each handle is an ordinary lease of the engine:
 // the watchdog renews its own member (holds_extend.lua), so a handle whose

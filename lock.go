@@ -80,8 +80,8 @@ func (k *Lock) Keys() []string {
 // Token returns the value that identifies this grant in Redis: the random
 // token the key holds (or, for a protocol that rotates it, the value of the
 // last renewal). For a shared, reentrant or semaphore lock it is this
-// handle's member in the hold set (the key itself holds SharedValue or the
-// owner id).
+// handle's member in the hold set (the key itself holds "dlock:shared", or
+// "dlock:reentrant:" and the owner id).
 func (k *Lock) Token() string {
 	if !k.held() {
 		return ""

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 )
 
 // TestNilLockIsNotHeld: every method of a nil *Lock, or of a zero Lock,
@@ -97,7 +98,7 @@ func TestTypedPrimitivesBadInput(t *testing.T) {
 		{"Semaphore n > limit", func() (*dlock.Lock, error) { return c.Semaphore("k", 2).TryAcquire(ctx, 3) }, dlock.ErrInvalidPermits},
 		{"Reentrant empty key", func() (*dlock.Lock, error) { return c.Reentrant("").Lock(ctx, "o") }, dlock.ErrEmptyKey},
 		{"Reentrant no owner", func() (*dlock.Lock, error) { return c.Reentrant("k").TryLock(ctx, "") }, dlock.ErrInvalidOwner},
-		{"Reentrant reserved owner", func() (*dlock.Lock, error) { return c.Reentrant("k").Lock(ctx, dlock.SharedValue) }, dlock.ErrInvalidOwner},
+		{"Reentrant reserved owner", func() (*dlock.Lock, error) { return c.Reentrant("k").Lock(ctx, admin.SharedValue) }, dlock.ErrInvalidOwner},
 	} {
 		if lk, err := tc.call(); lk != nil || !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Errorf("%s: %v, %v; want %v", tc.name, lk, err, tc.want)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/defaults"
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/keyspace"
 )
 
 // Options configures a Client. The zero value is valid: every field's
@@ -326,7 +327,7 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 			return cfg, fmt.Errorf("%w: %d permits asked of a Semaphore of limit %d", ErrInvalidPermits, cfg.permits, cfg.limit)
 		}
 	}
-	if cfg.kinds == kindReentrant && cfg.owner == SharedValue {
+	if cfg.kinds == kindReentrant && cfg.owner == keyspace.SharedValue {
 		return cfg, ErrInvalidOwner
 	}
 	if cfg.kinds&^(kindProtocol|kindWriter) != 0 && c.opts.MinReplicas > 0 {

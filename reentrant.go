@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -56,7 +57,8 @@ func (c *Client) Reentrant(key string) *Reentrant { return &Reentrant{c: c, key:
 // does. On success, it returns a new handle and a nil error; the key stays
 // held until every handle is unlocked. On failure, it returns a nil *Lock
 // and an error, and holds nothing: ErrInvalidOwner if there is no owner
-// (none given, none bound) or it is SharedValue; otherwise what
+// (none given, none bound) or it is "dlock:shared" (what a read-locked key
+// holds); otherwise what
 // Client.Lock returns. On a nil *Reentrant it returns ErrNilClient.
 func (r *Reentrant) Lock(ctx context.Context, owner string, opts ...LockOption) (*Lock, error) {
 	return r.acquire(ctx, owner, true, opts)
@@ -110,15 +112,8 @@ func ownerFromContext(ctx context.Context) (string, bool) {
 	return o, ok && o != ""
 }
 
-// ReentrantPrefix starts what the lock key of a reentrant hold stores: the
-// prefix, then the owner id. No other kind of lock stores a value with it
-// (tokens have no ':', legacy values are digits, a read phase holds
-// SharedValue), so a reentrant owner never mistakes another lock for its
-// own hold.
-const ReentrantPrefix = "dlock:reentrant:"
-
 // reentrantValue is what the lock key holds while owner holds it.
-func reentrantValue(owner string) string { return ReentrantPrefix + owner }
+func reentrantValue(owner string) string { return keyspace.ReentrantPrefix + owner }
 
 // reentrantLock is the protocol of Reentrant: a shared hold whose group is
 // the owner id (see holds.go). Waiters of other owners queue for an

@@ -139,7 +139,7 @@ func TestReentrantContextOwner(t *testing.T) {
 	if _, err := c.Reentrant(k).Lock(t.Context(), ""); !errors.Is(err, dlock.ErrInvalidOwner) || !errors.Is(err, dlock.ErrInvalidArgument) {
 		t.Fatalf("Reentrant without owner = %v", err)
 	}
-	if _, err := c.Reentrant(k).Lock(t.Context(), dlock.SharedValue); !errors.Is(err, dlock.ErrInvalidOwner) {
+	if _, err := c.Reentrant(k).Lock(t.Context(), admin.SharedValue); !errors.Is(err, dlock.ErrInvalidOwner) {
 		t.Fatalf("reserved owner = %v", err)
 	}
 	// Only exclusive locks take another protocol.
@@ -170,7 +170,7 @@ func TestReentrantRenewalAndCrashedHandle(t *testing.T) {
 	if err := dead.Err(); !errors.Is(err, dlock.ErrExpired) {
 		t.Fatalf("unrenewed handle: %v, want ErrExpired", err)
 	}
-	if rdb.Get(ctx, k).Val() != dlock.ReentrantPrefix+"o" {
+	if rdb.Get(ctx, k).Val() != admin.ReentrantPrefix+"o" {
 		t.Fatal("hold gone")
 	}
 	a.Unlock(ctx)
@@ -254,7 +254,7 @@ func TestReentrantInteropWithPlainLock(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("reentrant waiter not handed the key")
 	}
-	if rdb.Get(ctx, k).Val() != dlock.ReentrantPrefix+"o" {
+	if rdb.Get(ctx, k).Val() != admin.ReentrantPrefix+"o" {
 		t.Fatal("hand-off not turned into the owner's hold")
 	}
 	go func() {

@@ -17,7 +17,7 @@ import (
 //
 // Each reader holds its own lease, renewed by the watchdog like a lock: a
 // reader whose process died expires alone, after its own TTL, and never
-// keeps the key for longer than that. The key holds SharedValue while read
+// keeps the key for longer than that. The key holds "dlock:shared" while read
 // (with the longest reader's TTL), so SET NX clients are excluded too.
 //
 // Writers are not starved: a reader does not get in while a writer waits
@@ -97,12 +97,8 @@ func sharedKind() LockOption { return func(c *lockConfig) { c.kinds |= kindShare
 // readers do not look, and exclude none of them).
 func writerKind() LockOption { return func(c *lockConfig) { c.kinds |= kindWriter } }
 
-// SharedValue is what a key holds while it is read-locked (see RWLock).
-// It is also reserved: it cannot be a Reentrant owner.
-const SharedValue = "dlock:shared"
-
 // sharedLock is the protocol of RWLock's readers: a shared hold whose group is
-// SharedValue (see holds.go). Writers are plain token locks: acquire.lua
+// keyspace.SharedValue (see holds.go). Writers are plain token locks: acquire.lua
 // finds the key held while readers are in; a writer's release hands the
 // key to a queued reader, which turns it into a read phase and lets in the
 // readers queued behind it (shared_acquire.lua).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/legacy"
 )
 
@@ -298,7 +299,7 @@ func TestSharedInteropAndBatch(t *testing.T) {
 	ctx := t.Context()
 	k := key(t)
 	r, _ := c.RWLock(k).RLock(ctx)
-	if v := rdb.Get(ctx, k).Val(); v != dlock.SharedValue {
+	if v := rdb.Get(ctx, k).Val(); v != admin.SharedValue {
 		t.Fatalf("key holds %q", v)
 	}
 	if rdb.PTTL(ctx, k).Val() <= 0 || rdb.SetNX(ctx, k, "x", time.Minute).Val() {

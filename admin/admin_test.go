@@ -26,8 +26,8 @@ func TestReleaseTokenEveryKind(t *testing.T) {
 		bogus []string // values that must not release it
 	}
 	for _, k := range []kind{
-		{"reentrant", reentrant("job-42"), []string{"job-42", dlock.ReentrantPrefix + "job-42"}},
-		{"shared", readers(), []string{dlock.SharedValue}},
+		{"reentrant", reentrant("job-42"), []string{"job-42", admin.ReentrantPrefix + "job-42"}},
+		{"shared", readers(), []string{admin.SharedValue}},
 		{"semaphore", permits(3, 1), []string{"job-42"}},
 		{"plain", nil, []string{"job-42"}},
 	} {

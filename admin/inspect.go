@@ -24,7 +24,7 @@ const (
 	KindToken     Kind = "token"     // a dlock token (22 base64url characters)
 	KindLegacy    Kind = "legacy"    // a decimal Unix timestamp: the SETNX/GETSET timestamp lock of older C# and Python code
 	KindForeign   Kind = "foreign"   // another string: some other SET NX client's token
-	KindShared    Kind = "shared"    // read-locked (dlock.RWLock's readers): the key holds dlock.SharedValue
+	KindShared    Kind = "shared"    // read-locked (dlock.RWLock's readers): the key holds SharedValue
 	KindReentrant Kind = "reentrant" // a reentrant owner's hold (dlock.Reentrant): the key names the owner
 	KindSemaphore Kind = "semaphore" // a dlock semaphore (a sorted set of permit holders)
 	KindWrongType Kind = "wrongtype" // any other type: not a lock at all
@@ -171,7 +171,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	info.Value = val.Val()
 	info.Kind = classify(info.Value)
 	switch {
-	case info.Value == dlock.SharedValue:
+	case info.Value == SharedValue:
 		info.Kind, info.Holders, info.Tokens = KindShared, readers.Val(), readerTokens.Val()
 	default:
 		if owner, ok := ReentrantOwner(info.Value); ok {

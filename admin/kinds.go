@@ -3,7 +3,7 @@ package admin
 import (
 	"strings"
 
-	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/keyspace"
 )
 
@@ -34,8 +34,24 @@ const (
 func Slot(key string) int { return keyspace.Slot(key) }
 
 // ReentrantOwner decodes a lock key's value: the owner id of the reentrant
-// hold it names (the value starts with dlock.ReentrantPrefix), and whether
-// it names one.
+// hold it names (the value starts with ReentrantPrefix), and whether it
+// names one.
 func ReentrantOwner(value string) (owner string, ok bool) {
-	return strings.CutPrefix(value, dlock.ReentrantPrefix)
+	return strings.CutPrefix(value, ReentrantPrefix)
 }
+
+// What a lock key holds besides a holder's token (22 base64url
+// characters) or a legacy timestamp (digits).
+const (
+	// SharedValue is what a read-locked key holds (dlock.RWLock's
+	// readers), with the longest reader's TTL. It cannot be a reentrant
+	// owner.
+	SharedValue = keyspace.SharedValue
+	// ReentrantPrefix starts what the key of a reentrant hold holds
+	// (dlock.Reentrant): the prefix, then the owner id.
+	ReentrantPrefix = keyspace.ReentrantPrefix
+)
+
+// ErrEmptyToken: ReleaseToken was given an empty token. It matches
+// dlock.ErrInvalidArgument.
+var ErrEmptyToken = errs.Arg("empty token")

@@ -110,7 +110,7 @@ func (c *Client) semaphoreRelease(ks protocol.Keys, token, mode string) protocol
 // kind of lock: a token lock's token, or a handle's own token of a
 // reentrant hold, a read lock or a semaphore, which releases that handle
 // only. Nothing else releases anything: a reentrant owner id or
-// dlock.SharedValue is not a token (ForceRelease is the operator's way to
+// SharedValue is not a token (ForceRelease is the operator's way to
 // steal).
 //
 // A semaphore's limit is what its callers pass (dlock.Client.Semaphore), which
@@ -129,7 +129,7 @@ func (c *Client) semaphoreRelease(ks protocol.Keys, token, mode string) protocol
 // It returns nil if it released the hold, an error matching
 // dlock.ErrNotHeld and dlock.ErrExpired if the key is gone, dlock.ErrNotHeld
 // and dlock.ErrTaken if it is held but not by token, dlock.ErrWrongType if
-// it is not a lock, dlock.ErrEmptyToken for an empty token,
+// it is not a lock, ErrEmptyToken for an empty token,
 // dlock.ErrReservedKey for one of dlock's auxiliary keys.
 func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 	if ctx == nil {
@@ -139,7 +139,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		return err
 	}
 	if token == "" {
-		return dlock.ErrEmptyToken
+		return ErrEmptyToken
 	}
 	ks := c.KeysFor(key)
 	var typ *redis.StatusCmd
@@ -167,7 +167,7 @@ func (c *Client) ReleaseToken(ctx context.Context, key, token string) error {
 		call = c.semaphoreRelease(ks, token, releases.Release)
 	case "string":
 		switch v := val.Val(); {
-		case v == dlock.SharedValue:
+		case v == SharedValue:
 			call = releases.Holds(c.pub(ks), keyspace.ReadersSuffix, token, v, c.pickup, releases.Release)
 		case holds.Val() > 0 || isReentrantValue(v):
 			// A reentrant hold: v names the owner, which is no credential;

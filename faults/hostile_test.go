@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/legacy"
 )
 
@@ -152,7 +153,7 @@ func hostileKeys(h *harness) {
 			k := []string{plain, legKey, orders, jobs}[rng.IntN(4)]
 			v, err := direct.Get(ctx, k).Result()
 			if err != nil || v == "" || rng.IntN(5) == 0 {
-				v = dlock.SharedValue
+				v = admin.SharedValue
 			}
 			actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			lk := w.AcquireSpec(actx, k, ttl, false, reentrantSpec(v))

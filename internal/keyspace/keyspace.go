@@ -36,6 +36,20 @@ const (
 	ElectedSuffix  = ":elected"  // pub/sub channel: an election's leader changed
 )
 
+// What a lock key holds besides a token (22 base64url characters) or a
+// legacy timestamp (digits).
+const (
+	// SharedValue is what a read-locked key holds (dlock.RWLock's readers);
+	// it cannot be a reentrant owner.
+	SharedValue = "dlock:shared"
+	// ReentrantPrefix starts what the key of a reentrant hold holds: the
+	// prefix, then the owner id. No other kind of lock stores a value with
+	// it (tokens have no ':', legacy values are digits, a read phase holds
+	// SharedValue), so a reentrant owner never mistakes another lock for
+	// its own hold.
+	ReentrantPrefix = "dlock:reentrant:"
+)
+
 // AuxKind names one kind of auxiliary key or channel dlock derives from a
 // lock key (docs/keys.md lists them).
 type AuxKind string

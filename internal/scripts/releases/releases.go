@@ -30,7 +30,7 @@ func Token(k protocol.Keys, value string, pickup time.Duration, mode string) pro
 }
 
 // Holds is the release of the handle token of the shared hold of group
-// (the owner id, or dlock.SharedValue) whose hold set has the auxiliary
+// (the owner id, or keyspace.SharedValue) whose hold set has the auxiliary
 // suffix suffix (holds_release.lua).
 func Holds(k protocol.Keys, suffix, token, group string, pickup time.Duration, mode string) protocol.Call {
 	return protocol.Call{Script: scripts.HoldsRelease, Keys: []string{k.Lock, k.Queue, keyspace.Aux(k, suffix)},
