@@ -304,8 +304,12 @@ func TestProxyForwards(t *testing.T) {
 	if p.Addr() == s.Addr() || !strings.HasPrefix(p.Addr(), "127.0.0.1:") {
 		t.Fatalf("proxy Addr() = %q", p.Addr())
 	}
-	c := shortClient(t, p.Addr())
-	ctx := ctxT(t, 5*time.Second)
+	// Not shortClient: its 200ms I/O timeouts are for faults, and a 1 MB
+	// value through the proxy can take longer on a loaded machine under
+	// -race. This test is about what arrives, not how fast.
+	c := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxT(t, 30*time.Second)
 	big := strings.Repeat("x", 1<<20) // larger than one read chunk
 	if err := c.Set(ctx, "big", big, 0).Err(); err != nil {
 		t.Fatalf("SET via proxy: %v", err)
