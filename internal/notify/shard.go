@@ -156,7 +156,9 @@ func (n *Notifier) dropShardLocked(ch string, own bool, w *Waiter) {
 
 // unsubShardLocked forgets s and sends its SUNSUBSCRIBE.
 func (n *Notifier) unsubShardLocked(s *ssub) {
-	delete(n.ssubs, s.channel)
+	if n.ssubs[s.channel] == s {
+		delete(n.ssubs, s.channel)
+	}
 	if c := s.conn; c != nil && c.subs[s.channel] == s {
 		delete(c.subs, s.channel)
 		if !c.dead && !n.closed {
