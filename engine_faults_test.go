@@ -526,7 +526,7 @@ func TestLostOrLateJoinLeavesNoGhostWaiter(t *testing.T) {
 			await(t, fault.FiredC(), "the join's fault")
 			// Its effect, not its sending: read the queue once its reply came.
 			await(t, withdrawn.DoneC(), "the withdrawal's reply")
-			q := adminOf(t, a).KeysFor(k).Queue
+			ks := adminOf(t, a).KeysFor(k)
 			deadline := time.Now().Add(20 * time.Second)
 			for {
 				// The late join has landed once the log has both its entries.
@@ -544,8 +544,8 @@ func TestLostOrLateJoinLeavesNoGhostWaiter(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond)
 			}
-			for _, m := range rdb.LRange(ctx, q, 0, -1).Val() {
-				if v, err := rdb.Get(ctx, q+":"+m).Result(); err == nil && v != "~" {
+			for _, m := range rdb.LRange(ctx, ks.Queue, 0, -1).Val() {
+				if v, err := rdb.HGet(ctx, ks.Waiters, m).Result(); err == nil {
 					t.Fatalf("withdrawn waiter %q is still queued with a live lease %q", m, v)
 				}
 			}

@@ -158,15 +158,19 @@ func TestCancelledWaitersLeaveQueue(t *testing.T) {
 	// Leavers replace their lease by a short tombstone (a late acquire of
 	// theirs is refused), and so does every holder that released (a
 	// release re-sent by the Redis client finds it and is not a loss).
-	time.Sleep(400 * time.Millisecond)
-	names, _ := rdb.Keys(t.Context(), queueKey(k)+":*").Result()
-	for _, n := range names {
-		if v := rdb.Get(t.Context(), n).Val(); v != "~" || rdb.PTTL(t.Context(), n).Val() > 10*time.Second {
-			t.Fatalf("waiter lease left behind: %s = %q", n, v)
+	ks := adminOf(t, c).KeysFor(k)
+	if left := rdb.HGetAll(t.Context(), ks.Waiters).Val(); len(left) != 0 {
+		t.Fatalf("waiter leases left behind: %v", left)
+	}
+	tombs := rdb.ZRangeWithScores(t.Context(), ks.Tombs, 0, -1).Val()
+	now := time.Now().UnixMilli()
+	for _, z := range tombs {
+		if end := int64(z.Score); end > now+11000 {
+			t.Fatalf("tombstone of %v ends in %v", z.Member, time.Duration(end-now)*time.Millisecond)
 		}
 	}
-	if len(names) != 11 {
-		t.Fatalf("%d tombstones, want one per leaver (5) and per released holder (6)", len(names))
+	if len(tombs) != 11 {
+		t.Fatalf("%d tombstones, want one per leaver (5) and per released holder (6)", len(tombs))
 	}
 	for _, cancel := range cancels {
 		cancel()

@@ -9,7 +9,7 @@ import (
 )
 
 // auxNamesOf lists every auxiliary name of key under prefix, by kind, with
-// tok as a waiter lease's token.
+// tok as an operation record's id.
 func auxNamesOf(prefix, key, tok string) map[string]keyspace.AuxKind {
 	out := map[string]keyspace.AuxKind{}
 	for _, a := range keyspace.Table {
@@ -19,7 +19,7 @@ func auxNamesOf(prefix, key, tok string) map[string]keyspace.AuxKind {
 		}
 		out[keyspace.Base(p, key)+a.Suffix] = a.Kind
 	}
-	out[keyspace.Base(prefix, key)+keyspace.QueueSuffix+":"+tok] = keyspace.AuxWaiter
+	out[keyspace.Base(prefix, key)+keyspace.QueueSuffix+":"+tok] = keyspace.AuxOp
 	return out
 }
 

@@ -13,13 +13,14 @@ import (
 )
 
 // auxNames returns every auxiliary name a lock on key has under adm's prefix,
-// by kind (a waiter's lease with a made-up token of the real shape).
+// by kind (an operation record with a made-up id of the real shape).
 func auxNames(adm *admin.Client, key string) map[admin.AuxKind]string {
 	ks := adm.KeysFor(key)
 	base := strings.TrimSuffix(ks.Fence, ":fence")
 	return map[admin.AuxKind]string{
 		admin.AuxFence: ks.Fence, admin.AuxQueue: ks.Queue, admin.AuxWake: ks.Wake,
-		admin.AuxWaiter:  ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
+		admin.AuxOp:      ks.Queue + ":AAAAAAAAAAAAAAAAAAAAAA",
+		admin.AuxWaiters: ks.Waiters, admin.AuxTombs: ks.Tombs,
 		admin.AuxReaders: base + ":readers", admin.AuxHolds: base + ":holds",
 		admin.AuxPermits: base + ":permits", admin.AuxLimit: base + ":limit",
 		admin.AuxLimitVer: base + ":limitver",
@@ -231,7 +232,7 @@ func TestEveryKeyDecodes(t *testing.T) {
 		}
 		kinds[kind]++
 	}
-	for _, kind := range []admin.AuxKind{admin.AuxFence, admin.AuxQueue, admin.AuxWaiter, admin.AuxReaders,
+	for _, kind := range []admin.AuxKind{admin.AuxFence, admin.AuxQueue, admin.AuxWaiters, admin.AuxTombs, admin.AuxReaders,
 		admin.AuxHolds, admin.AuxPermits, admin.AuxLimit, admin.AuxLimitVer, admin.AuxCount, admin.AuxSegments, admin.AuxGuard,
 		admin.AuxLeader} {
 		if kinds[kind] == 0 {

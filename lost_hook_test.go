@@ -143,10 +143,10 @@ func TestSlowLostHookKeepsWaiterPlace(t *testing.T) {
 	}
 	time.Sleep(hook - 300*time.Millisecond) // two of the first waiter's leases
 	if testing.Verbose() {
-		q := adminOf(t, c0).KeysFor(k).Queue
-		ids := rdb.LRange(ctx, q, 0, -1).Val()
+		ks := adminOf(t, c0).KeysFor(k)
+		ids := rdb.LRange(ctx, ks.Queue, 0, -1).Val()
 		for _, id := range ids {
-			t.Logf("queued %s: lease pttl %v inHook %v lost %d", id[:8], rdb.PTTL(ctx, q+":"+id).Val(), slow.in.Load(), c1.Stats().Lost)
+			t.Logf("queued %s: lease %q inHook %v lost %d", id[:8], rdb.HGet(ctx, ks.Waiters, id).Val(), slow.in.Load(), c1.Stats().Lost)
 		}
 	}
 	if err := holder.Unlock(ctx); err != nil {

@@ -138,9 +138,9 @@ type multiLock struct {
 
 // Acquire makes one attempt on every key; a grant has the fence of each.
 func (m multiLock) Acquire(ctx context.Context, a engine.Attempt, _ protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
-	names := make([]string, 0, 3*len(m.ks))
+	names := make([]string, 0, 5*len(m.ks))
 	for _, k := range m.ks {
-		names = append(names, k.Lock, k.Fence, k.Queue)
+		names = append(names, k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs)
 	}
 	res, err := a.On().Run(ctx, protocol.Call{Script: scripts.MultiAcquire, Keys: names, Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(),
 		a.Mode.String(), a.Handoff(m.ks[0]), a.Lease.Milliseconds()}}).Int64Slice()
@@ -204,10 +204,10 @@ func (m multiLock) Leave(_ protocol.Keys, token string) protocol.Call { return m
 // release builds multi_release.lua's call; mode is '0' (release), '1'
 // (leave for good) or 'r' (roll back an attempt whose token goes on).
 func (m multiLock) release(token, mode string) protocol.Call {
-	names := make([]string, 0, 2*len(m.ks))
+	names := make([]string, 0, 4*len(m.ks))
 	args := []any{token, m.q.Pickup.Milliseconds()}
 	for _, k := range m.ks {
-		names = append(names, k.Lock, k.Queue)
+		names = append(names, k.Lock, k.Queue, k.Waiters, k.Tombs)
 		args = append(args, m.q.Wake(k))
 	}
 	return protocol.Call{Script: scripts.MultiRelease, Keys: names, Args: append(args, mode)}

@@ -123,7 +123,7 @@ type reentrantLock struct {
 }
 
 func (r reentrantLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
-	c := protocol.Call{Script: scripts.ReentrantAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k)},
+	c := protocol.Call{Script: scripts.ReentrantAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, r.set(k), k.Waiters, k.Tombs},
 		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(), a.Handoff(k), a.Lease.Milliseconds(), r.group}}
 	g, err := grantOf(token, a.On().Run(ctx, c))
 	return engine.Grant{Grant: g}, err

@@ -50,7 +50,7 @@ func TestMinReplicasWithdrawSurvivesFailover(t *testing.T) {
 		done <- c.eng.WithdrawRetry(wctx, p, keys, token)
 	}()
 	// The master has the tombstone, which no replica can receive.
-	for mc.Get(ctx, keys.Queue+":"+token).Val() != "~" {
+	for mc.ZScore(ctx, keys.Tombs, token).Err() != nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if err := master.Kill(); err != nil {

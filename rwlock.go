@@ -107,7 +107,7 @@ type sharedLock struct {
 }
 
 func (s sharedLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
-	c := protocol.Call{Script: scripts.SharedAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k)},
+	c := protocol.Call{Script: scripts.SharedAcquire, Keys: []string{k.Lock, k.Fence, k.Queue, s.set(k), k.Waiters, k.Tombs},
 		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(), a.Handoff(k) + "{r",
 			a.Lease.Milliseconds(), a.Pickup.Milliseconds(), s.group}}
 	g, err := grantOf(token, a.On().Run(ctx, c))

@@ -107,8 +107,8 @@ func TestLateConfirmRejoinsQueue(t *testing.T) {
 				t.Fatal("the waiter whose hand-off lapsed was not served next: it fell out of the queue")
 			}
 			mustAcquire(waiter, w, "q") // confirms in time now
-			// A granted waiter keeps no lease key.
-			if n := rdb.Exists(ctx, single.Keys().Queue+":"+w).Val(); n != 0 {
+			// A granted waiter keeps no lease.
+			if rdb.HExists(ctx, single.Keys().Waiters, w).Val() {
 				t.Fatal("the granted waiter's queue lease outlives its grant")
 			}
 		})

@@ -95,7 +95,7 @@ const codeAboveLimit = -3
 
 func (s semaphore) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	cmd := a.On().Run(ctx, protocol.Call{Script: scripts.SemaphoreAcquire,
-		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue},
+		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Fence, k.Queue, k.Waiters, k.Tombs},
 		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(),
 			fmt.Sprintf("%s{%d", a.Handoff(k), s.permits), a.Lease.Milliseconds(), s.permits, s.limit,
 			a.Pickup.Milliseconds()}})

@@ -80,7 +80,7 @@ func (s *Semaphore) setLimitOnce(ctx context.Context, k protocol.Keys, limit int
 		return 0, errs.Unavailable(err)
 	}
 	n, err := c.exec.Run(ctx, protocol.Call{Script: scripts.SemaphoreLimit,
-		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue, ver},
+		Keys: []string{k.Lock, auxOf(k, permitsSuffix), auxOf(k, limitSuffix), k.Queue, ver, k.Waiters, k.Tombs},
 		Args: []any{limit, c.opts.PickupTimeout.Milliseconds(), v}}).Int64()
 	if err != nil {
 		return 0, errs.Unavailable(err)

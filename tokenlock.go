@@ -61,10 +61,10 @@ func (tokenLock) acquireCall(a engine.Attempt, k protocol.Keys, token string, tt
 	if !a.Mode.Queued() {
 		// A try or a barge never queues: the script reads no payload and
 		// no lease (each argument costs Redis a string per call).
-		return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
+		return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs},
 			Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String()}}
 	}
-	return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue},
+	return protocol.Call{Script: scripts.Acquire, Keys: []string{k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs},
 		Args: []any{token, ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds(), a.Mode.String(), a.Handoff(k), a.Lease.Milliseconds()}}
 }
 
@@ -86,10 +86,10 @@ func (t tokenLock) acquireRaw(m engine.Mode, k protocol.Keys, token string, ttl 
 		ttlMs, fttlMs = ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()
 	}
 	if !m.Queued() {
-		return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
+		return rexec.Raw{Args: []any{"evalsha", acquireSHA, 5, k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs,
 			token, ttlMs, fttlMs, a.modes[m]}, Src: acquireBody}
 	}
-	return rexec.Raw{Args: []any{"evalsha", acquireSHA, 3, k.Lock, k.Fence, k.Queue,
+	return rexec.Raw{Args: []any{"evalsha", acquireSHA, 5, k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs,
 		token, ttlMs, fttlMs, a.modes[m], a.handoff(t.q, k), a.leaseMs}, Src: acquireBody}
 }
 
@@ -146,7 +146,7 @@ func (t tokenLock) ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys
 	if t.args == nil {
 		return x.Run(ctx, t.Release(k, token))
 	}
-	return x.RunRaw(ctx, rexec.Raw{Args: []any{"evalsha", releaseSHA, 2, k.Lock, k.Queue,
+	return x.RunRaw(ctx, rexec.Raw{Args: []any{"evalsha", releaseSHA, 4, k.Lock, k.Queue, k.Waiters, k.Tombs,
 		token, t.q.Wake(k), t.args.pickupMs, "0"}, Src: releaseBody})
 }
 

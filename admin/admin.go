@@ -84,7 +84,8 @@ func (c *Client) KeysFor(key string) protocol.Keys { return keyspace.Keys(c.pref
 
 // AuxKeyOf reports whether name is one of the auxiliary keys or channels
 // dlock derives from a lock key under the Client's prefix (its fence,
-// queue, a waiter's lease, wake-up channel, hold sets, semaphore state,
+// queue, waiters' leases, tombstones, a Counter operation's or legacy
+// release's record, wake-up channel, hold sets, semaphore state,
 // Counter count and segment count, an election's leader records and
 // channel, or the guard record of a resource written with package
 // fenced), and if so, of which lock key and of what kind. Lock keys that

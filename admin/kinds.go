@@ -11,11 +11,13 @@ import (
 // lock key (docs/keys.md lists them).
 type AuxKind string
 
-// The kinds of auxiliary names, one per suffix, plus AuxWaiter.
+// The kinds of auxiliary names, one per suffix, plus AuxOp.
 const (
 	AuxFence    AuxKind = "fence"    // <P>:{K}:fence
 	AuxQueue    AuxKind = "queue"    // <P>:{K}:q
-	AuxWaiter   AuxKind = "waiter"   // <P>:{K}:q:<token>, a queued waiter's lease
+	AuxWaiters  AuxKind = "waiters"  // <P>:{K}:waiters, the queued waiters' leases
+	AuxTombs    AuxKind = "tombs"    // <P>:{K}:tombs, the tombstones of tokens that left the queue or released
+	AuxOp       AuxKind = "op"       // <P>:{K}:q:<id>, the record of one Counter operation or legacy release
 	AuxWake     AuxKind = "wake"     // <P>:{K}:wake (a pub/sub channel)
 	AuxReaders  AuxKind = "readers"  // <P>:{K}:readers
 	AuxHolds    AuxKind = "holds"    // <P>:{K}:holds

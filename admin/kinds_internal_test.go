@@ -10,11 +10,11 @@ import (
 // with the same name: AuxKeyOf converts one to the other.
 func TestAuxKindsMatchKeyspace(t *testing.T) {
 	public := map[AuxKind]bool{}
-	for _, k := range []AuxKind{AuxFence, AuxQueue, AuxWaiter, AuxWake, AuxReaders, AuxHolds, AuxPermits,
+	for _, k := range []AuxKind{AuxFence, AuxQueue, AuxWaiters, AuxTombs, AuxOp, AuxWake, AuxReaders, AuxHolds, AuxPermits,
 		AuxLimit, AuxLimitVer, AuxCount, AuxSegments, AuxGuard, AuxLeader, AuxElected} {
 		public[k] = true
 	}
-	inner := []keyspace.AuxKind{keyspace.AuxWaiter}
+	inner := []keyspace.AuxKind{keyspace.AuxOp}
 	for _, a := range keyspace.Table {
 		inner = append(inner, a.Kind)
 	}

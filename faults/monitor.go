@@ -348,7 +348,7 @@ const recentLines = 12
 //
 // R1: a script run for token T (its ARGV[1], the convention of every dlock
 // script; a bulk script carries many: extend_many lock i's key in KEYS[i]
-// and its token in ARGV[2+i], release_many lock i's key in KEYS[2i-1] and
+// and its token in ARGV[2+i], release_many lock i's key in KEYS[4i-3] and
 // its token in ARGV[3i-2]) that writes a lock key (SET,
 // DEL, PEXPIRE, ...) while the key holds another token whose TTL has not
 // run out is a foreign write: release or extend touching another owner, or
@@ -480,8 +480,8 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 				case "release_many":
 					ks := l.Args[3 : 3+n]
 					script.tokens = map[string]string{}
-					for i := 0; 2*i < len(ks) && 3*i < len(argv); i++ {
-						script.tokens[ks[2*i]] = argv[3*i]
+					for i := 0; 4*i < len(ks) && 3*i < len(argv); i++ {
+						script.tokens[ks[4*i]] = argv[3*i]
 					}
 				}
 				if len(argv) > 3 && argv[3] == "force" {

@@ -430,12 +430,13 @@ func pendingLateConfirm(t *testing.T) string {
 	return ""
 }
 
-// pendingDeclaredKeys (issue 34): every key a script touches is in its
-// KEYS. In a Cluster, a script that touches an undeclared key of a
-// migrating slot fails mid-way, after writes Redis does not roll back (a
-// release that freed the key but wrote no tombstone, re-sent, reports the
-// lock lost). Probed by its most common case: a released token's
-// tombstone is a key of its own, whose name the release script builds.
+// pendingDeclaredKeys: every key a script touches is in its KEYS. In a
+// Cluster, a script that touches an undeclared key of a migrating slot
+// fails mid-way, after writes Redis does not roll back (a release that
+// freed the key but wrote no tombstone, re-sent, reports the lock lost).
+// Probed by its most common case: a released token's tombstone is in the
+// lock's declared tombstone set, not a key of its own whose name the
+// release script builds.
 func pendingDeclaredKeys(t *testing.T) string {
 	c, rdb, done := probeClient(t)
 	defer done()
@@ -451,6 +452,9 @@ func pendingDeclaredKeys(t *testing.T) string {
 	}
 	if n, err := rdb.Exists(ctx, "dlock:{"+k+"}:q:"+lk.Token()).Result(); err == nil && n > 0 {
 		return "scripts build key names they do not declare (a released token's tombstone key)"
+	}
+	if err := rdb.ZScore(ctx, "dlock:{"+k+"}:tombs", lk.Token()).Err(); err != nil {
+		return "a released token's tombstone is not in the lock's tombstone set"
 	}
 	return ""
 }

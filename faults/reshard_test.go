@@ -33,10 +33,10 @@ import (
 // moved, and while a caller waited for it (a lock left held by nobody
 // until its TTL shows there). Refusals (TRYAGAIN, ASK) are ridden out within the caller's ctx,
 // so no caller meets an error other than a script's failing mid-way; that
-// is asserted. The scripts that fail mid-way, the locks they leave lost or
-// blocked for a TTL, and the histories S3 rejects for it (an Unlock whose
-// release ran, then reported the lock lost) are printed, not asserted,
-// while scripts touch keys they do not declare (pendingDeclaredKeys).
+// is asserted. Every script declares every key it touches
+// (pendingDeclaredKeys), so no script fails mid-way, no held lock is lost,
+// no key is blocked for a TTL and S3 holds: asserted too (a build whose
+// scripts touch undeclared keys has them printed instead).
 
 // reshardLoad sizes a live-reshard history.
 type reshardLoad struct {

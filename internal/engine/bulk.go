@@ -47,9 +47,9 @@ var errBulkReply = errors.New("dlock: unexpected reply from a bulk script")
 
 // bulkOf returns the bulk script that can serve c along with others like
 // it in runCalls, or nil. Such a call's first three arguments are the bulk
-// script's triple for its lock, and its two keys the pair.
+// script's triple for its lock, and its four keys the quadruple.
 func bulkOf(c protocol.Call) *redis.Script {
-	if c.Script == scripts.Release && len(c.Keys) == 2 && len(c.Args) == 4 && c.Args[3] == "0" {
+	if c.Script == scripts.Release && len(c.Keys) == 4 && len(c.Args) == 4 && c.Args[3] == "0" {
 		return scripts.ReleaseMany
 	}
 	return nil
@@ -140,7 +140,7 @@ func (e *Engine) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 				sent, owners, kind = append(sent, protocol.Call{}), append(owners, part), append(kind, 2)
 				continue
 			}
-			b := protocol.Call{Script: k.s, Keys: make([]string, 0, 2*len(part)), Args: make([]any, 0, 3*len(part))}
+			b := protocol.Call{Script: k.s, Keys: make([]string, 0, 4*len(part)), Args: make([]any, 0, 3*len(part))}
 			for _, i := range part {
 				b.Keys = append(b.Keys, calls[i].Keys...)
 				b.Args = append(b.Args, calls[i].Args[:3]...)

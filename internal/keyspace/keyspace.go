@@ -18,11 +18,13 @@ import (
 
 // The auxiliary names of a lock on key K under prefix P are
 // "<P>:<tagged K><suffix>" (see Base for the tagged form). Table lists
-// every suffix dlock uses; scripts get these names as KEYS, except a
-// waiter's lease, which they build as the queue name + ":" + token.
+// every suffix dlock uses; scripts get these names as KEYS, and build no
+// name of their own.
 const (
 	FenceSuffix    = ":fence"    // string: last fencing token handed out
 	QueueSuffix    = ":q"        // list: queued waiters' tokens, oldest first
+	WaitersSuffix  = ":waiters"  // hash: queued waiters' leases (token -> "<end ms>|<payload>")
+	TombsSuffix    = ":tombs"    // sorted set: tokens that left for good or released, scored with their end (ms)
 	WakeSuffix     = ":wake"     // pub/sub channel: "released" for Barging waiters
 	ReadersSuffix  = ":readers"  // sorted set: the readers of a read phase
 	HoldsSuffix    = ":holds"    // sorted set: a reentrant owner's handles
@@ -54,11 +56,13 @@ const (
 // lock key (docs/keys.md lists them).
 type AuxKind string
 
-// The kinds of auxiliary names, one per suffix, plus AuxWaiter.
+// The kinds of auxiliary names, one per suffix, plus AuxOp.
 const (
 	AuxFence    AuxKind = "fence"    // <P>:{K}:fence
 	AuxQueue    AuxKind = "queue"    // <P>:{K}:q
-	AuxWaiter   AuxKind = "waiter"   // <P>:{K}:q:<token>, a queued waiter's lease
+	AuxWaiters  AuxKind = "waiters"  // <P>:{K}:waiters, the queued waiters' leases
+	AuxTombs    AuxKind = "tombs"    // <P>:{K}:tombs, the tombstones of tokens that left or released
+	AuxOp       AuxKind = "op"       // <P>:{K}:q:<id>, the record of one Counter operation or legacy release
 	AuxWake     AuxKind = "wake"     // <P>:{K}:wake (a pub/sub channel)
 	AuxReaders  AuxKind = "readers"  // <P>:{K}:readers
 	AuxHolds    AuxKind = "holds"    // <P>:{K}:holds
@@ -75,13 +79,13 @@ const (
 // Table is the one list of fixed auxiliary suffixes. No suffix is a
 // suffix of another, and each is shorter than a token and starts with
 // ':' (which tokens never contain), so a name ends in at most one of them
-// and a waiter lease (queue + ":" + token) ends in none: decode is
+// and an operation record (queue + ":" + id) ends in none: decode is
 // unambiguous (see Base for the proof that names never collide).
 var Table = [...]struct {
 	Kind   AuxKind
 	Suffix string
 }{
-	{AuxFence, FenceSuffix}, {AuxQueue, QueueSuffix}, {AuxWake, WakeSuffix},
+	{AuxFence, FenceSuffix}, {AuxQueue, QueueSuffix}, {AuxWaiters, WaitersSuffix}, {AuxTombs, TombsSuffix}, {AuxWake, WakeSuffix},
 	{AuxReaders, ReadersSuffix}, {AuxHolds, HoldsSuffix}, {AuxPermits, PermitsSuffix},
 	{AuxLimit, LimitSuffix}, {AuxLimitVer, LimitVerSuffix}, {AuxCount, CountSuffix}, {AuxSegments, SegmentsSuffix}, {AuxGuard, GuardSuffix},
 	{AuxLeader, LeaderSuffix}, {AuxElected, ElectedSuffix},
@@ -101,11 +105,11 @@ func decode(prefix, name string) (key string, kind AuxKind, ok bool) {
 			return k, a.Kind, true
 		}
 	}
-	// A waiter lease: "<queue>:<token>".
+	// An operation record: "<queue>:<id>".
 	if i := strings.LastIndexByte(name, ':'); i > 0 && IsToken(name[i+1:]) {
 		q := name[:i]
 		if k, ok := KeyOfAux(prefix, QueueSuffix, q); ok && Base(prefix, k)+QueueSuffix == q {
-			return k, AuxWaiter, true
+			return k, AuxOp, true
 		}
 	}
 	return "", "", false
@@ -179,8 +183,8 @@ func GlobEscape(s string) string {
 //     len(P1)+1 is T1[0], '#' or '{'; in the second form that index is
 //     inside P2 (which has neither) or is P2's ':' separator: impossible.
 //   - the suffix is determined by the name: the fixed suffixes of
-//     Table all start with ':', none is a suffix of another, and a
-//     waiter lease ends in ":q:" + a token (TokenLen base64url bytes, no
+//     Table all start with ':', none is a suffix of another, and an
+//     operation record ends in ":q:" + an id (TokenLen base64url bytes, no
 //     ':'), longer than every fixed suffix, so no two of them end one name.
 //   - the key is determined by the rest: KeyOfAux inverts Base (the
 //     first byte picks the form; in the braced forms the first '}' ends
@@ -251,22 +255,25 @@ func KeyOfAux(prefix, suffix, name string) (key string, ok bool) {
 // names carry a hash tag that puts them in the lock key's Cluster slot,
 // so one script may touch them all.
 func Keys(prefix, key string) protocol.Keys {
-	// The three names, one after the other in one string (one allocation,
+	// The five names, one after the other in one string (one allocation,
 	// not one per name), each a substring of it. base stays valid as the
 	// Builder grows: it never changes bytes it has written.
 	var b strings.Builder
-	b.Grow(3*(len(prefix)+len(key)+maxAuxExtra) + len(FenceSuffix) + len(WakeSuffix) + len(QueueSuffix))
+	b.Grow(5*(len(prefix)+len(key)+maxAuxExtra) + len(FenceSuffix) + len(WakeSuffix) + len(QueueSuffix) +
+		len(WaitersSuffix) + len(TombsSuffix))
 	writeBase(&b, prefix, key)
 	base := b.String()
-	b.WriteString(FenceSuffix)
-	f := b.Len()
-	b.WriteString(base)
-	b.WriteString(WakeSuffix)
-	w := b.Len()
-	b.WriteString(base)
-	b.WriteString(QueueSuffix)
+	var ends [5]int
+	for i, suffix := range [...]string{FenceSuffix, WakeSuffix, QueueSuffix, WaitersSuffix, TombsSuffix} {
+		if i > 0 {
+			b.WriteString(base)
+		}
+		b.WriteString(suffix)
+		ends[i] = b.Len()
+	}
 	all := b.String()
-	return protocol.Keys{Lock: key, Fence: all[:f], Wake: all[f:w], Queue: all[w:]}
+	return protocol.Keys{Lock: key, Fence: all[:ends[0]], Wake: all[ends[0]:ends[1]], Queue: all[ends[1]:ends[2]],
+		Waiters: all[ends[2]:ends[3]], Tombs: all[ends[3]:]}
 }
 
 // Aux names another auxiliary key of the lock k: "<prefix>:<tagged

@@ -41,7 +41,7 @@ func FuzzAuxKeys(f *testing.F) {
 		}
 		slot := Slot(key)
 		names := map[string]string{"fence": ks.Fence, "queue": ks.Queue, "wake": ks.Wake,
-			"lease": ks.Queue + ":" + strings.Repeat("t", TokenLen), "guard": Base("dlock", key) + GuardSuffix}
+			"waiters": ks.Waiters, "tombs": ks.Tombs, "op": ks.Queue + ":" + strings.Repeat("t", TokenLen), "guard": Base("dlock", key) + GuardSuffix}
 		for what, name := range names {
 			if Slot(name) != slot {
 				t.Fatalf("key %q (slot %d), prefix %q: %s %q is in slot %d", key, slot, prefix, what, name, Slot(name))
@@ -50,7 +50,8 @@ func FuzzAuxKeys(f *testing.F) {
 				t.Fatalf("key %q: %s name is the key itself", key, what)
 			}
 		}
-		for suffix, name := range map[string]string{FenceSuffix: ks.Fence, QueueSuffix: ks.Queue, WakeSuffix: ks.Wake} {
+		for suffix, name := range map[string]string{FenceSuffix: ks.Fence, QueueSuffix: ks.Queue, WakeSuffix: ks.Wake,
+			WaitersSuffix: ks.Waiters, TombsSuffix: ks.Tombs} {
 			back, ok := KeyOfAux(prefix, suffix, name)
 			if !ok || back != key {
 				t.Fatalf("key %q, prefix %q: %q decodes to %q, %v", key, prefix, name, back, ok)

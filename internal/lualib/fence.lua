@@ -47,6 +47,20 @@ local function fence_mget(f, v)
   return fence_value(v)
 end
 
+-- server_time returns the server's TIME, read once per script run: clk,
+-- a table of the run (nil: read it now), keeps it for the run's other
+-- callers. A Function library's top-level locals outlive a call, so the
+-- cache is the caller's, never the library's.
+local function server_time(clk)
+  if not clk then
+    return redis.call('TIME')
+  end
+  if not clk.tm then
+    clk.tm = redis.call('TIME')
+  end
+  return clk.tm
+end
+
 -- fence_draw draws the next fencing token after c (f's value, from
 -- fence_read): max(c + 1, the server's TIME in microseconds). The counter
 -- then lives at least fttl ms more. excl: the grant is exclusive (no other
@@ -56,9 +70,10 @@ end
 -- increasing on one server; the clock keeps them increasing when the
 -- counter is gone or behind: after it expired, after a restart without
 -- persistence, or on a replica promoted before it received the last grants
--- (as long as that server's clock is not behind the old one's).
-local function fence_draw(f, c, fttl, excl)
-  local t = redis.call('TIME')
+-- (as long as that server's clock is not behind the old one's). clk: see
+-- server_time.
+local function fence_draw(f, c, fttl, excl, clk)
+  local t = server_time(clk)
   local n = math.max(c + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
   local ms = tonumber(fttl)
   if c > 0 and not excl then
@@ -68,9 +83,36 @@ local function fence_draw(f, c, fttl, excl)
   return n
 end
 
+-- fence_swap is fence_draw for an exclusive grant whose counter was not
+-- read before: the draw's SET reads the old value (GET), so one write
+-- does both. If the old value is ahead of the clock, the counter is set
+-- again, above it. Returns nil if f is not a counter: a key of another
+-- type is left as it was (SET ... GET refuses it), another program's
+-- string is put back (without a TTL: it had none, or a TTL the swap
+-- cannot know), and the caller undoes its grant.
+local function fence_swap(f, fttl, clk)
+  local t = server_time(clk)
+  local n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local old = redis.pcall('SET', f, string.format('%d', n), 'PX', fttl, 'GET')
+  if is_err(old) then
+    return nil
+  end
+  local c = fence_value(old)
+  if not c then
+    redis.call('SET', f, old)
+    return nil
+  end
+  if c >= n then
+    n = c + 1
+    redis.call('SET', f, string.format('%d', n), 'PX', fttl)
+  end
+  return n
+end
+
 -- now_ms is the server's clock in milliseconds: the scale of every lease
--- deadline stored in a sorted set (holds.lua, the semaphore).
-local function now_ms()
-  local t = redis.call('TIME')
+-- deadline stored in a sorted set or hash (holds.lua, the semaphore, the
+-- waiters of queue.lua). clk: see server_time.
+local function now_ms(clk)
+  local t = server_time(clk)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end

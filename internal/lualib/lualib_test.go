@@ -27,10 +27,10 @@ func TestBuildTakesWhatItUses(t *testing.T) {
 		}
 	}
 	// Through other definitions: q_handoff uses q_serve, which uses
-	// q_parse, q_notify, is_err and Q_DEAD; each comes before its users.
+	// q_parse, q_notify, is_err and q_lease; each comes before its users.
 	got = Build("return q_handoff(KEYS[1], KEYS[2], ARGV[1], ARGV[2])")
 	last := -1
-	for _, name := range []string{"local function is_err(", "local Q_DEAD", "local function q_notify(",
+	for _, name := range []string{"local function is_err(", "local function q_lease(", "local function q_notify(",
 		"local function q_parse(", "local function q_serve(", "local function q_handoff("} {
 		i := strings.Index(got, name)
 		if i < 0 || i < last {

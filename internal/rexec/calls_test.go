@@ -45,7 +45,7 @@ func runsAfter(t *testing.T, x *rexec.Exec, flush func() error) {
 	t.Helper()
 	ctx := context.Background()
 	raw := func(k, token string) rexec.Raw {
-		return rexec.Raw{Args: []any{"evalsha", scripts.Acquire.Hash(), 3, k, k + ":fence", k + ":queue",
+		return rexec.Raw{Args: []any{"evalsha", scripts.Acquire.Hash(), 5, k, k + ":fence", k + ":queue", k + ":waiters", k + ":tombs",
 			token, int64(60000), int64(70000), "try"}, Src: scripts.Body(scripts.Acquire)}
 	}
 	must := func() {

@@ -54,7 +54,7 @@ func faulty(t *testing.T) (*rexec.Exec, *redis.Client, *faultcmd.Injector, *pipe
 // queueing: one of package dlock's scripts, so it goes through the
 // pipeline. Its reply is {1, fence} when granted.
 func acquire(k, token string) protocol.Call {
-	return protocol.Call{Script: scripts.Acquire, Keys: []string{k, k + ":fence", k + ":queue"},
+	return protocol.Call{Script: scripts.Acquire, Keys: []string{k, k + ":fence", k + ":queue", k + ":waiters", k + ":tombs"},
 		Args: []any{token, int64(60000), int64(70000), "try"}}
 }
 

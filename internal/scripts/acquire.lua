@@ -4,8 +4,9 @@
 --
 -- KEYS[1]  the lock key: holds the owner's token, with a PX TTL
 -- KEYS[2]  the fence counter (same Cluster slot as KEYS[1])
--- KEYS[3]  the wait queue (see lualib/queue.lua): waiter tokens, oldest first,
---          each live waiter with a lease key KEYS[3]..':'..token
+-- KEYS[3]  the wait queue (see lualib/queue.lua): waiter tokens, oldest first
+-- KEYS[4]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[5]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the lock TTL in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds (longer than ARGV[2])
@@ -24,15 +25,43 @@
 -- Returns {1, fence}  acquired (or the key already held our token: a hand-off
 --                     being confirmed, or a retried acquire). The key's TTL is
 --                     set to ARGV[2]. fence = max(counter + 1, TIME in µs)
---                     (see lualib/fence.lua). A waiter's lease key is deleted.
+--                     (see lualib/fence.lua). A waiter's lease is deleted.
 --         {0, pttl}   not acquired; pttl = the holder's remaining TTL in ms
 --                     (-1: no TTL; -2: the key is free but waiters are ahead)
---         {-2, 0}     KEYS[1], KEYS[2] or KEYS[3] exists with another type
---                     (not a lock, a counter, a queue): nothing was written
+--         {-2, 0}     a key exists with another type (not a lock, a
+--                     counter, a queue...): nothing was written
 local token, mode = ARGV[1], ARGV[4]
-local K, F, Q = KEYS[1], KEYS[2], KEYS[3]
+local K, F = KEYS[1], KEYS[2]
+local Q = q_keys(KEYS[3], KEYS[4], KEYS[5])
 local v, dead, c
-if mode == 'q' then
+if mode == 'try' or mode == 'barge' then
+  -- The common case: nobody queued (or barging), so a free key is taken
+  -- by SET NX, whose GET also reads what a held key holds, and the fence
+  -- is drawn by a SET that reads the counter it replaces (fence_swap).
+  dead = q_dead(Q, token)
+  if dead then
+    return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
+  end
+  local free = dead == false and (mode == 'barge' or q_empty(Q))
+  if free == nil or dead == nil then
+    return {-2, 0}
+  end
+  if free then
+    v = redis.pcall('SET', K, token, 'NX', 'PX', ARGV[2], 'GET')
+    if is_err(v) then
+      return {-2, 0}
+    end
+    if not v then
+      local n = fence_swap(F, ARGV[3], Q)
+      if not n then
+        redis.call('DEL', K) -- the counter is not ours: no grant
+        return {-2, 0}
+      end
+      return {1, n}
+    end
+  end
+  c = fence_read(F)
+elseif mode == 'q' then
   -- A queued waiter's retry, most often the confirmation of a hand-off:
   -- the key and the counter in one read. A key holding our token makes
   -- the tombstone moot (no script leaves a token's tombstone while the key
@@ -42,41 +71,18 @@ if mode == 'q' then
   if r[1] then
     v = r[1] -- else read again below: MGET answers nil for another type
   end
-  if v ~= token then
-    dead = q_dead(Q, token)
-  end
+  dead = v ~= token and q_dead(Q, token)
   c = fence_mget(F, r[2])
-elseif mode == 'q1' then
-  -- A waiter's first attempt finds the key held, most often: the key is
-  -- read with the tombstone and the counter (else a GET below).
-  dead, c, v = q_dead_fence(Q, token, F, K)
 else
-  dead, c = q_dead_fence(Q, token, F)
+  -- A waiter's first attempt (q1) finds the key held, most often: the
+  -- key is read with the counter (else a GET below).
+  dead, c, v = q_dead_fence(Q, token, F, K)
 end
 if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
 end
-if not c then
+if not c or dead == nil then
   return {-2, 0}
-end
--- The common case in one write: nobody queued (or barging), so a free key
--- is taken by SET NX, whose GET also reads what a held key holds. A first
--- attempt that read the key held (q1: v is its value) skips the queue
--- check: it cannot take the key, and q_join checks Q's type as it joins.
-if mode ~= 'q' and v == nil then
-  local free = mode == 'barge' or q_empty(Q)
-  if free == nil then
-    return {-2, 0}
-  end
-  if free and v == nil then
-    v = redis.pcall('SET', K, token, 'NX', 'PX', ARGV[2], 'GET')
-    if is_err(v) then
-      return {-2, 0}
-    end
-    if not v then
-      return {1, fence_draw(F, c, ARGV[3], true)}
-    end
-  end
 end
 if v == nil then
   v = redis.pcall('GET', K)
@@ -87,7 +93,7 @@ end
 if v == token then
   redis.call('PEXPIRE', K, ARGV[2])
   q_granted(Q, token)
-  return {1, fence_draw(F, c, ARGV[3], true)}
+  return {1, fence_draw(F, c, ARGV[3], true, Q)}
 end
 if mode == 'q' then
   if not q_ok(Q) then
@@ -105,7 +111,7 @@ if not v then
     if mode == 'q' then
       q_granted(Q, token)
     end
-    return {1, fence_draw(F, c, ARGV[3], true)}
+    return {1, fence_draw(F, c, ARGV[3], true, Q)}
   end
 end
 if mode == 'q1' and not q_join(Q, token, ARGV[5], ARGV[6], true) then

@@ -7,6 +7,8 @@
 -- KEYS[1]  the lock key: holds ARGV[5] while the hold lasts
 -- KEYS[2]  the wait queue (lualib/queue.lua)
 -- KEYS[3]  the hold set (lualib/holds.lua)
+-- KEYS[4]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[5]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the handle's (or leaving waiter's) token
 -- ARGV[2]  the key's wake-up channel ('released' when freed, nobody queued)
 -- ARGV[3]  the pickup time in ms of a hand-off
@@ -27,39 +29,40 @@
 --         -2  the lock key exists but is not a string, or the queue or
 --             the hold set has another type: nothing was written
 local token, group = ARGV[1], ARGV[5]
+local Q = q_keys(KEYS[2], KEYS[4], KEYS[5])
 local v = redis.pcall('GET', KEYS[1])
-if is_err(v) or not h_count(KEYS[3]) or not q_ok(KEYS[2]) then
+if is_err(v) or not h_count(KEYS[3]) or not q_ok(Q) then
   return -2
 end
 if ARGV[4] == '1' then
-  q_leave(KEYS[2], token)
+  q_leave(Q, token)
   if v == token then
-    q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+    q_handoff(KEYS[1], Q, ARGV[3], ARGV[2])
     return 1
   end
   if v ~= group then
     return 0
   end
 elseif v ~= group then
-  if q_dead(KEYS[2], token) then
+  if q_dead(Q, token) then
     return 1 -- this release already ran (its reply was lost): not a loss
   end
   return v and -1 or 0
 end
-local now = now_ms()
+local now = now_ms(Q)
 local live = h_live(KEYS[3], token, now)
 redis.call('ZREM', KEYS[3], token)
 if not live then
-  if ARGV[4] ~= '1' and q_dead(KEYS[2], token) then
+  if ARGV[4] ~= '1' and q_dead(Q, token) then
     return 1
   end
   return 0
 end
 h_prune(KEYS[3], now)
 if not h_settle(KEYS[1], KEYS[3]) then
-  q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2])
+  q_handoff(KEYS[1], Q, ARGV[3], ARGV[2])
 end
 if ARGV[4] ~= '1' then
-  q_released(KEYS[2], token)
+  q_released(Q, token)
 end
 return 1

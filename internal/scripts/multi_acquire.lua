@@ -3,8 +3,10 @@
 -- and multi-key lockers of the same keys exclude each other and share the
 -- queues. Uses lualib/fence.lua and lualib/queue.lua (prepended).
 --
--- KEYS     triples, in the canonical order (sorted): KEYS[3i-2] a lock key,
---          KEYS[3i-1] its fence counter, KEYS[3i] its wait queue
+-- KEYS     quintuples, in the canonical order (sorted): KEYS[5i-4] a lock
+--          key, KEYS[5i-3] its fence counter, KEYS[5i-2] its wait queue,
+--          KEYS[5i-1] its waiters' leases, KEYS[5i] its tombstones
+--          (lualib/queue.lua)
 -- ARGV[1]  the caller's token (the same in every key)
 -- ARGV[2]  the lock TTL in milliseconds
 -- ARGV[3]  the fence counters' TTL in milliseconds
@@ -29,17 +31,22 @@
 --                        type; nothing was written
 local token, mode = ARGV[1], ARGV[4]
 local queued = mode == 'q1' or mode == 'q'
-local n = #KEYS / 3
+local n = #KEYS / 5
+local qs = {}
 for i = 1, n do
-  if q_dead(KEYS[3 * i], token) then
+  qs[i] = q_keys(KEYS[5 * i - 2], KEYS[5 * i - 1], KEYS[5 * i])
+  local dead = q_dead(qs[i], token)
+  if dead == nil then
+    return {-2, 0, i}
+  elseif dead then
     return {0, -2, i} -- a withdrawn token (lualib/queue.lua): never granted again
   end
 end
 local vals, fences = {}, {}
 for i = 1, n do
-  local v = redis.pcall('GET', KEYS[3 * i - 2])
-  fences[i] = fence_read(KEYS[3 * i - 1])
-  if is_err(v) or not fences[i] or (queued and not q_ok(KEYS[3 * i])) then
+  local v = redis.pcall('GET', KEYS[5 * i - 4])
+  fences[i] = fence_read(KEYS[5 * i - 3])
+  if is_err(v) or not fences[i] or (queued and not q_ok(qs[i])) then
     return {-2, 0, i}
   end
   vals[i] = v
@@ -49,7 +56,7 @@ local function blocked(i)
   if not vals[i] then
     return {0, -2, i}
   end
-  return {0, redis.call('PTTL', KEYS[3 * i - 2]), i}
+  return {0, redis.call('PTTL', KEYS[5 * i - 4]), i}
 end
 
 if not queued then
@@ -59,7 +66,7 @@ if not queued then
       return blocked(i)
     end
     if v ~= token and mode ~= 'barge' then
-      local ahead = q_ahead(KEYS[3 * i], token)
+      local ahead = q_ahead(qs[i], token)
       if ahead == nil then
         return {-2, 0, i}
       elseif ahead then
@@ -68,11 +75,11 @@ if not queued then
     end
   end
   for i = 1, n do
-    redis.call('SET', KEYS[3 * i - 2], token, 'PX', ARGV[2])
+    redis.call('SET', KEYS[5 * i - 4], token, 'PX', ARGV[2])
   end
 else
   for i = 1, n do
-    local k, q, v = KEYS[3 * i - 2], KEYS[3 * i], vals[i]
+    local k, q, v = KEYS[5 * i - 4], qs[i], vals[i]
     if v == token then
       redis.call('PEXPIRE', k, ARGV[2])
       q_granted(q, token)
@@ -94,8 +101,9 @@ else
     end
   end
 end
+local clk = {}
 local r = {1}
 for i = 1, n do
-  r[i + 1] = fence_draw(KEYS[3 * i - 1], fences[i], ARGV[3])
+  r[i + 1] = fence_draw(KEYS[5 * i - 3], fences[i], ARGV[3], false, clk)
 end
 return r

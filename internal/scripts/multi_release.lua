@@ -3,11 +3,12 @@
 -- the token out of every key's queue (a waiter that gives up, or holds
 -- some keys and waits for the next). Uses lualib/queue.lua (prepended).
 --
--- KEYS     pairs: KEYS[2i-1] a lock key, KEYS[2i] its wait queue
+-- KEYS     quadruples: KEYS[4i-3] a lock key, KEYS[4i-2] its wait queue,
+--          KEYS[4i-1] its waiters' leases, KEYS[4i] its tombstones
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the pickup time in ms of a hand-off
 -- ARGV[2+i] key i's wake-up channel ('released' when freed, nobody queued)
--- ARGV[3+n] (n = #KEYS/2) 'r': the roll-back of an attempt whose token
+-- ARGV[3+n] (n = #KEYS/4) 'r': the roll-back of an attempt whose token
 --           goes on: just take the token out of every queue; otherwise
 --           ('0' a release, '1' a waiter leaving or an abandoned acquire)
 --           the token is done: leave a tombstone in every queue
@@ -25,7 +26,7 @@
 --             untouched)
 -- The worst outcome wins: -2, then -1, then 0.
 local token, code = ARGV[1], 1
-local done = ARGV[3 + #KEYS / 2] ~= 'r'
+local done = ARGV[3 + #KEYS / 4] ~= 'r'
 local leave = done and q_leave or q_drop
 local rank = {[1] = 0, [0] = 1, [-1] = 2, [-2] = 3}
 local function worse(c)
@@ -33,8 +34,8 @@ local function worse(c)
     code = c
   end
 end
-for i = 1, #KEYS / 2 do
-  local k, q = KEYS[2 * i - 1], KEYS[2 * i]
+for i = 1, #KEYS / 4 do
+  local k, q = KEYS[4 * i - 3], q_keys(KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i])
   local v = redis.pcall('GET', k)
   local ran = done and q_released_here(q, token)
   if is_err(v) or not leave(q, token) then

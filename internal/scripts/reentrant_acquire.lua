@@ -10,6 +10,8 @@
 -- KEYS[3]  the wait queue (lualib/queue.lua)
 -- KEYS[4]  the hold set (lualib/holds.lua): one member per handle; the hold
 --          count is its size
+-- KEYS[5]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[6]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the handle's token (also its queue token)
 -- ARGV[2]  the handle's TTL in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds
@@ -28,7 +30,8 @@
 --         {0, pttl}   held by another owner: pttl as in acquire.lua
 --         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, owner = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[7]
-local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K, F, H = KEYS[1], KEYS[2], KEYS[4]
+local Q = q_keys(KEYS[3], KEYS[5], KEYS[6])
 local dead, c = q_dead_fence(Q, token, F)
 if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
@@ -39,10 +42,10 @@ if is_err(v) then
   return {-2, 0}
 end
 local handles = h_count(H)
-if not c or not handles or not q_ok(Q) then
+if dead == nil or not c or not handles or not q_ok(Q) then
   return {-2, 0}
 end
-local now = now_ms()
+local now = now_ms(Q)
 
 local function hold(new)
   local f
@@ -51,15 +54,15 @@ local function hold(new)
     if handles > 0 then
       redis.call('DEL', H) -- handles of an earlier hold that ended
     end
-    f = fence_draw(F, c, ARGV[3])
+    f = fence_draw(F, c, ARGV[3], false, Q)
   elseif c > 0 then
     f = c
     keep_for(F, ARGV[3])
   else
-    f = fence_draw(F, c, ARGV[3])
+    f = fence_draw(F, c, ARGV[3], false, Q)
   end
   redis.call('ZADD', H, now + ttl, token)
-  redis.call('LREM', Q, 0, token)
+  redis.call('LREM', Q.q, 0, token)
   if mode == 'q' or v == token then
     q_granted(Q, token)
   end

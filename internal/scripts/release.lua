@@ -5,6 +5,8 @@
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the wait queue (see lualib/queue.lua)
+-- KEYS[3]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[4]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the caller's token; for 'force', the value the caller read
 --          ('': whatever the key holds)
 -- ARGV[2]  the key's wake-up channel: 'released' is published on it when
@@ -31,18 +33,19 @@
 -- Returns  1  released (freed, or handed off)
 --          0  the key is gone, or (leaving) was not ours: nothing released
 --         -1  the key holds another owner's token: left untouched
---         -2  the key exists but is not a string, or the queue is not a
---             list: nothing was written
+--         -2  the key exists but is not a string, or a queue key has
+--             another type: nothing was written
 local token = ARGV[1]
+local Q = q_keys(KEYS[2], KEYS[3], KEYS[4])
 if ARGV[4] == '0' then
-  return q_release(KEYS[1], KEYS[2], token, ARGV[2], ARGV[3])
+  return q_release(KEYS[1], Q, token, ARGV[2], ARGV[3])
 end
 local v = redis.pcall('GET', KEYS[1])
 if is_err(v) then
   return -2
 end
 if ARGV[4] == '1' then
-  if not q_leave(KEYS[2], token) then
+  if not q_leave(Q, token) then
     return -2
   end
   if v ~= token then
@@ -53,7 +56,7 @@ elseif v ~= token and (ARGV[4] ~= 'force' or token ~= '') then
 elseif not v then
   return 0 -- force, and nothing held
 end
-if not q_handoff(KEYS[1], KEYS[2], ARGV[3], ARGV[2]) then
+if not q_handoff(KEYS[1], Q, ARGV[3], ARGV[2]) then
   return -2
 end
 return 1

@@ -2,7 +2,8 @@
 -- (ARGV[4] '0') for many single-key locks in one call, each on its own.
 -- Uses lualib/queue.lua (prepended).
 --
--- KEYS     pairs: KEYS[2i-1] lock i's key, KEYS[2i] its wait queue. On a
+-- KEYS     quadruples: KEYS[4i-3] lock i's key, KEYS[4i-2] its wait queue,
+--          KEYS[4i-1] its waiters' leases, KEYS[4i] its tombstones. On a
 --          Cluster every key of one call is in one slot (the engine groups
 --          locks by slot; on a Ring, by shard).
 -- ARGV     triples: ARGV[3i-2] lock i's token, ARGV[3i-1] its key's
@@ -18,7 +19,8 @@
 --          -1  the key holds another owner's token: left untouched
 --          -2  the key is not a string, or the queue not a list
 local out = {}
-for i = 1, #KEYS / 2 do
-  out[i] = q_release(KEYS[2 * i - 1], KEYS[2 * i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
+for i = 1, #KEYS / 4 do
+  local Q = q_keys(KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i])
+  out[i] = q_release(KEYS[4 * i - 3], Q, ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
 end
 return out

@@ -7,6 +7,8 @@
 -- KEYS[3]  L: the limit set by SetLimit, if any
 -- KEYS[4]  the fence counter
 -- KEYS[5]  Q: the wait queue (lualib/queue.lua)
+-- KEYS[6]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[7]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the caller's token (also its queue token)
 -- ARGV[2]  the TTL of the caller's permits in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds
@@ -31,7 +33,8 @@
 --                     key has a type or value not ours: nothing was written
 --         {-3, limit} n is above the limit: it can never be granted
 local token, ttl, mode, n = ARGV[1], tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[7])
-local S, P, L, F, Q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local S, P, L, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local Q = q_keys(KEYS[5], KEYS[6], KEYS[7])
 local dead, c = q_dead_fence(Q, token, F)
 if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
@@ -39,10 +42,10 @@ end
 
 local mine = redis.pcall('ZSCORE', S, token)
 local limit = sem_limit(L, ARGV[8])
-if is_err(mine) or not limit or not c or not sem_ok(P) or not q_ok(Q) then
+if dead == nil or is_err(mine) or not limit or not c or not sem_ok(P) or not q_ok(Q) then
   return {-2, 0}
 end
-local now = now_ms()
+local now = now_ms(Q)
 local used = sem_prune(S, P, now)
 
 local function grant()
@@ -51,7 +54,7 @@ local function grant()
     q_granted(Q, token)
   end
   sem_settle(S, P)
-  return {1, fence_draw(F, c, ARGV[3])}
+  return {1, fence_draw(F, c, ARGV[3], false, Q)}
 end
 
 if mine and tonumber(mine) > now then
@@ -75,7 +78,7 @@ if mode ~= 'barge' then
     sem_settle(S, P) -- waiters were handed permits: S and P expire with them
   end
 end
-if n <= free and (mode == 'barge' or redis.call('LLEN', Q) == 0) then
+if n <= free and (mode == 'barge' or redis.call('LLEN', Q.q) == 0) then
   sem_take(S, P, token, n, now + ttl)
   return grant()
 end

@@ -11,6 +11,8 @@
 -- KEYS[4]  Q: the wait queue
 -- KEYS[5]  V: the limit's version (a string integer; absent = 0; no TTL),
 --          bumped by every call that applies
+-- KEYS[6]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[7]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the new limit (>= 1), or 0 to delete L (each caller's own
 --          limit applies again)
 -- ARGV[2]  the pickup time in ms of permits handed to a waiter
@@ -23,7 +25,8 @@
 -- another key has a type or value not ours; -3 if V no longer holds
 -- ARGV[3] (another SetLimit applied since the caller read it, or this
 -- very call ran already). Nothing is written on -2 or -3.
-local S, P, L, Q, V = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local S, P, L, V = KEYS[1], KEYS[2], KEYS[3], KEYS[5]
+local Q = q_keys(KEYS[4], KEYS[6], KEYS[7])
 local t = redis.call('TYPE', S)['ok']
 if (t ~= 'zset' and t ~= 'none') or not sem_limit(L, '0') or not sem_ok(P) or not q_ok(Q) then
   return -2
@@ -42,7 +45,7 @@ if ARGV[1] == '0' then
 end
 redis.call('SET', L, ARGV[1])
 local limit = tonumber(ARGV[1])
-local now = now_ms()
+local now = now_ms(Q)
 local used = sem_prune(S, P, now)
 sem_pump(S, P, Q, limit - used, limit, now, ARGV[2], '')
 sem_settle(S, P)

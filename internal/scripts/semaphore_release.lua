@@ -6,6 +6,8 @@
 -- KEYS[2]  P: permits per holder (hash)
 -- KEYS[3]  L: the limit set by SetLimit, if any
 -- KEYS[4]  Q: the wait queue
+-- KEYS[5]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[6]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the holder's (or leaving waiter's) token
 -- ARGV[2]  the wake-up channel: 'released' is published on it once per
 --          freed permit left over when no waiter is queued (for barging
@@ -35,7 +37,8 @@
 --             held nothing)
 --         -2  KEYS[1] is not a sorted set, or another key has a type
 --             or value not ours: nothing was written
-local S, P, L, Q, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local S, P, L, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local Q = q_keys(KEYS[4], KEYS[5], KEYS[6])
 local s = redis.pcall('ZSCORE', S, token)
 local limit = sem_limit(L, ARGV[5])
 if is_err(s) or not limit or not sem_ok(P) or not q_ok(Q) then
@@ -44,7 +47,7 @@ end
 if ARGV[4] == '1' then
   q_leave(Q, token)
 end
-local now = now_ms()
+local now = now_ms(Q)
 local used = sem_prune(S, P, now)
 local code, freed = 0, 0
 if s and tonumber(s) > now then
@@ -67,7 +70,7 @@ if limit > 0 then
 else
   q_nudge(Q)
 end
-if freed > 0 and redis.call('LLEN', Q) == 0 then
+if freed > 0 and redis.call('LLEN', Q.q) == 0 then
   for _ = 1, math.min(freed, free, MAX_WAKES) do
     pcall_publish(ARGV[2], 'released')
   end

@@ -8,6 +8,8 @@
 -- KEYS[2]  the fence counter
 -- KEYS[3]  the wait queue (lualib/queue.lua), shared by readers and writers
 -- KEYS[4]  the readers' hold set (lualib/holds.lua): reader token -> lease end
+-- KEYS[5]  the waiters' leases (hash, lualib/queue.lua)
+-- KEYS[6]  the tombstones (sorted set, lualib/queue.lua)
 -- ARGV[1]  the reader's token (also its queue token)
 -- ARGV[2]  the reader's TTL in milliseconds
 -- ARGV[3]  the fence counter TTL in milliseconds
@@ -30,7 +32,8 @@
 --                     (-2: free, but a writer is queued ahead)
 --         {-2, 0}     a key exists with another type: nothing was written
 local token, ttl, mode, marker = ARGV[1], tonumber(ARGV[2]), ARGV[4], ARGV[8]
-local K, F, Q, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K, F, H = KEYS[1], KEYS[2], KEYS[4]
+local Q = q_keys(KEYS[3], KEYS[5], KEYS[6])
 local dead, c = q_dead_fence(Q, token, F)
 if dead then
   return {0, -2} -- a withdrawn token (lualib/queue.lua): never granted again
@@ -40,25 +43,30 @@ local v = redis.pcall('GET', K)
 if is_err(v) then
   return {-2, 0}
 end
-if not c or not h_count(H) or not q_ok(Q) then
+if dead == nil or not c or not h_count(H) or not q_ok(Q) then
   return {-2, 0}
 end
-local now = now_ms()
+local now = now_ms(Q)
 
 -- writer_ahead: is a live waiter that is not a reader queued before us?
 local function writer_ahead()
   if mode == 'barge' then
     return false
   end
-  for _, m in ipairs(redis.call('LRANGE', Q, 0, -1)) do
-    if m == token then
-      return false
-    end
-    local p = redis.call('GET', Q .. ':' .. m)
-    if p then
-      local _, req = q_parse(p)
-      if req ~= 'r' then
-        return true
+  local ms = redis.call('LRANGE', Q.q, 0, -1)
+  for i0 = 1, #ms, 256 do -- leases read 256 at a time (unpack's limit)
+    local j = math.min(i0 + 255, #ms)
+    local ls = redis.call('HMGET', Q.w, unpack(ms, i0, j))
+    for i = i0, j do
+      if ms[i] == token then
+        return false
+      end
+      local p = q_lease(Q, ls[i - i0 + 1])
+      if p then
+        local _, req = q_parse(p)
+        if req ~= 'r' then
+          return true
+        end
       end
     end
   end
@@ -71,7 +79,7 @@ local function grant(start)
     redis.call('DEL', H)
   end
   redis.call('ZADD', H, now + ttl, token)
-  redis.call('LREM', Q, 0, token)
+  redis.call('LREM', Q.q, 0, token)
   if mode == 'q' or v == token then
     q_granted(Q, token)
   end
@@ -84,7 +92,7 @@ local function grant(start)
     return 'hand'
   end)
   h_settle(K, H)
-  return {1, fence_draw(F, c, ARGV[3])}
+  return {1, fence_draw(F, c, ARGV[3], false, Q)}
 end
 
 if v == token then

@@ -25,7 +25,7 @@ const (
 // pickup is how long a hand-off to the next waiter waits for its
 // confirmation.
 func Token(k protocol.Keys, value string, pickup time.Duration, mode string) protocol.Call {
-	return protocol.Call{Script: scripts.Release, Keys: []string{k.Lock, k.Queue},
+	return protocol.Call{Script: scripts.Release, Keys: []string{k.Lock, k.Queue, k.Waiters, k.Tombs},
 		Args: []any{value, k.Wake, pickup.Milliseconds(), mode}}
 }
 
@@ -33,7 +33,7 @@ func Token(k protocol.Keys, value string, pickup time.Duration, mode string) pro
 // (the owner id, or keyspace.SharedValue) whose hold set has the auxiliary
 // suffix suffix (holds_release.lua).
 func Holds(k protocol.Keys, suffix, token, group string, pickup time.Duration, mode string) protocol.Call {
-	return protocol.Call{Script: scripts.HoldsRelease, Keys: []string{k.Lock, k.Queue, keyspace.Aux(k, suffix)},
+	return protocol.Call{Script: scripts.HoldsRelease, Keys: []string{k.Lock, k.Queue, keyspace.Aux(k, suffix), k.Waiters, k.Tombs},
 		Args: []any{token, k.Wake, pickup.Milliseconds(), mode, group}}
 }
 
@@ -42,6 +42,6 @@ func Holds(k protocol.Keys, suffix, token, group string, pickup time.Duration, m
 // see the script).
 func Semaphore(k protocol.Keys, token string, pickup time.Duration, mode string, limit int) protocol.Call {
 	return protocol.Call{Script: scripts.SemaphoreRelease,
-		Keys: []string{k.Lock, keyspace.Aux(k, keyspace.PermitsSuffix), keyspace.Aux(k, keyspace.LimitSuffix), k.Queue},
+		Keys: []string{k.Lock, keyspace.Aux(k, keyspace.PermitsSuffix), keyspace.Aux(k, keyspace.LimitSuffix), k.Queue, k.Waiters, k.Tombs},
 		Args: []any{token, k.Wake, pickup.Milliseconds(), mode, limit}}
 }
