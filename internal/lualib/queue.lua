@@ -397,7 +397,7 @@ end
 -- count), so that this run writes too: a WAIT after it (MinReplicas) then
 -- waits for the replicas to reach this write, and so the earlier run's,
 -- on whatever connection that ran. Without a write, WAIT waits for the
--- last write of its own connection only (Redis 7.2 and later, Valkey): a
+-- last write of its own connection only (Redis and Valkey alike): a
 -- connection older than the earlier run confirms at once, while a
 -- replica may lack its delete.
 local function q_rereleased(qs, token)
