@@ -93,10 +93,7 @@ func TestPubSubProbeSentinel(t *testing.T) {
 	}
 	// Everything written so far is on the replicas.
 	direct0 := m0.Client(t)
-	if err := direct0.Set(ctx, "probe:marker", "1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := direct0.Do(ctx, "WAIT", 2, 5000).Int(); err != nil || n != 2 {
+	if n, err := waitReplicated(ctx, direct0, "probe:marker", 2); err != nil || n != 2 {
 		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
 

@@ -76,13 +76,17 @@ func (h *harness) lastErr(kind opKind) string {
 }
 
 // cutReplication stops the replicas of master and breaks their links, so
-// master's next writes are not replicated (correctness.md §4.4).
-func (h *harness) cutReplication(master *redistest.Server, replicas []*redistest.Server) {
+// master's next writes are not replicated (correctness.md §4.4). k is a
+// key master serves (on a Cluster, in its slots).
+func (h *harness) cutReplication(master *redistest.Server, replicas []*redistest.Server, k string) {
 	h.t.Helper()
 	ctx := h.t.Context()
 	mc := h.client(master.Addr(), true)
-	// Everything so far reached the replicas.
-	if n, err := mc.Do(ctx, "wait", len(replicas), 2000).Int(); err != nil || n < len(replicas) {
+	// Everything so far reached the replicas: a write, then WAIT on the
+	// same connection. A WAIT alone covers only its own connection's
+	// writes, none on a fresh one, and answers at once with every
+	// connected replica, whatever they have received.
+	if n, err := waitReplicated(ctx, mc, "{"+k+"}:replicated", len(replicas)); err != nil || n < len(replicas) {
 		h.t.Fatalf("WAIT before the cut: %d replicas, %v", n, err)
 	}
 	for _, r := range replicas {
@@ -93,6 +97,22 @@ func (h *harness) cutReplication(master *redistest.Server, replicas []*redistest
 	if err := mc.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// waitReplicated writes key on rdb's node and sends WAIT on the same
+// connection (one pipeline), and returns how many replicas acknowledged:
+// they have every write the node made before.
+func waitReplicated(ctx context.Context, rdb *redis.Client, key string, replicas int) (int, error) {
+	var wait *redis.Cmd
+	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, "1", time.Minute)
+		wait = p.Do(ctx, "wait", replicas, 2000)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return wait.Int()
 }
 
 // canaryTTL is the TTL of the unreplicated grant in the failover canaries:
@@ -130,7 +150,7 @@ func sentinelFailover(minReplicas int) func(h *harness) {
 			}
 		}
 		start := clock.Now()
-		h.cutReplication(master, replicas)
+		h.cutReplication(master, replicas, k)
 		lk := a.Acquire(ctx, k, canaryTTL, false)
 		switch {
 		case minReplicas == 0 && lk == nil:
@@ -246,7 +266,7 @@ func clusterFailover(h *harness) {
 		h.t.Fatal("warm-up grant failed")
 	}
 	start := clock.Now()
-	h.cutReplication(master, []*redistest.Server{replica})
+	h.cutReplication(master, []*redistest.Server{replica}, k)
 	lk := a.Acquire(ctx, k, canaryTTL, false)
 	if lk == nil {
 		h.t.Fatal("A could not acquire")

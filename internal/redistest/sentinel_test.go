@@ -33,12 +33,7 @@ func TestSentinel(t *testing.T) {
 		t.Fatalf("master %s, want Nodes[0] %s", m.Addr(), s.Nodes[0].Addr())
 	}
 	c := s.Client(t)
-	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Wait(ctx, 2, time.Second).Err(); err != nil {
-		t.Fatal(err)
-	}
+	setReplicated(ctx, t, c, "k", "v", 2)
 	for _, r := range s.Nodes[1:] {
 		if v, err := r.Client(t).Get(ctx, "k").Result(); err != nil || v != "v" {
 			t.Fatalf("replica %s: %q, %v", r.Addr(), v, err)
