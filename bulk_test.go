@@ -105,9 +105,11 @@ func TestBulkRenewalJudgesEachLock(t *testing.T) {
 	rdb := srv.NewClient()
 	h := &bulkCalls{resend: true}
 	rdb.AddHook(h)
-	c, _ := newClientOn(t, rdb, dlock.Options{})
+	// Renewed every 333 ms, as a TTL of 1 s would be, with a TTL that
+	// outlasts a loaded machine's stalls.
+	c, _ := newClientOn(t, rdb, dlock.Options{RenewInterval: 333 * time.Millisecond})
 	const n = 300
-	locks := holdMany(t, c, key(t), n, dlock.WithTTL(time.Second))
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(4*time.Second))
 	stolen := locks[n/2]
 	if err := srv.Client(t).Set(t.Context(), stolen.Key(), "another owner's token", redis.KeepTTL).Err(); err != nil {
 		t.Fatal(err)

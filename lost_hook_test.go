@@ -345,22 +345,21 @@ func TestLostHookCallsBack(t *testing.T) {
 	}
 }
 
-// A slow Renew hook (5 ms a call) with 2,000 locks renewed every 200 ms:
-// the Client called it inside each renewal batch, so a batch of 512
-// renewals took over 2.5 s and every lock expired. Its calls are now made
-// off the renewal path, and none is lost.
+// A slow Renew hook (40 ms a call) with 2,000 locks renewed every 400 ms:
+// the Client called it inside each renewal batch, so its 8 pipelines
+// renewed 200 locks a second, a round took 10 s, and every lock expired.
+// Its calls are now made off the renewal path, and none is lost.
 func TestSlowRenewHookLosesNothing(t *testing.T) {
 	const n = 2000
 	var calls atomic.Int64
-	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{Renew: func(context.Context, dlock.RenewInfo) {
+	c, rdb := newClient(t, dlock.Options{RenewInterval: hookRenewEvery, Hooks: dlock.Hooks{Renew: func(context.Context, dlock.RenewInfo) {
 		calls.Add(1)
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(40 * time.Millisecond)
 	}}})
-	// TTL 1.2 s: renewals every 400 ms leave room for a race-detector
-	// build on a loaded 2-core machine, while a hook on the renewal path
-	// (2,000 reports of 5 ms each per interval) would still lose them all.
-	locks := holdMany(t, c, key(t), n, dlock.WithTTL(1200*time.Millisecond))
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	// The TTL outlasts a loaded machine's stalls; a hook on the renewal
+	// path would still take 2.5 times longer than it to renew them all.
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(hookTTL))
+	for end := time.Now().Add(2 * hookTTL); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if lost := c.Stats().Lost; lost != 0 {
 			t.Fatalf("%d of %d locks lost with a slow Renew hook (%d hook calls)", lost, n, calls.Load())
 		}
@@ -383,20 +382,29 @@ func TestSlowRenewHookLosesNothing(t *testing.T) {
 	t.Logf("%d renewals, %d Renew hook calls, %d reports dropped", st.Renewals, calls.Load(), st.RenewReportsDropped)
 }
 
+// hookTTL and hookRenewEvery are the locks of the Renew hook tests: renewed
+// as often as with a TTL of 1.2 s, but with a TTL that outlasts the stalls
+// of a race-detector build on a loaded 2-core machine (seconds at load 20),
+// which lost locks to the machine, not to the hook.
+const (
+	hookTTL        = 4 * time.Second
+	hookRenewEvery = 400 * time.Millisecond
+)
+
 // A Renew hook that blocks: the reports waiting for it stay bounded (the
 // oldest are dropped and counted), and no lock is lost.
 func TestBlockedRenewHookDropsReports(t *testing.T) {
 	const n = 2000
 	release := make(chan struct{})
 	var calls atomic.Int64
-	c, _ := newClient(t, dlock.Options{Hooks: dlock.Hooks{Renew: func(context.Context, dlock.RenewInfo) {
+	c, _ := newClient(t, dlock.Options{RenewInterval: hookRenewEvery, Hooks: dlock.Hooks{Renew: func(context.Context, dlock.RenewInfo) {
 		calls.Add(1)
 		<-release
 	}}})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock()
-	holdMany(t, c, key(t), n, dlock.WithTTL(1200*time.Millisecond)) // see TestSlowRenewHookLosesNothing
+	holdMany(t, c, key(t), n, dlock.WithTTL(hookTTL))
 	deadline := time.Now().Add(10 * time.Second)
 	for c.Stats().RenewReportsDropped == 0 {
 		if time.Now().After(deadline) {

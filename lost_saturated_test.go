@@ -125,14 +125,14 @@ func TestBlockedRenewHookDelaysNoLoss(t *testing.T) {
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock()
 	var calls, losses atomic.Int64
-	c, rdb := newClient(t, dlock.Options{Hooks: dlock.Hooks{
+	c, rdb := newClient(t, dlock.Options{RenewInterval: hookRenewEvery, Hooks: dlock.Hooks{
 		Renew: func(context.Context, dlock.RenewInfo) {
 			calls.Add(1)
 			<-release
 		},
 		Lost: func(context.Context, dlock.LostInfo) { losses.Add(1) },
 	}})
-	locks := holdMany(t, c, key(t), n, dlock.WithTTL(1200*time.Millisecond))
+	locks := holdMany(t, c, key(t), n, dlock.WithTTL(hookTTL)) // see hookTTL
 	for deadline := time.Now().Add(10 * time.Second); c.Stats().RenewReportsDropped == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no report dropped with the Renew hook blocked: %+v", c.Stats())
@@ -143,8 +143,8 @@ func TestBlockedRenewHookDelaysNoLoss(t *testing.T) {
 	rdb.Del(t.Context(), gone.Key())
 	select {
 	case <-gone.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatalf("a lock lost while a Renew hook blocked: Done not closed after 3s (Err %v, Lost hook called %d times)", gone.Err(), losses.Load())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a lock lost while a Renew hook blocked: Done not closed after 10s (Err %v, Lost hook called %d times)", gone.Err(), losses.Load())
 	}
 	// Done closes as the loss is found; the Lost hook runs right after.
 	waitFor(t, "the Lost hook", func() bool { return losses.Load() > 0 })
