@@ -205,7 +205,10 @@ func TestRunGuardWithoutStderr(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(binPath, onSrv("run", "--ttl", "3s", "--kill-after", "1s", key, "-c", script)...)
+			// A TTL of 10 s: the guard, itself a process on a loaded
+			// machine, has seconds to act, and a guard killed by SIGPIPE
+			// still leaves the tree running past the key's expiry.
+			cmd := exec.Command(binPath, onSrv("run", "--ttl", "10s", "--kill-after", "1s", key, "-c", script)...)
 			cmd.Env = baseEnv()
 			cmd.Stdout, cmd.Stderr = w, w
 			if err := cmd.Start(); err != nil {
