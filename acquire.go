@@ -7,14 +7,23 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
-	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/protocol"
 )
 
-func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption) (*Lock, error) {
+// kind is the kind of lock a typed handle takes (RWLock's readers and
+// writer, Reentrant, Semaphore): it checks the handle's arguments and
+// builds the protocol of one call.
+type kind interface {
+	build(ctx context.Context, c *Client) (engine.Protocol, error)
+}
+
+// acquire takes key for a call of Client.Lock or TryLock (k nil) or of a
+// typed handle of kind k.
+func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []LockOption, k kind) (*Lock, error) {
 	start := time.Now()
 	if ctx == nil {
 		return nil, ErrNilContext
@@ -26,7 +35,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	if err != nil {
 		return nil, err
 	}
-	proto, err := c.primitive(ctx, cfg)
+	proto, err := c.protocolFor(ctx, cfg, k)
 	if err != nil {
 		return nil, err
 	}
@@ -36,27 +45,19 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Lock
 	return c.obtain(ctx, start, c.keysFor(key), proto, cfg, wait)
 }
 
-// primitive returns the protocol the call's options chose.
-func (c *Client) primitive(ctx context.Context, cfg lockConfig) (engine.Protocol, error) {
-	switch cfg.kinds {
-	case kindShared:
-		return sharedLock{holdSet{q: c.queue, group: keyspace.SharedValue, suffix: readersSuffix}}, nil
-	case kindReentrant:
-		owner := cfg.owner
-		if owner == "" {
-			owner, _ = ownerFromContext(ctx)
-		}
-		if owner == "" || owner == keyspace.SharedValue {
-			return nil, ErrInvalidOwner
-		}
-		return reentrantLock{holdSet{q: c.queue, group: reentrantValue(owner), suffix: holdsSuffix}}, nil
-	case kindSemaphore:
-		return semaphore{q: c.queue, limit: cfg.limit, permits: cfg.permits}, nil
-	}
-	if cfg.proto == nil {
+// protocolFor returns the protocol of a call with cfg by a handle of kind
+// k (nil: Client.Lock's): the Client's token lock, WithProtocol's, or the
+// kind's.
+func (c *Client) protocolFor(ctx context.Context, cfg lockConfig, k kind) (engine.Protocol, error) {
+	switch {
+	case k == nil && cfg.proto == nil:
 		return c.token, nil
+	case k == nil:
+		return cfg.proto, nil
+	case cfg.withProto:
+		return nil, fmt.Errorf("%w: WithProtocol applies to exclusive locks only (Client.Lock, TryLock, Do), not to RWLock, Reentrant or Semaphore", ErrInvalidOpts)
 	}
-	return cfg.proto, nil
+	return k.build(ctx, c)
 }
 
 // obtain acquires the lock keys names with proto (see engine.Engine.Acquire)

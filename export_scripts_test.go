@@ -21,26 +21,28 @@ type ScriptDriver struct {
 	KeyB  string // free for tests: a key they track
 }
 
+// Kind is the kind of lock of a typed handle's call.
+type Kind = kind
+
 // The kinds NewScriptDriver takes besides the exclusive lock: what
 // RWLock.RLock, Reentrant and Semaphore (one permit) pass to the engine.
 var (
-	ReadersKind   = sharedKind
-	ReentrantKind = reentrantKind
-	SemaphoreKind = func(limit int) LockOption { return semaphoreKind(limit, 1) }
+	ReadersKind   = func() Kind { return readers{} }
+	ReentrantKind = func(owner string) Kind { return owned{owner} }
+	SemaphoreKind = func(limit int) Kind { return permits{limit: limit, n: 1} }
 )
 
 // NewScriptDriver returns a driver for keys (one key, or a same-slot
-// multi-key lock) with opts (one of the kinds above, or none).
-func NewScriptDriver(ctx context.Context, c *Client, keys []string, opts ...LockOption) (*ScriptDriver, error) {
-	cfg, err := c.lockConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	var p engine.Protocol
+// multi-key lock) of kind k (one of the kinds above, or none).
+func NewScriptDriver(ctx context.Context, c *Client, keys []string, k ...Kind) (*ScriptDriver, error) {
+	var p engine.Protocol = c.token
+	var err error
 	if len(keys) > 1 {
 		p = c.multiGroups(keys)[0]
-	} else if p, err = c.primitive(ctx, cfg); err != nil {
-		return nil, err
+	} else if len(k) > 0 {
+		if p, err = k[0].build(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + engine.NewToken(), Lease: c.opts.WaiterLease}, nil
 }

@@ -47,14 +47,14 @@ func (k *Lock) held() bool { return k != nil && k.l != nil }
 // command, a key, or the subscription a blocked call needs: see
 // Options.NoPubSub), ErrWrongType, ErrClosed, or an ErrInvalidArgument.
 func (c *Client) Lock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, true, opts)
+	return c.acquire(ctx, key, true, opts, nil)
 }
 
 // TryLock makes exactly one attempt to acquire key. If another owner holds
 // it, the error is a *NotAcquiredError (errors.Is(err, ErrNotAcquired))
 // with the holder's remaining TTL.
 func (c *Client) TryLock(ctx context.Context, key string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, key, false, opts)
+	return c.acquire(ctx, key, false, opts, nil)
 }
 
 // Key returns the locked key.

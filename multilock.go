@@ -71,7 +71,7 @@ func (c *Client) acquireMulti(ctx context.Context, keys []string, wait bool, opt
 	if err != nil {
 		return nil, err
 	}
-	if cfg.kinds != 0 || c.opts.MinReplicas > 0 {
+	if cfg.withProto || c.opts.MinReplicas > 0 {
 		return nil, fmt.Errorf("%w: a multi-key lock takes exclusive token locks only (no WithProtocol or MinReplicas)", ErrInvalidOpts)
 	}
 	if c.closed() {

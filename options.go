@@ -10,7 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/defaults"
 	"github.com/dlock-go/dlock/internal/engine"
-	"github.com/dlock-go/dlock/internal/keyspace"
 )
 
 // Options configures a Client. The zero value is valid: every field's
@@ -266,32 +265,10 @@ type LockOption func(*lockConfig)
 type lockConfig struct {
 	ttl   time.Duration
 	renew bool
-	proto engine.Protocol // WithProtocol's (nil: the Client's token lock)
-	// kinds records what kind of lock this is: WithProtocol, or the typed
-	// primitive (RWLock readers, Reentrant, Semaphore) that made the call;
-	// two kinds conflict.
-	kinds   lockKind
-	owner   string // Reentrant's owner ("": the context's)
-	limit   int    // Semaphore's limit
-	permits int    // Semaphore's permits asked
-}
-
-// lockKind is a bit set of the lock kinds a call chose.
-type lockKind uint8
-
-const (
-	kindProtocol lockKind = 1 << iota
-	kindShared
-	kindReentrant
-	kindSemaphore
-	kindWriter // RWLock's write lock: a token lock, but no WithProtocol
-)
-
-// withKind returns opts with set first, in a new slice: the typed
-// primitives choose their kind this way, and the caller's options (which
-// may not choose another kind) apply after it.
-func withKind(opts []LockOption, set LockOption) []LockOption {
-	return append([]LockOption{set}, opts...)
+	// proto is WithProtocol's protocol (nil: the Client's token lock, or
+	// the typed handle's); withProto: WithProtocol was given.
+	proto     engine.Protocol
+	withProto bool
 }
 
 // WithTTL sets the lock's time-to-live (at least 1ms). Default: Options.TTL.
@@ -313,27 +290,19 @@ func (c *Client) lockConfig(opts []LockOption) (lockConfig, error) {
 	if !c.opts.ttlWorks(cfg.ttl, cfg.renew) {
 		return cfg, c.opts.ttlError(cfg.ttl, cfg.renew) // expired when handed out, or before its first renewal
 	}
-	if cfg.kinds&kindProtocol != 0 && cfg.proto == nil {
+	if cfg.withProto && cfg.proto == nil {
 		return cfg, fmt.Errorf("%w: WithProtocol(nil)", ErrInvalidOpts)
 	}
-	if cfg.kinds&(cfg.kinds-1) != 0 {
-		return cfg, fmt.Errorf("%w: WithProtocol applies to exclusive locks only (Client.Lock, TryLock, Do), not to RWLock, Reentrant or Semaphore", ErrInvalidOpts)
-	}
-	if cfg.kinds == kindSemaphore {
-		if cfg.limit < 1 || cfg.limit > MaxSemaphoreLimit {
-			return cfg, fmt.Errorf("%w: Semaphore limit %d (1 to %d)", ErrInvalidLimit, cfg.limit, MaxSemaphoreLimit)
-		}
-		if cfg.permits < 1 || cfg.permits > cfg.limit {
-			return cfg, fmt.Errorf("%w: %d permits asked of a Semaphore of limit %d", ErrInvalidPermits, cfg.permits, cfg.limit)
-		}
-	}
-	if cfg.kinds == kindReentrant && cfg.owner == keyspace.SharedValue {
-		return cfg, ErrInvalidOwner
-	}
-	if cfg.kinds&^(kindProtocol|kindWriter) != 0 && c.opts.MinReplicas > 0 {
-		return cfg, fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not RWLock readers, Reentrant or Semaphore)", ErrInvalidOpts)
-	}
 	return cfg, nil
+}
+
+// exclusiveOnly refuses a typed handle's lock other than RWLock's writer
+// on a Client with MinReplicas.
+func (c *Client) exclusiveOnly() error {
+	if c.opts.MinReplicas > 0 {
+		return fmt.Errorf("%w: MinReplicas applies to exclusive locks only (not RWLock readers, Reentrant or Semaphore)", ErrInvalidOpts)
+	}
+	return nil
 }
 
 // applyLockOptions returns cfg with opts applied. Apart from lockConfig,

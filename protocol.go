@@ -15,7 +15,7 @@ func WithProtocol(p protocol.Protocol) LockOption {
 	if !isNil(p) {
 		ep = engine.Foreign(p)
 	}
-	return func(c *lockConfig) { c.proto, c.kinds = ep, c.kinds|kindProtocol }
+	return func(c *lockConfig) { c.proto, c.withProto = ep, true }
 }
 
 // The optional methods the engine looks for (see internal/engine's

@@ -77,13 +77,28 @@ func (r *Reentrant) acquire(ctx context.Context, owner string, wait bool, opts [
 	if r == nil || r.c == nil {
 		return nil, ErrNilClient
 	}
-	opts = withKind(opts, reentrantKind(owner))
-	return r.c.acquire(ctx, r.key, wait, opts)
+	return r.c.acquire(ctx, r.key, wait, opts, owned{owner})
 }
 
-// reentrantKind makes an acquire take a handle of owner's reentrant hold.
-func reentrantKind(owner string) LockOption {
-	return func(c *lockConfig) { c.kinds, c.owner = c.kinds|kindReentrant, owner }
+// owned is the kind of a Reentrant's acquire: a handle of owner's hold
+// ("": the owner bound to the call's context).
+type owned struct{ owner string }
+
+func (o owned) build(ctx context.Context, c *Client) (engine.Protocol, error) {
+	if o.owner == keyspace.SharedValue {
+		return nil, ErrInvalidOwner
+	}
+	if err := c.exclusiveOnly(); err != nil {
+		return nil, err
+	}
+	owner := o.owner
+	if owner == "" {
+		owner, _ = ownerFromContext(ctx)
+	}
+	if owner == "" || owner == keyspace.SharedValue {
+		return nil, ErrInvalidOwner
+	}
+	return reentrantLock{holdSet{q: c.queue, group: reentrantValue(owner), suffix: holdsSuffix}}, nil
 }
 
 type ownerKey struct{}

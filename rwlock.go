@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -82,20 +83,27 @@ func (rw *RWLock) acquire(ctx context.Context, read, wait bool, opts []LockOptio
 		return nil, ErrNilClient
 	}
 	if read {
-		opts = withKind(opts, sharedKind())
-	} else {
-		opts = withKind(opts, writerKind())
+		return rw.c.acquire(ctx, rw.key, wait, opts, readers{})
 	}
-	return rw.c.acquire(ctx, rw.key, wait, opts)
+	return rw.c.acquire(ctx, rw.key, wait, opts, writer{})
 }
 
-// sharedKind makes an acquire take a read lock.
-func sharedKind() LockOption { return func(c *lockConfig) { c.kinds |= kindShared } }
+// readers is the kind of RWLock's read locks.
+type readers struct{}
 
-// writerKind marks an acquire as RWLock's write lock: a plain token lock,
+func (readers) build(_ context.Context, c *Client) (engine.Protocol, error) {
+	if err := c.exclusiveOnly(); err != nil {
+		return nil, err
+	}
+	return sharedLock{holdSet{q: c.queue, group: keyspace.SharedValue, suffix: readersSuffix}}, nil
+}
+
+// writer is the kind of RWLock's write lock: the Client's token lock,
 // which must stay one (WithProtocol would put the writer where the
 // readers do not look, and exclude none of them).
-func writerKind() LockOption { return func(c *lockConfig) { c.kinds |= kindWriter } }
+type writer struct{}
+
+func (writer) build(_ context.Context, c *Client) (engine.Protocol, error) { return c.token, nil }
 
 // sharedLock is the protocol of RWLock's readers: a shared hold whose group is
 // keyspace.SharedValue (see holds.go). Writers are plain token locks: acquire.lua

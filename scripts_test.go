@@ -21,7 +21,7 @@ import (
 type lateConfirmCase struct {
 	name string
 	keys func(k string) []string
-	opts []dlock.LockOption
+	opts []dlock.Kind
 	// handedTo reports whether the lock (the last key) is handed to token.
 	handedTo func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, token string) bool
 }
@@ -36,7 +36,7 @@ func lateConfirmCases() []lateConfirmCase {
 		{name: "exclusive", keys: one, handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
 			return keyHolds(ctx, rdb, d.Keys().Lock, tok)
 		}},
-		{name: "semaphore", keys: one, opts: []dlock.LockOption{dlock.SemaphoreKind(1)},
+		{name: "semaphore", keys: one, opts: []dlock.Kind{dlock.SemaphoreKind(1)},
 			handedTo: func(ctx context.Context, rdb *redis.Client, d *dlock.ScriptDriver, tok string) bool {
 				return rdb.ZScore(ctx, d.Keys().Lock, tok).Err() == nil
 			}},

@@ -68,13 +68,23 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 	if s == nil || s.c == nil {
 		return nil, ErrNilClient
 	}
-	opts = withKind(opts, semaphoreKind(s.limit, n))
-	return s.c.acquire(ctx, s.key, wait, opts)
+	return s.c.acquire(ctx, s.key, wait, opts, permits{limit: s.limit, n: n})
 }
 
-// semaphoreKind makes an acquire take n permits of a semaphore of limit.
-func semaphoreKind(limit, n int) LockOption {
-	return func(c *lockConfig) { c.kinds, c.limit, c.permits = c.kinds|kindSemaphore, limit, n }
+// permits is the kind of a Semaphore's acquire: n permits of limit.
+type permits struct{ limit, n int }
+
+func (p permits) build(_ context.Context, c *Client) (engine.Protocol, error) {
+	if p.limit < 1 || p.limit > MaxSemaphoreLimit {
+		return nil, fmt.Errorf("%w: Semaphore limit %d (1 to %d)", ErrInvalidLimit, p.limit, MaxSemaphoreLimit)
+	}
+	if p.n < 1 || p.n > p.limit {
+		return nil, fmt.Errorf("%w: %d permits asked of a Semaphore of limit %d", ErrInvalidPermits, p.n, p.limit)
+	}
+	if err := c.exclusiveOnly(); err != nil {
+		return nil, err
+	}
+	return semaphore{q: c.queue, limit: p.limit, permits: p.n}, nil
 }
 
 // MaxSemaphoreLimit is the largest limit a Semaphore takes (and so the most
