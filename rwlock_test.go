@@ -206,12 +206,17 @@ func TestSharedReaderCrashFreesItsShareAfterTTL(t *testing.T) {
 	t.Run("others stay", func(t *testing.T) {
 		k := key(t)
 		child, _ := startHolder(t, "shared", k, "", 1, 0, ttl)
-		other, err := c.RWLock(k).RLock(ctx, dlock.WithTTL(300*time.Millisecond))
+		// A TTL well above a loaded machine's stalls: this reader must
+		// outlive the crashed one, renewing all along.
+		other, err := c.RWLock(k).RLock(ctx, dlock.WithTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		child.crash(t)
 		time.Sleep(2 * ttl) // the other reader renews meanwhile
+		if err := other.Err(); err != nil {
+			t.Fatalf("the live reader was lost: %v", err)
+		}
 		if n := rdb.ZCard(ctx, readersKey(k)).Val(); n != 1 {
 			t.Fatalf("%d readers registered after the crashed one's TTL, want 1", n)
 		}

@@ -416,9 +416,9 @@ func topoWaitQueued(t *testing.T, c *dlock.Client, k string, n int) {
 func topoWatchdog(t *testing.T, tp *topo) {
 	ctx := t.Context()
 	c, _ := tp.client(t, dlock.Options{})
-	// 600ms: renewals every 200ms leave a loaded CI machine room (at 300ms
-	// a 200ms scheduling stall lost a lock once).
-	const ttl = 600 * time.Millisecond
+	// 1.5 s: renewals every 500 ms leave a loaded CI machine room (a
+	// 600 ms TTL lost a lock at load 20, a 300 ms one to a 200 ms stall).
+	const ttl = 1500 * time.Millisecond
 	var locks []*dlock.Lock
 	for _, k := range topoKeys[:6] {
 		lk, err := c.Lock(ctx, k+":wd", dlock.WithTTL(ttl))
@@ -427,7 +427,7 @@ func topoWatchdog(t *testing.T, tp *topo) {
 		}
 		locks = append(locks, lk)
 	}
-	time.Sleep(5 * ttl)
+	time.Sleep(4 * ttl)
 	for _, lk := range locks {
 		if err := lk.Err(); err != nil {
 			t.Fatalf("%q lost under the watchdog: %v", lk.Key(), err)
