@@ -256,12 +256,7 @@ func TestFunctionsCluster(t *testing.T) {
 	if replica == nil {
 		t.Fatal("no replica of the key's master")
 	}
-	if err := replica.Client(t).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
-		t.Fatal(err)
-	}
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	nm, err := cl.WaitFailover(fctx, k+":0", old)
+	nm, err := cl.ManualFailover(ctx, t, replica, k+":0", old)
 	if err != nil {
 		t.Fatal(err)
 	}

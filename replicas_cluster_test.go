@@ -64,12 +64,7 @@ func TestMinReplicasClusterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	replica := clusterReplicaOf(t, cl, master)
-	if err := replica.Client(t).Do(ctx, "cluster", "failover").Err(); err != nil {
-		t.Fatal(err)
-	}
-	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := cl.WaitFailover(fctx, held, master); err != nil {
+	if _, err := cl.ManualFailover(ctx, t, replica, held, master); err != nil {
 		t.Fatal(err)
 	}
 

@@ -206,10 +206,7 @@ func TestShardedHandoffAfterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	replica := replicaOf(t, cl, old)
-	if err := replica.Client(t).ClusterFailover(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.WaitFailover(ctx, k, old); err != nil {
+	if _, err := cl.ManualFailover(ctx, t, replica, k, old); err != nil {
 		t.Fatal(err)
 	}
 	// Give the waiter's subscription time to move (the old master pushes

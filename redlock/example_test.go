@@ -20,7 +20,10 @@ func Example() {
 		defer rdb.Close()
 		nodes = append(nodes, rdb)
 	}
-	c, p, err := redlock.NewClient(nodes, redlock.Options{}, dlock.Options{})
+	// NodeTimeout: how long a node may take to answer (the default, a
+	// tenth of the TTL up to 50ms, suits a quiet network; its time comes
+	// out of the lock's validity).
+	c, p, err := redlock.NewClient(nodes, redlock.Options{NodeTimeout: 500 * time.Millisecond}, dlock.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return

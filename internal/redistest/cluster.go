@@ -379,3 +379,26 @@ func (c *Cluster) Close() error {
 	})
 	return c.closeErr
 }
+
+// ManualFailover sends CLUSTER FAILOVER to replica, a replica of old, and
+// waits (WaitFailover) until key's slot is served by another master. A
+// loaded machine can let a manual failover time out unfinished (the
+// replica gives up once its master has not paused in time), so the
+// command is sent again after every 15 s without a failover, for at most
+// a minute in all.
+func (c *Cluster) ManualFailover(ctx context.Context, t testing.TB, replica *Server, key string, old *Server) (*Server, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		// Refused once replica is a master: the last one finished late.
+		if err := replica.Client(t).Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil && isRole(ctx, replica, "master") != nil {
+			return nil, fmt.Errorf("redistest: CLUSTER FAILOVER on %s: %w", replica.Addr(), err)
+		}
+		tctx, tcancel := context.WithTimeout(ctx, 15*time.Second)
+		m, err := c.WaitFailover(tctx, key, old)
+		tcancel()
+		if err == nil || ctx.Err() != nil {
+			return m, err
+		}
+	}
+}
