@@ -106,7 +106,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 	c.queue = &engine.Queue{Channel: c.notify.Own(), Lease: o.WaiterLease, Pickup: o.PickupTimeout,
 		Exec: c.exec, Notify: c.notify, Redis: rdb}
 	c.eng = engine.New(engine.Config{Redis: rdb, Exec: c.exec, Timing: o.timing(), ReleaseTimeout: o.ReleaseTimeout,
-		Logger: o.Logger, Closing: c.closing, GroupOf: c.groupOf, Notify: c.notify, Queue: c.queue,
+		ResendWindow: o.ReleaseResendWindow, Logger: o.Logger, Closing: c.closing, GroupOf: c.groupOf, Notify: c.notify, Queue: c.queue,
 		RetryInterval: o.RetryInterval, Barging: c.opts.Barging, Gate: c.evictionGate, Stale: c.evict.stale})
 	h := o.Hooks
 	c.setHooks(&h)

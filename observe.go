@@ -295,6 +295,10 @@ type Stats struct {
 	// was lost had run. Those Unlock left count in Released too, as the
 	// caller let go; those Close left, in Lost.
 	ReleasesLeft uint64
+	// ReleasesResent counts releases sent again after the Client reached
+	// a new master (see Options.ReleaseResendWindow) that found the lock
+	// still held there: the old master had lost them.
+	ReleasesResent uint64
 }
 
 // snapshot is Stats of the engine's counters c.
@@ -313,6 +317,7 @@ func snapshot(c *engine.Counters) Stats {
 		PubSubRedials:       c.PubSubRedials.Load(),
 		Released:            c.Released.Load(),
 		ReleasesLeft:        c.ReleasesLeft.Load(),
+		ReleasesResent:      c.ReleasesResent.Load(),
 		Held:                c.Held.Load(),
 		Waiting:             c.Waiting.Load(),
 		AcquireTime:         time.Duration(c.AcquireNanos.Load()),

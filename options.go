@@ -121,6 +121,21 @@ type Options struct {
 	// clean-ups still running (see Client.Close). Default: 5s.
 	ReleaseTimeout time.Duration
 
+	// ReleaseResendWindow: on a go-redis Client or FailoverClient (one
+	// master at a time), when the Client opens a connection to another
+	// address than its last one (a Sentinel failover's new master), the
+	// releases it made within this time before are sent again, in the
+	// background, each within ReleaseTimeout. The old master may have
+	// accepted them after a replica was promoted, before the Client heard
+	// of it, and lost them when it rejoined as a replica: without the
+	// resend, the new master keeps those locks until their TTL. Sending a
+	// release again is harmless (a token is never granted twice, and a
+	// key that holds another token is untouched). The Client keeps the
+	// most recent 2048 releases at most. Stats.ReleasesResent counts the
+	// resends that freed a key. Not for Cluster or Ring. Default: 5s;
+	// negative: no resend.
+	ReleaseResendWindow time.Duration
+
 	// AllowEviction lets the Client acquire locks on a Redis that may
 	// evict keys under memory pressure: a maxmemory-policy other than
 	// noeviction (the volatile-* policies too, since every lock key has a
@@ -205,6 +220,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.ReleaseTimeout == 0 {
 		o.ReleaseTimeout = defaults.ReleaseTimeout
+	}
+	switch {
+	case o.ReleaseResendWindow == 0:
+		o.ReleaseResendWindow = defaults.ReleaseResendWindow
+	case o.ReleaseResendWindow < 0:
+		o.ReleaseResendWindow = -1
 	}
 	if o.PickupTimeout == 0 {
 		o.PickupTimeout = defaults.PickupTimeout

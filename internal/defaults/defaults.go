@@ -15,7 +15,10 @@ const (
 	MinDrift       = 2 * time.Millisecond
 	RetryInterval  = time.Second
 	ReleaseTimeout = 5 * time.Second
-	PickupTimeout  = time.Second
-	WaiterLease    = 3 * time.Second
-	ReplicaTimeout = 100 * time.Millisecond
+	// ReleaseResendWindow covers the second or so a Sentinel client takes
+	// to hear of a failover, with room for a loaded machine.
+	ReleaseResendWindow = 5 * time.Second
+	PickupTimeout       = time.Second
+	WaiterLease         = 3 * time.Second
+	ReplicaTimeout      = 100 * time.Millisecond
 )

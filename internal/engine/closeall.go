@@ -27,6 +27,7 @@ func (e *Engine) Close(stopNotify func()) error {
 	e.wd.wakeAllWaits() // blocked calls return ErrClosed
 	close(e.wd.stop)
 	<-e.wd.done
+	e.resend.close()
 	e.wd.batches.Wait() // their round trips were cancelled by stop; hooks: waitAside below
 	stopNotify()
 	ctx, cancel := context.WithTimeout(ClientRelease(), e.releaseTimeout)

@@ -5,7 +5,8 @@
 // It owns, per Client, one Engine:
 //
 //   - the lease of each held lock: its deadline, its renewal replies, its
-//     loss, its release and the retry of a release (lease.go);
+//     loss, its release and the retry of a release (lease.go, release.go),
+//     and the resend of recent releases after a master change (resend.go);
 //   - the watchdog: heaps of leases by next renewal and by deadline, and
 //     the loop that renews and expires them (watchdog.go, renew.go), with
 //     bulk calls that renew or release many token locks at once (bulk.go);
@@ -44,7 +45,11 @@ type Config struct {
 	// ReleaseTimeout bounds the Client's own releases and clean-ups, and
 	// Close's wait for hooks and background work.
 	ReleaseTimeout time.Duration
-	Logger         *slog.Logger
+	// ResendWindow: on a go-redis client that follows one master, the
+	// releases confirmed within this time before the Client reaches a new
+	// master are sent to it again (resend.go); 0 or less: never.
+	ResendWindow time.Duration
+	Logger       *slog.Logger
 	// Closing is closed when the Client starts to close (before Close).
 	Closing <-chan struct{}
 	// GroupOf names the part of the deployment a key lives on (its Cluster
@@ -82,6 +87,7 @@ type Engine struct {
 	gate           func(ctx context.Context) error
 	stale          func()
 	wd             *watchdog
+	resend         *resender // nil: releases are not sent again (resend.go)
 	hooks          hookSet
 	Stats          Counters
 
@@ -97,6 +103,7 @@ func New(cfg Config) *Engine {
 		log: cfg.Logger, closing: cfg.Closing, groupOf: cfg.GroupOf, notify: cfg.Notify, queue: cfg.Queue,
 		retryInterval: cfg.RetryInterval, barging: cfg.Barging, gate: cfg.Gate, stale: cfg.Stale}
 	e.wd = newWatchdog(e)
+	e.resend = newResender(e, cfg.Redis, cfg.ResendWindow)
 	return e
 }
 

@@ -65,6 +65,6 @@ type Counters struct {
 	Handoffs                                  atomic.Uint64
 	Renewals, RenewalFailures, Lost, Released atomic.Uint64
 	Behind, RenewsDropped, PubSubRedials      atomic.Uint64
-	ReleasesLeft                              atomic.Uint64
+	ReleasesLeft, ReleasesResent              atomic.Uint64
 	Held, Waiting, AcquireNanos               atomic.Int64
 }

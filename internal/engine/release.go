@@ -275,13 +275,16 @@ func (l *Lease) endForRelease() {
 // endForRelease).
 func (l *Lease) confirmRelease() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if !l.ending {
+		l.mu.Unlock()
 		return
 	}
 	l.ending, l.confirmed = false, true
 	l.timer.Stop()
+	value := l.value
+	l.mu.Unlock()
 	l.e.Stats.Released.Add(1)
+	l.e.resend.record(l, value) // sent again should the master change (resend.go)
 }
 
 // settled reports whether a reply settled the lease's release: it
