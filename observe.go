@@ -296,8 +296,8 @@ type Stats struct {
 	// caller let go; those Close left, in Lost.
 	ReleasesLeft uint64
 	// ReleasesResent counts releases sent again after the Client reached
-	// a new master (see Options.ReleaseResendWindow) that found the lock
-	// still held there: the old master had lost them.
+	// a new master (see Options.ReleaseResendWindow): those the old master
+	// may have lost.
 	ReleasesResent uint64
 }
 

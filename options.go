@@ -132,7 +132,7 @@ type Options struct {
 	// release again is harmless (a token is never granted twice, and a
 	// key that holds another token is untouched). The Client keeps the
 	// most recent 2048 releases at most. Stats.ReleasesResent counts the
-	// resends that freed a key. Not for Cluster or Ring. Default: 5s;
+	// resends. Not for Cluster or Ring. Default: 5s;
 	// negative: no resend.
 	ReleaseResendWindow time.Duration
 

@@ -45,6 +45,16 @@ func TestUnlockInSentinelFailoverWindowResent(t *testing.T) {
 	if replica == old {
 		replica = s.Nodes[1]
 	}
+	// A release resent late must leave a key another Client holds since
+	// alone: a released k2, now b's.
+	k2 := k + "-taken"
+	if l, err := a.Lock(ctx, k2, dlock.WithTTL(ttl)); err != nil || l.Unlock(ctx) != nil {
+		t.Fatalf("k2: Lock %v", err)
+	}
+	taken, err := b.Lock(ctx, k2, dlock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lk, err := a.Lock(ctx, k, dlock.WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +84,14 @@ func TestUnlockInSentinelFailoverWindowResent(t *testing.T) {
 		}
 	}
 	freed := time.Since(promoted)
+	time.Sleep(2 * time.Second) // the resend's passes are over
+	if err := taken.Err(); err != nil {
+		t.Errorf("the lock b took after a's release of k2: %v", err)
+	}
+	if n, err := rc.Exists(ctx, k2).Result(); err != nil || n != 1 {
+		t.Errorf("k2 on the new master: exists %d, %v; want b's lock", n, err)
+	}
+	_ = taken.Unlock(ctx)
 	if _, err := s.WaitFailover(ctx, old); err != nil {
 		t.Fatal(err)
 	}

@@ -203,8 +203,10 @@ const resendWorkers = 16
 
 // sendSince sends again each recorded release confirmed at or after from,
 // whose lease has not reached its deadline (past it, the key expired),
-// concurrently, each bounded by ReleaseTimeout.
+// concurrently, the whole pass bounded by ReleaseTimeout.
 func (r *resender) sendSince(from time.Time) {
+	ctx, cancel := context.WithTimeout(rexec.OutlivingClose(context.Background()), r.e.releaseTimeout)
+	defer cancel()
 	r.mu.Lock()
 	var todo []recentRelease
 	for _, rr := range r.ring {
@@ -216,37 +218,40 @@ func (r *resender) sendSince(from time.Time) {
 	sem := make(chan struct{}, resendWorkers)
 	var wg sync.WaitGroup
 	for _, rr := range todo {
-		if !time.Now().Before(rr.l.Deadline()) {
+		if !time.Now().Before(rr.l.Deadline()) || ctx.Err() != nil {
 			continue
 		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r.sendOne(rr)
+			r.sendOne(ctx, rr)
 		}()
 	}
 	wg.Wait()
 }
 
-// sendOne sends one release again until it answers, within ReleaseTimeout
-// (see releaseRetry). A release that finds the key still ours there
-// (codeOK) was lost with the old master: Stats.ReleasesResent counts it.
-func (r *resender) sendOne(rr recentRelease) {
-	ctx, cancel := context.WithTimeout(rexec.OutlivingClose(context.Background()), r.e.releaseTimeout)
-	defer cancel()
+// sendOne sends one release again until it answers, within ctx (see
+// releaseRetry); Stats.ReleasesResent counts it. The reply does not tell
+// a release lost with the old master from one the new master has (both
+// answer released: the key, or the tombstone of the token, is there), so
+// it is not looked at. A release that ran is not sent again for a
+// missing replica acknowledgement (MinReplicas).
+func (r *resender) sendOne(ctx context.Context, rr recentRelease) {
+	r.e.Stats.ReleasesResent.Add(1)
 	for back := 10 * time.Millisecond; ; back = min(2*back, 500*time.Millisecond) {
 		code, err := rr.l.releaseOnce(ctx, rr.value)
-		if err == nil && code == codeOK {
-			r.e.Stats.ReleasesResent.Add(1)
-			r.e.log.Debug("dlock: a release lost with the old master ran on the new one", "key", rr.l.keys.Lock)
+		if code == codeOK {
+			return
 		}
 		if !retryableRelease(ctx, err) {
 			return
 		}
+		t := time.NewTimer(back)
 		select {
-		case <-time.After(back):
+		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
 			return
 		}
 	}
