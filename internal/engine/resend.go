@@ -58,13 +58,10 @@ type resender struct {
 // window is positive; else it returns nil.
 func newResender(e *Engine, rdb redis.UniversalClient, window time.Duration) *resender {
 	c, ok := rdb.(*redis.Client)
-	if !ok || window <= 0 {
+	if !ok || window <= 0 || c.Options().Addr != "FailoverClient" { // go-redis's name for NewFailoverClient's
 		return nil
 	}
-	r := &resender{e: e, window: window, ring: make([]recentRelease, resendRingSize)}
-	if c.Options().Addr == "FailoverClient" { // go-redis's name for NewFailoverClient's
-		r.rdb = c
-	}
+	r := &resender{e: e, window: window, ring: make([]recentRelease, resendRingSize), rdb: c}
 	c.AddHook(r)
 	return r
 }
