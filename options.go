@@ -121,9 +121,9 @@ type Options struct {
 	// clean-ups still running (see Client.Close). Default: 5s.
 	ReleaseTimeout time.Duration
 
-	// ReleaseResendWindow: on a go-redis Client or FailoverClient (one
-	// master at a time), when the Client opens a connection to another
-	// address than its last one (a Sentinel failover's new master), the
+	// ReleaseResendWindow: on a go-redis FailoverClient (Sentinel), when
+	// the Client opens a connection to another address than its last one
+	// (a failover's new master), the
 	// releases it made within this time before are sent again, in the
 	// background, each within ReleaseTimeout. The old master may have
 	// accepted them after a replica was promoted, before the Client heard
@@ -132,7 +132,7 @@ type Options struct {
 	// release again is harmless (a token is never granted twice, and a
 	// key that holds another token is untouched). The Client keeps the
 	// most recent 2048 releases at most. Stats.ReleasesResent counts the
-	// resends. Not for Cluster or Ring. Default: 5s;
+	// resends. Not for a plain Client, Cluster or Ring. Default: 5s;
 	// negative: no resend.
 	ReleaseResendWindow time.Duration
 

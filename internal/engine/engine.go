@@ -45,7 +45,7 @@ type Config struct {
 	// ReleaseTimeout bounds the Client's own releases and clean-ups, and
 	// Close's wait for hooks and background work.
 	ReleaseTimeout time.Duration
-	// ResendWindow: on a go-redis client that follows one master, the
+	// ResendWindow: on a go-redis Sentinel (failover) client, the
 	// releases confirmed within this time before the Client reaches a new
 	// master are sent to it again (resend.go); 0 or less: never.
 	ResendWindow time.Duration

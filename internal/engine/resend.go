@@ -33,7 +33,7 @@ type recentRelease struct {
 }
 
 // resender keeps the recent releases of a Client whose go-redis client
-// follows one master (a Sentinel failover client, a plain client), and
+// follows one master (a Sentinel failover client), and
 // sends them again when a connection reaches another address than the
 // last one: a master that accepted them just before a failover may have
 // lost them. A resend is harmless: a release is token-checked, a token is
@@ -42,8 +42,7 @@ type resender struct {
 	e      *Engine
 	window time.Duration
 
-	// rdb is a Sentinel client's, which the watch pings (see watch); nil
-	// for a plain client.
+	// rdb is the Sentinel client, which the watch pings (see watch).
 	rdb *redis.Client
 
 	mu       sync.Mutex
@@ -54,7 +53,7 @@ type resender struct {
 	watching bool            // a watch runs
 }
 
-// newResender installs a resender on rdb if it follows one master and
+// newResender installs a resender on rdb if it is a Sentinel client and
 // window is positive; else it returns nil.
 func newResender(e *Engine, rdb redis.UniversalClient, window time.Duration) *resender {
 	c, ok := rdb.(*redis.Client)
