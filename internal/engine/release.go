@@ -64,10 +64,10 @@ func (l *Lease) releaseRetry(ctx context.Context, start time.Time) (lost func(),
 		l.opMu.Unlock()
 		if !rep && err != nil {
 			// Nothing sent this time. Another call (a concurrent Unlock,
-			// Close) settled the release while this one backed off: its
-			// outcome is this call's too (e: nil, or the loss it found).
-			// Else the deadline passed meanwhile: nothing more to send,
-			// and this call's last error stands.
+			// Close) had its release confirmed while this one backed off:
+			// released is this call's outcome too. Else (the deadline
+			// passed meanwhile, or the lease ended lost) nothing more to
+			// send, and this call's last error stands.
 			if l.settled() {
 				return nil, report, e
 			}
@@ -287,10 +287,11 @@ func (l *Lease) confirmRelease() {
 	l.e.resend.record(l, value) // sent again should the master change (resend.go)
 }
 
-// settled reports whether a reply settled the lease's release: it
-// confirmed the release, or found (or Close left) the lease lost.
+// settled reports whether a reply confirmed the lease's release. A lease
+// that ended lost does not count: a call that learnt nothing itself keeps
+// its own last error then, never a nil that would say released.
 func (l *Lease) settled() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.confirmed || l.state == stateLost
+	return l.confirmed
 }
