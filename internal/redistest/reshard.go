@@ -106,6 +106,15 @@ func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *Server, o MoveOpti
 	if err != nil {
 		return m, fmt.Errorf("redistest: CLUSTER MYID on %s: %w", to.Addr(), err)
 	}
+	// The target's SETSLOT NODE bumps its config epoch past the greatest
+	// it knows of. If it has not yet heard of a bump another node made in
+	// an earlier move, the source's claim, gossiped before its own SETSLOT
+	// NODE, can carry the greater epoch and take the slot back from the
+	// target: then no node serves it. redis-cli checks the cluster before
+	// each reshard; here: let the epochs agree before each move.
+	if err := c.waitEpochsAgree(ctx, masters); err != nil {
+		return m, err
+	}
 	m.Start = time.Now()
 	if err := setSlot(ctx, dst, slot, "importing", srcID); err != nil {
 		return m, err
@@ -142,7 +151,60 @@ func (c *Cluster) MoveSlot(ctx context.Context, slot int, to *Server, o MoveOpti
 		}
 	}
 	m.End = time.Now()
-	return m, nil
+	return m, c.confirmOwner(ctx, slot, to, dst, dstID)
+}
+
+// waitEpochsAgree waits until every node in nodes reports the same
+// cluster_current_epoch.
+func (c *Cluster) waitEpochsAgree(ctx context.Context, nodes []*Server) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := poll(ctx, func() error {
+		epochs := map[int]bool{}
+		for _, n := range nodes {
+			rc := adminClient(n, time.Second)
+			info, err := rc.ClusterInfo(ctx).Result()
+			_ = rc.Close()
+			if err != nil {
+				return err
+			}
+			epochs[infoField(info, "cluster_current_epoch")] = true
+		}
+		if len(epochs) != 1 {
+			return fmt.Errorf("current epochs differ: %v", epochs)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: cluster epochs did not agree: %w", err)
+	}
+	return nil
+}
+
+// confirmOwner waits until to serves slot by its own view. Should a stale
+// claim have taken it back, to bumps its epoch and claims it again, as
+// `redis-cli --cluster fix` would.
+func (c *Cluster) confirmOwner(ctx context.Context, slot int, to *Server, dst *redis.Client, dstID string) error {
+	for try := 0; ; try++ {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		owner, err := c.masterOfSlot(wctx, slot)
+		cancel()
+		if err == nil && owner == to {
+			return nil
+		}
+		if try == 3 {
+			if err == nil {
+				err = fmt.Errorf("%s serves it", owner.Addr())
+			}
+			return fmt.Errorf("redistest: slot %d: %s does not serve it after the move: %w", slot, to.Addr(), err)
+		}
+		if err := dst.Do(ctx, "cluster", "bumpepoch").Err(); err != nil {
+			return fmt.Errorf("redistest: CLUSTER BUMPEPOCH on %s: %w", to.Addr(), err)
+		}
+		if err := setSlot(ctx, dst, slot, "node", dstID); err != nil {
+			return err
+		}
+	}
 }
 
 // migrateKeys moves the keys of slot from src to the master to, o.Pipeline
