@@ -48,6 +48,9 @@ func (h holdSet) release(k protocol.Keys, token, mode string) protocol.Call {
 	return releases.Holds(h.q.Pub(k), h.suffix, token, h.group, h.q.Pickup, mode)
 }
 
+// JoinsHolds: a grant joins the hold of its group (see engine.Joiner).
+func (holdSet) JoinsHolds() {}
+
 // Queued: the waiters of a shared hold queue in Redis.
 func (holdSet) Queued() bool { return true }
 

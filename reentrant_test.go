@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/admin"
+	"github.com/dlock-go/dlock/internal/faultcmd"
 	"github.com/dlock-go/dlock/legacy"
 )
 
@@ -275,4 +276,51 @@ func TestReentrantInteropWithPlainLock(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("plain waiter not handed the key")
 	}
+}
+
+// TestReentrantDoesNotJoinAnAbandonedHandle: a TryLock whose reply was lost
+// may have started the owner's hold; its handle is withdrawn in the
+// background. The owner's next TryLock must not join that hold (its fence,
+// and a hold that outlives the owner's last Unlock until the withdrawal
+// lands): it waits for the withdrawal, then starts a hold of its own.
+func TestReentrantDoesNotJoinAnAbandonedHandle(t *testing.T) {
+	rdb := srv.NewClient()
+	inj := faultcmd.New()
+	rdb.AddHook(inj)
+	c, _ := newClientOn(t, rdb, dlock.Options{})
+	k := key(t)
+	r := c.Reentrant(k)
+	lost := inj.Add(faultcmd.Rule{Name: "lost grant", Action: faultcmd.DropReply, Times: 1,
+		Match: faultcmd.Match{Script: "reentrant_acquire", Key: k}})
+	late := inj.Add(faultcmd.Rule{Name: "late withdrawal", Action: faultcmd.Delay, Times: 1,
+		Delay: 300 * time.Millisecond, Match: faultcmd.Match{Script: "holds_release", Key: k}})
+	if _, err := r.TryLock(t.Context(), "job", dlock.WithTTL(time.Minute)); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryLock with its reply lost: %v, want ErrUnavailable", err)
+	}
+	if lost.Fired() != 1 {
+		t.Fatal("the reply was not dropped")
+	}
+	ghost, err := srv.NewClient().Get(t.Context(), k).Result()
+	if err != nil {
+		t.Fatalf("the lost TryLock left no hold: %v", err)
+	}
+	lk, err := r.TryLock(t.Context(), "job", dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late.Fired() != 1 {
+		t.Fatal("the withdrawal was not delayed")
+	}
+	if err := lk.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's only handle is released: the key is free at once.
+	if n, err := srv.NewClient().Exists(t.Context(), k).Result(); err != nil || n != 0 {
+		t.Fatalf("after the owner's last Unlock the key (%q) still exists (%d, %v): the abandoned handle kept the hold", ghost, n, err)
+	}
+	other, err := c.Reentrant(k).TryLock(t.Context(), "other")
+	if err != nil {
+		t.Fatalf("another owner after the last Unlock: %v", err)
+	}
+	_ = other.Unlock(t.Context())
 }

@@ -133,6 +133,11 @@ func (a *waitCall) attempt(ctx context.Context, m Mode) (bool, time.Duration, er
 	if err := e.gate(ctx); err != nil {
 		return false, 0, err // a failover or CONFIG SET since the last check
 	}
+	if _, ok := a.r.Proto.(Joiner); ok {
+		if err := e.withdrawing.await(ctx, keys.Lock); err != nil {
+			return false, 0, err
+		}
+	}
 	a.res.Attempts++
 	sent := time.Now()
 	g, err := a.r.Proto.Acquire(ctx, Attempt{Mode: m, Queue: e.queue}, keys, a.token, ttl)

@@ -89,6 +89,7 @@ type Engine struct {
 	wd             *watchdog
 	resend         *resender // nil: releases are not sent again (resend.go)
 	hooks          hookSet
+	withdrawing    withdrawals // for Joiner protocols (joining.go)
 	Stats          Counters
 
 	bgMu      sync.Mutex     // guards bgDone, bgRunning and the Add side of bg

@@ -31,7 +31,12 @@ func (a *waitCall) withdraw() {
 // withdrawIn runs the withdrawal of v in the background.
 func (a *waitCall) withdrawIn(v string) {
 	e, p, keys := a.e, a.r.Proto, a.r.Keys
+	end := func() {}
+	if _, ok := p.(Joiner); ok {
+		end = e.withdrawing.start(keys.Lock)
+	}
 	e.Background(func(ctx context.Context) error {
+		defer end()
 		probe.Point(probe.BeforeWithdraw, keys.Lock)
 		return e.withdrawRetry(ctx, p, keys, v)
 	})
