@@ -33,6 +33,7 @@ var (
 	_ engine.Direct       = multiSlots{}
 	_ engine.RawReleaser  = tokenLock{}
 	_ engine.BulkRenewer  = tokenLock{}
+	_ engine.BulkReleaser = tokenLock{}
 	_ engine.ResendTeller = tokenLock{}
 	_ engine.ResendTeller = holdSet{}
 	_ engine.ResendTeller = semaphore{}

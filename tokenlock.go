@@ -165,3 +165,8 @@ func (tokenLock) RenewsInBulk() {}
 // release that ran (q_released), so a retry's other replies are losses
 // (see engine.ResendTeller).
 func (tokenLock) ReleaseTellsResend() {}
+
+// BulkRelease: release_many.lua serves many of Release's calls at once,
+// each lock's four keys and its first three arguments (token, wake
+// channel, pickup time) in turn (see engine.BulkReleaser).
+func (tokenLock) BulkRelease() (*redis.Script, int) { return scripts.ReleaseMany, 3 }

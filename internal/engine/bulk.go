@@ -12,15 +12,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Bulk calls. The watchdog's renewals and Close's releases of single-key
-// token locks are sent as one script call per group of locks that one
+// Bulk calls. The watchdog's renewals (of BulkRenewer protocols) and
+// Close's releases (of BulkReleaser protocols: the token lock's, through
+// the bulk script it names) are sent as one script call per group of locks that one
 // call may touch (one server: all of them; a Cluster: one slot; a Ring:
 // one shard), up to bulkMax locks each, rather than one EVALSHA per lock:
 // Redis runs one script instead of hundreds, and the client builds and
 // reads one command. Each lock still gets its own reply, the same one its
 // single call would have got, so the engine applies it the same way.
-// Calls a bulk script cannot serve (other primitives, multi-key locks,
-// a Leave) and groups of one go out as they are, in the same pipeline.
+// Calls of other protocols (other primitives, multi-key locks) and
+// groups of one go out as they are, in the same pipeline.
 //
 // A bulk renewal (extend_many.lua) carries only each lock's key and token:
 // the TTLs are the call's (renewals are grouped by TTL, and by whether
@@ -45,14 +46,23 @@ type reply struct {
 // treats it as a reply it could not read (the call may have run).
 var errBulkReply = errors.New("dlock: unexpected reply from a bulk script")
 
-// bulkOf returns the bulk script that can serve c along with others like
-// it in runCalls, or nil. Such a call's first three arguments are the bulk
-// script's triple for its lock, and its four keys the quadruple.
-func bulkOf(c protocol.Call) *redis.Script {
-	if c.Script == scripts.Release && len(c.Keys) == 4 && len(c.Args) == 4 && c.Args[3] == "0" {
-		return scripts.ReleaseMany
+// bulkForm is how a call merges with others like it into one bulk call
+// (see BulkReleaser): the bulk script, and how many of the call's
+// arguments it takes per lock, after all of its keys. The zero bulkForm:
+// the call goes out alone.
+type bulkForm struct {
+	s    *redis.Script
+	args int
+}
+
+// releaseForm returns the bulk form of p's release calls: the zero form
+// unless p is a BulkReleaser.
+func releaseForm(p Protocol) bulkForm {
+	if b, ok := p.(BulkReleaser); ok {
+		s, n := b.BulkRelease()
+		return bulkForm{s, n}
 	}
-	return nil
+	return bulkForm{}
 }
 
 // bulkRenewal is one lease's part of an extend_many call: what its
@@ -75,11 +85,12 @@ func arg(boxed any, s string) any {
 
 // runCalls runs calls, each with an integer reply, and renewals in one
 // pipeline (split per Cluster node or Ring shard by go-redis), merging
-// what a bulk script can serve, and returns each call's and each
-// renewal's reply in order.
-func (e *Engine) runCalls(ctx context.Context, calls []protocol.Call, renewals []bulkRenewal) (callReplies, renewalReplies []reply) {
+// the calls whose bulk form in forms (nil: none has one) names a bulk
+// script, and returns each call's and each renewal's reply in order.
+func (e *Engine) runCalls(ctx context.Context, calls []protocol.Call, forms []bulkForm, renewals []bulkRenewal) (callReplies, renewalReplies []reply) {
 	type groupKey struct {
-		s         *redis.Script
+		form      bulkForm // calls
+		renew     bool     // renewals (extend_many)
 		at        string
 		ttl, fttl int64 // renewals
 	}
@@ -110,29 +121,28 @@ func (e *Engine) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 		groups[k] = append(groups[k], i)
 	}
 	for i, call := range calls {
-		s := bulkOf(call)
-		if s == nil {
+		if forms == nil || forms[i].s == nil {
 			sent, owners, kind = append(sent, call), append(owners, []int{i}), append(kind, 0)
 			continue
 		}
-		group(groupKey{s: s, at: e.groupOf(call.Keys[0])}, i)
+		group(groupKey{form: forms[i], at: e.groupOf(call.Keys[0])}, i)
 	}
 	for i, r := range renewals {
-		group(groupKey{s: scripts.ExtendMany, at: e.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
+		group(groupKey{renew: true, at: e.groupOf(r.lock), ttl: r.ttl, fttl: r.fttl}, i)
 	}
 	for n, k := range order {
 		ids := plain[n]
 		if k.at != "" {
 			ids = groups[k]
 		}
-		if k.s == scripts.ReleaseMany && len(ids) == 1 {
+		if !k.renew && len(ids) == 1 {
 			sent, owners, kind = append(sent, calls[ids[0]]), append(owners, ids), append(kind, 0)
 			continue
 		}
 		for len(ids) > 0 {
 			part := ids[:min(len(ids), bulkMax)]
 			ids = ids[len(part):]
-			if k.s == scripts.ExtendMany {
+			if k.renew {
 				if raw == nil {
 					raw = make([]rexec.Raw, len(sent), len(sent)+(len(renewals)+bulkMax-1)/bulkMax)
 				}
@@ -140,10 +150,11 @@ func (e *Engine) runCalls(ctx context.Context, calls []protocol.Call, renewals [
 				sent, owners, kind = append(sent, protocol.Call{}), append(owners, part), append(kind, 2)
 				continue
 			}
-			b := protocol.Call{Script: k.s, Keys: make([]string, 0, 4*len(part)), Args: make([]any, 0, 3*len(part))}
+			b := protocol.Call{Script: k.form.s, Keys: make([]string, 0, len(calls[part[0]].Keys)*len(part)),
+				Args: make([]any, 0, k.form.args*len(part))}
 			for _, i := range part {
 				b.Keys = append(b.Keys, calls[i].Keys...)
-				b.Args = append(b.Args, calls[i].Args[:3]...)
+				b.Args = append(b.Args, calls[i].Args[:k.form.args]...)
 			}
 			sent, owners, kind = append(sent, b), append(owners, part), append(kind, 1)
 		}

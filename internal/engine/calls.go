@@ -56,6 +56,17 @@ type BulkRenewer interface {
 	RenewsInBulk()
 }
 
+// BulkReleaser is implemented by a protocol whose releases (Release's
+// calls, which Close sends many at once) one call of another script may
+// serve together: BulkRelease returns that script and how many of each
+// release call's arguments it takes. Its call carries every release's
+// keys, then those first arguments, lock after lock, and answers with one
+// reply per lock, the one its own release call would have got. The
+// engine sends a group of one as the release call itself.
+type BulkReleaser interface {
+	BulkRelease() (s *redis.Script, args int)
+}
+
 // Leaver is implemented by protocols whose waiters queue in Redis.
 type Leaver interface {
 	Leave(k protocol.Keys, value string) protocol.Call

@@ -101,13 +101,14 @@ func (wd *watchdog) releaseAll(ctx context.Context, leases []*Lease) (left int, 
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				calls := make([]protocol.Call, len(part))
+				forms := make([]bulkForm, len(part))
 				values := make([]string, len(part))
 				for i, l := range part {
 					l.endForRelease() // Done closes before the key can pass on
 					values[i] = l.Token()
-					calls[i] = l.releaseCall(values[i])
+					calls[i], forms[i] = l.releaseCall(values[i]), releaseForm(l.proto)
 				}
-				replies, _ := wd.e.runCalls(ctx, calls, nil)
+				replies, _ := wd.e.runCalls(ctx, calls, forms, nil)
 				for i, l := range part {
 					note(l.Release(withReleaseReply(ctx, values[i], replies[i].code, replies[i].err)))
 				}

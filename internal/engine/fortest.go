@@ -64,7 +64,7 @@ func (e *Engine) RenewBurst(leases []*Lease, ttl time.Duration) time.Duration {
 					calls = append(calls, call)
 				}
 			}
-			e.runCalls(context.Background(), calls, renewals)
+			e.runCalls(context.Background(), calls, nil, renewals)
 		}()
 	}
 	wg.Wait()
@@ -83,7 +83,7 @@ func (e *Engine) RenewKeys(keys, tokens []string, ttl time.Duration) int {
 		for j := i; j < end; j++ {
 			rs = append(rs, bulkRenewal{lock: keys[j], token: tokens[j], ttl: ttl.Milliseconds()})
 		}
-		_, replies := e.runCalls(context.Background(), nil, rs)
+		_, replies := e.runCalls(context.Background(), nil, nil, rs)
 		for _, r := range replies {
 			if r.err != nil || r.code != codeOK {
 				left++

@@ -255,7 +255,7 @@ func (wd *watchdog) renew(leases []*Lease) {
 		case <-ctx.Done():
 		}
 	}()
-	callReplies, bulkReplies := wd.e.runCalls(ctx, calls, renewals)
+	callReplies, bulkReplies := wd.e.runCalls(ctx, calls, nil, renewals)
 	probe.Point(probe.WatchdogAfterBatch, "")
 	if late := time.Since(sent); late > wd.e.timing.RenewEvery(taken[0].ttl)/2 {
 		// The replies came (or were read) more than half an interval
