@@ -8,6 +8,7 @@ import (
 	"errors"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -58,10 +59,10 @@ type Info struct {
 	// and Limit its run-time limit (0: none set by Semaphore.SetLimit).
 	Holders, Permits, Limit int64
 	// Subscribers counts connections subscribed to the key's wake-up channel
-	// (PUBSUB NUMSUB on the node answering; on Redis Cluster, plus PUBSUB
-	// SHARDNUMSUB on the master of the key's slot, where dlock Clients
-	// subscribe it by SSUBSCRIBE): clients with a Barging or non-queueing
-	// Lock call waiting.
+	// (PUBSUB NUMSUB; on Redis Cluster, NUMSUB summed over every node, plus
+	// PUBSUB SHARDNUMSUB on the master of the key's slot, where dlock
+	// Clients subscribe it by SSUBSCRIBE): clients with a Barging or
+	// non-queueing Lock call waiting.
 	Subscribers int64
 }
 
@@ -139,7 +140,11 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 			info.Aux = append(info.Aux, aux[i])
 		}
 	}
-	info.Subscribers = subs.Val()[ks.Wake] + c.shardSubscribers(ctx, ks.Wake)
+	if n, ok := c.clusterSubscribers(ctx, ks.Wake); ok {
+		info.Subscribers = n
+	} else {
+		info.Subscribers = subs.Val()[ks.Wake]
+	}
 	info.Queued = queued.Val()
 	switch typ.Val() {
 	case "none":
@@ -188,20 +193,28 @@ func (c *Client) Inspect(ctx context.Context, key string) (Info, error) {
 	return info, nil
 }
 
-// shardSubscribers counts the sharded subscriptions to the wake-up
-// channel wake on a Cluster (0 elsewhere, or if the master of its slot
-// does not answer): they live on that master only, and PUBSUB NUMSUB
-// does not count them.
-func (c *Client) shardSubscribers(ctx context.Context, wake string) int64 {
+// clusterSubscribers counts, on a Cluster, the subscriptions to the
+// wake-up channel wake: the plain ones on every node (PUBSUB NUMSUB counts
+// a node's own; a PUBLISH reaches them all) and the sharded ones on the
+// master of its slot (PUBSUB SHARDNUMSUB), where dlock Clients subscribe
+// it. ok is false elsewhere. A node that does not answer counts 0.
+func (c *Client) clusterSubscribers(ctx context.Context, wake string) (n int64, ok bool) {
 	cc, ok := c.rdb.(*redis.ClusterClient)
 	if !ok {
-		return 0
+		return 0, false
 	}
-	m, err := cc.MasterForKey(ctx, wake)
-	if err != nil {
-		return 0
+	var mu sync.Mutex
+	_ = cc.ForEachShard(ctx, func(ctx context.Context, node *redis.Client) error {
+		v := node.PubSubNumSub(ctx, wake).Val()[wake]
+		mu.Lock()
+		n += v
+		mu.Unlock()
+		return nil
+	})
+	if m, err := cc.MasterForKey(ctx, wake); err == nil {
+		n += m.PubSubShardNumSub(ctx, wake).Val()[wake]
 	}
-	return m.PubSubShardNumSub(ctx, wake).Val()[wake]
+	return n, true
 }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)

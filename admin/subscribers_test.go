@@ -7,6 +7,8 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/admin"
+	"github.com/dlock-go/dlock/internal/defaults"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,6 +30,35 @@ func TestInspectSubscribers(t *testing.T) {
 		rdb := cl.NewClient()
 		t.Cleanup(func() { _ = rdb.Close() })
 		checkSubscribers(t, rdb, "admin-subscribers")
+	})
+	// A plain subscription (another library's waiter) counts on whichever
+	// node it was made: one on every node counts once per node.
+	t.Run("cluster plain", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t, redistest.ClusterConfig{})
+		rdb := cl.NewClient()
+		t.Cleanup(func() { _ = rdb.Close() })
+		adm, err := admin.New(rdb, admin.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := "admin-plain-subscribers"
+		wake := keyspace.Keys(defaults.Prefix, k).Wake
+		for _, n := range cl.Nodes {
+			nc := n.NewClient()
+			ps := nc.Subscribe(t.Context(), wake)
+			if _, err := ps.Receive(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ps.Close(); _ = nc.Close() })
+		}
+		info, err := adm.Inspect(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(len(cl.Nodes)); info.Subscribers != want {
+			t.Fatalf("Subscribers %d, want %d (one per node)", info.Subscribers, want)
+		}
 	})
 }
 
