@@ -13,7 +13,9 @@
 //     restart, a failover or SCRIPT FLUSH) is sent again by EVAL;
 //   - the refusal retry (refusal.go): a call a Cluster node refused before
 //     running it (TRYAGAIN, ASK, MOVED, CLUSTERDOWN, LOADING, MASTERDOWN)
-//     is sent again within the caller's deadline, and counted.
+//     is sent again within the caller's deadline, and counted;
+//   - acknowledged calls (acked.go): a call and WAIT in one pipeline on
+//     its key's master, for Options.MinReplicas.
 //
 // It knows nothing of locks, leases or the Client: the engine decides
 // what to send and reads the replies.
