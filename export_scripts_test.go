@@ -44,7 +44,7 @@ func NewScriptDriver(ctx context.Context, c *Client, keys []string, k ...Kind) (
 			return nil, err
 		}
 	}
-	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].keys[0]), Chan: "test:handoff:" + engine.NewToken(), Lease: c.opts.WaiterLease}, nil
+	return &ScriptDriver{c: c, base: p, keys: c.keysFor(c.multiGroups(keys)[0].Keys[0]), Chan: "test:handoff:" + engine.NewToken(), Lease: c.opts.WaiterLease}, nil
 }
 
 // attempt returns the queue settings of an attempt in mode: the Client's,

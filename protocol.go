@@ -26,22 +26,15 @@ var (
 	_ engine.Protocol     = sharedLock{}
 	_ engine.Protocol     = reentrantLock{}
 	_ engine.Protocol     = semaphore{}
-	_ engine.Protocol     = multiLock{}
-	_ engine.Protocol     = multiSlots{}
-	_ engine.Slotted      = multiSlots{}
 	_ engine.Direct       = ackedTokenLock{}
-	_ engine.Direct       = multiSlots{}
 	_ engine.RawReleaser  = tokenLock{}
 	_ engine.BulkRenewer  = tokenLock{}
 	_ engine.BulkReleaser = tokenLock{}
 	_ engine.ResendTeller = tokenLock{}
 	_ engine.ResendTeller = holdSet{}
 	_ engine.ResendTeller = semaphore{}
-	_ engine.ResendTeller = multiLock{}
-	_ engine.ResendTeller = multiSlots{}
 	_ engine.Leaver       = tokenLock{}
 	_ engine.Leaver       = holdSet{}
 	_ engine.Leaver       = semaphore{}
-	_ engine.Leaver       = multiLock{}
 	_ engine.DirectLeaver = ackedTokenLock{}
 )
