@@ -2,15 +2,11 @@ package dlock
 
 import (
 	"context"
-	"errors"
-	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 
+	"github.com/dlock-go/dlock/internal/engine/counter"
 	"github.com/dlock-go/dlock/internal/keyrules"
-	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/stripes"
-	"github.com/dlock-go/dlock/protocol"
-	"github.com/redis/go-redis/v9"
 )
 
 // Counter is a non-negative count (a stock) split over segments, each
@@ -40,7 +36,8 @@ type Counter struct {
 	c    *Client
 	name string
 	segs stripes.Set
-	err  error // a bad argument of Client.Counter, returned by every method
+	rs   *counter.Segments // its Redis side (nil: c is nil)
+	err  error             // a bad argument of Client.Counter, returned by every method
 }
 
 // Counter returns the counter name split over segments segments. It makes
@@ -51,9 +48,18 @@ func (c *Client) Counter(name string, segments int) *Counter {
 	s := &Counter{c: c, name: name, segs: stripes.Make(name, max(segments, 1))}
 	if c == nil {
 		s.err = ErrNilClient
-	} else {
-		s.err = validStripes(name, segments)
+		return s
 	}
+	s.err = validStripes(name, segments)
+	given := s.segs.Len()
+	s.rs = &counter.Segments{Exec: c.exec, Prefix: c.opts.Prefix, Set: s.segs,
+		TTL: c.opts.TTL, ReleaseTimeout: c.opts.ReleaseTimeout,
+		Mismatch: func(recorded int64) error {
+			return &segmentMismatchError{name: name, given: given, recorded: recorded}
+		},
+		MaybeApplied: func(op, key string, n int64, cause error) error {
+			return &maybeAppliedError{op: op, key: key, n: n, cause: cause}
+		}}
 	return s
 }
 
@@ -79,22 +85,6 @@ func validStripes(name string, n int) error {
 
 func init() { keyrules.ValidStripes = validStripes }
 
-// Replies of counter_add.lua and counter_set.lua besides codeOK and
-// codeWrongType.
-const (
-	codeNotHolder  = -1 // the caller does not hold the segment's lock
-	codeMismatch   = -3 // another segment count is recorded
-	codeUnrecorded = -4 // no segment count is recorded yet
-)
-
-func (s *Counter) countKey(i int) string {
-	return auxOf(s.c.keysFor(s.segs.Stripe(i)), countSuffix)
-}
-
-func (s *Counter) segsKey(i int) string {
-	return auxOf(s.c.keysFor(s.segs.Stripe(i)), segsSuffix)
-}
-
 // Set sets the total to total, spread evenly over the segments (the first
 // total mod n get one more). It holds every segment's lock meanwhile
 // (LockMulti), so it never races a Take, and writes each segment only
@@ -119,82 +109,7 @@ func (s *Counter) Set(ctx context.Context, total int64) error {
 	if err != nil {
 		return err
 	}
-	return s.c.run(ctx, lk, func(ctx context.Context) error { return s.setAll(ctx, lk, total) })
-}
-
-// setAll writes every segment's share of total under lk, after recording
-// the segment count if the counter has none.
-func (s *Counter) setAll(ctx context.Context, lk *Lock, total int64) error {
-	res, err := s.setSegments(ctx, lk, total)
-	if err == nil && slicesHaveCode(res, codeUnrecorded) {
-		if err = s.record(ctx); err == nil {
-			res, err = s.setSegments(ctx, lk, total)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	for i, r := range res {
-		if len(r) == 2 && r[0] == codeOK {
-			continue
-		}
-		return s.replyErr(lk, i, r)
-	}
-	return nil
-}
-
-// setSegments runs counter_set.lua for every segment in one pipeline and
-// returns the replies.
-func (s *Counter) setSegments(ctx context.Context, lk *Lock, total int64) ([][]int64, error) {
-	n := int64(s.segs.Len())
-	segs := strconv.Itoa(s.segs.Len())
-	calls := make([]protocol.Call, n)
-	for i := range n {
-		v := total / n
-		if i < total%n {
-			v++
-		}
-		calls[i] = protocol.Call{Script: scripts.CounterSet,
-			Keys: []string{s.segs.Stripe(int(i)), s.countKey(int(i)), s.segsKey(int(i))},
-			Args: []any{lk.Token(), v, segs}}
-	}
-	res := make([][]int64, n)
-	for i, cmd := range s.c.exec.Batch(ctx, calls) {
-		r, err := cmd.Int64Slice()
-		if err != nil {
-			return nil, errs.Unavailable(err)
-		}
-		res[i] = r
-	}
-	return res, nil
-}
-
-// slicesHaveCode reports whether a reply in res has the code code.
-func slicesHaveCode(res [][]int64, code int64) bool {
-	for _, r := range res {
-		if len(r) == 2 && r[0] == code {
-			return true
-		}
-	}
-	return false
-}
-
-// replyErr is the error of a counter script's reply r other than done or
-// not enough, for segment seg under lk.
-func (s *Counter) replyErr(lk *Lock, seg int, r []int64) error {
-	switch {
-	case len(r) != 2:
-	case r[0] == codeNotHolder:
-		if lerr := lk.Err(); lerr != nil {
-			return lerr
-		}
-		return errs.Lost(s.segs.Stripe(seg), ErrTaken)
-	case r[0] == codeWrongType:
-		return ErrWrongType
-	case r[0] == codeMismatch:
-		return &segmentMismatchError{name: s.name, given: s.segs.Len(), recorded: r[1]}
-	}
-	return errors.New("dlock: unexpected reply from the counter script")
+	return s.c.run(ctx, lk, func(ctx context.Context) error { return s.rs.SetAll(ctx, lk.Token(), lk.Err, total) })
 }
 
 // Total returns the sum of the segments (not atomic across them: a
@@ -208,28 +123,5 @@ func (s *Counter) Total(ctx context.Context) (int64, error) {
 	if ctx == nil {
 		return 0, ErrNilContext
 	}
-	n := s.segs.Len()
-	counts := make([]*redis.StringCmd, n+1) // and the count one past the last segment
-	recs := make([]*redis.StringCmd, n)
-	_, err := s.c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range recs {
-			counts[i] = p.Get(ctx, s.countKey(i))
-			recs[i] = p.Get(ctx, s.segsKey(i))
-		}
-		counts[n] = p.Get(ctx, s.countKey(n))
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, errs.Unavailable(err)
-	}
-	if err := s.checkRead(counts, recs); err != nil {
-		return 0, err
-	}
-	var sum int64
-	for _, cmd := range counts[:n] {
-		if v, err := cmd.Int64(); err == nil {
-			sum += v
-		}
-	}
-	return sum, nil
+	return s.rs.Total(ctx)
 }

@@ -3,16 +3,9 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
-	"github.com/dlock-go/dlock/internal/engine"
-	"github.com/dlock-go/dlock/internal/errs"
 	"math/rand/v2"
-	"strconv"
 
 	"github.com/dlock-go/dlock/internal/oneline"
-	"github.com/dlock-go/dlock/internal/rexec"
-	"github.com/dlock-go/dlock/internal/scripts"
-	"github.com/dlock-go/dlock/protocol"
 )
 
 // Take takes n from one segment that has at least n, and returns the
@@ -94,7 +87,7 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 		defer cancel()
 		return lk.Unlock(rctx)
 	}
-	took, err := s.add(ctx, lk, seg, -n)
+	took, err := s.rs.Add(ctx, lk.Token(), lk.Err, seg, -n)
 	if err != nil || !took {
 		var ma *maybeAppliedError
 		return errors.As(err, &ma), oneline.Join(err, unlock())
@@ -111,65 +104,5 @@ func (s *Counter) takeFrom(ctx context.Context, lk *Lock, seg int, n int64, fn f
 	if ferr == nil {
 		return true, unlock()
 	}
-	return false, oneline.Join(ferr, s.putBack(ctx, lk, seg, n), unlock())
-}
-
-// putBack puts n units back into segment seg while lk still holds it, and
-// returns nil if they went back.
-func (s *Counter) putBack(ctx context.Context, lk *Lock, seg int, n int64) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.c.opts.ReleaseTimeout)
-	defer cancel()
-	res, err := s.addOnce(rctx, lk, seg, n)
-	switch {
-	case err == nil && len(res) == 2 && res[0] == codeOK:
-		return nil
-	case err == nil:
-		err = s.replyErr(lk, seg, res)
-	case engine.Ambiguous(err), rexec.MayFollowRun(err):
-		return &maybeAppliedError{op: "putting back", key: s.countKey(seg), n: n, cause: err}
-	default:
-		err = errs.Unavailable(err)
-	}
-	return fmt.Errorf("dlock: putting %d units back into %q failed (they stay taken): %w", n, s.countKey(seg), err)
-}
-
-// add adds d to segment seg if lk (its lock) still holds it and the count
-// stays non-negative, recording the segment count first if the counter
-// has none. It reports whether it did.
-func (s *Counter) add(ctx context.Context, lk *Lock, seg int, d int64) (bool, error) {
-	res, err := s.addOnce(ctx, lk, seg, d)
-	if err == nil && len(res) == 2 && res[0] == codeUnrecorded {
-		if rerr := s.record(ctx); rerr != nil {
-			return false, rerr // nothing was taken
-		}
-		res, err = s.addOnce(ctx, lk, seg, d)
-	}
-	switch {
-	case engine.Ambiguous(err), rexec.MayFollowRun(err):
-		// The script may have run: the units may have been taken (also
-		// when the last try was refused: go-redis may have sent it before
-		// by itself, see rexec.MayFollowRun).
-		return false, &maybeAppliedError{op: "taking", key: s.countKey(seg), n: -d, cause: err}
-	case err != nil:
-		return false, errs.Unavailable(err)
-	case len(res) == 2 && (res[0] == codeOK || res[0] == 0):
-		return res[0] == codeOK, nil
-	}
-	return false, s.replyErr(lk, seg, res)
-}
-
-// addOnce runs counter_add.lua once for segment seg under a fresh
-// operation id, so a second run of the same call (re-sent by the Redis
-// client after a lost reply) does not add again. The call sends no copy
-// after the Client's TTL, and the script keeps the operation's marker
-// 10 s past that (and past the lock's expiry), so every copy finds it.
-func (s *Counter) addOnce(ctx context.Context, lk *Lock, seg int, d int64) ([]int64, error) {
-	key := s.segs.Stripe(seg)
-	op := s.c.keysFor(key).Queue + ":" + engine.NewToken()
-	window := s.c.opts.TTL
-	ctx, cancel := context.WithTimeout(ctx, window)
-	defer cancel()
-	return s.c.exec.Run(ctx, protocol.Call{Script: scripts.CounterAdd,
-		Keys: []string{key, s.countKey(seg), op, s.segsKey(seg)},
-		Args: []any{lk.Token(), d, strconv.Itoa(s.segs.Len()), window.Milliseconds()}}).Int64Slice()
+	return false, oneline.Join(ferr, s.rs.PutBack(ctx, lk.Token(), lk.Err, seg, n), unlock())
 }

@@ -1,17 +1,17 @@
-package dlock
+package counter
 
 import (
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/errs"
 	"strconv"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
-// A Counter's segment count is recorded beside each of its segments (in
+// A counter's segment count is recorded beside each of its segments (in
 // the segment's slot, so every script that writes a segment checks it in
 // the same run). It is written once, by record, and never changed.
 
@@ -19,21 +19,21 @@ import (
 // none, after checkShape. Segment 0's comes first, alone: of two callers
 // with different counts, only the first to record it there records any
 // other segment's, so the records never disagree.
-func (s *Counter) record(ctx context.Context) error {
+func (s *Segments) record(ctx context.Context) error {
 	if err := s.checkShape(ctx); err != nil {
 		return err
 	}
-	if err := s.recorded(s.c.exec.Run(ctx, s.recordCall(0))); err != nil {
+	if err := s.recorded(s.Exec.Run(ctx, s.recordCall(0))); err != nil {
 		return err
 	}
-	calls := make([]protocol.Call, 0, s.segs.Len()-1)
-	for i := 1; i < s.segs.Len(); i++ {
+	calls := make([]protocol.Call, 0, s.Set.Len()-1)
+	for i := 1; i < s.Set.Len(); i++ {
 		calls = append(calls, s.recordCall(i))
 	}
 	if len(calls) == 0 {
 		return nil
 	}
-	for _, cmd := range s.c.exec.Batch(ctx, calls) {
+	for _, cmd := range s.Exec.Batch(ctx, calls) {
 		if err := s.recorded(cmd); err != nil {
 			return err
 		}
@@ -42,21 +42,21 @@ func (s *Counter) record(ctx context.Context) error {
 }
 
 // recordCall is counter_segments.lua for segment i.
-func (s *Counter) recordCall(i int) protocol.Call {
+func (s *Segments) recordCall(i int) protocol.Call {
 	return protocol.Call{Script: scripts.CounterSegments, Keys: []string{s.segsKey(i)},
-		Args: []any{strconv.Itoa(s.segs.Len())}}
+		Args: []any{strconv.Itoa(s.Set.Len())}}
 }
 
 // recorded checks the reply of counter_segments.lua: the count recorded.
-func (s *Counter) recorded(cmd *redis.Cmd) error {
+func (s *Segments) recorded(cmd *redis.Cmd) error {
 	n, err := cmd.Int64()
 	switch {
 	case err != nil:
 		return errs.Unavailable(err)
 	case n == codeWrongType:
-		return ErrWrongType
-	case n != int64(s.segs.Len()):
-		return &segmentMismatchError{name: s.name, given: s.segs.Len(), recorded: n}
+		return errs.ErrWrongType
+	case n != int64(s.Set.Len()):
+		return s.Mismatch(n)
 	}
 	return nil
 }
@@ -68,14 +68,14 @@ func (s *Counter) recorded(cmd *redis.Cmd) error {
 // nothing deleted one), a counter of n segments has counts 0 to n-1 or
 // none: the one past the last must be absent, and the last present if the
 // first is.
-func (s *Counter) checkShape(ctx context.Context) error {
-	n := s.segs.Len()
+func (s *Segments) checkShape(ctx context.Context) error {
+	n := s.Set.Len()
 	var first, last, past *redis.IntCmd
 	var rec *redis.StringCmd
-	_, err := s.c.exec.Pipelined(ctx, func(p redis.Pipeliner) error {
-		first = p.Exists(ctx, s.countKey(0))
-		last = p.Exists(ctx, s.countKey(n-1))
-		past = p.Exists(ctx, s.countKey(n))
+	_, err := s.Exec.Pipelined(ctx, func(p redis.Pipeliner) error {
+		first = p.Exists(ctx, s.CountKey(0))
+		last = p.Exists(ctx, s.CountKey(n-1))
+		past = p.Exists(ctx, s.CountKey(n))
 		rec = p.Get(ctx, s.segsKey(0))
 		return nil
 	})
@@ -88,19 +88,19 @@ func (s *Counter) checkShape(ctx context.Context) error {
 		// lost) can only agree with it, and counts a partial Set left
 		// (a segment whose lock was lost) are no sign of another count.
 		if r != int64(n) {
-			return &segmentMismatchError{name: s.name, given: n, recorded: r}
+			return s.Mismatch(r)
 		}
 		return nil
 	}
 	if past.Val() > 0 || first.Val() > last.Val() {
-		return &segmentMismatchError{name: s.name, given: n}
+		return s.Mismatch(0)
 	}
 	return nil
 }
 
 // checkRead checks what Total read: the segments' counts (and the count
 // one past the last) and their recorded segment counts.
-func (s *Counter) checkRead(counts, recs []*redis.StringCmd) error {
+func (s *Segments) checkRead(counts, recs []*redis.StringCmd) error {
 	n := len(recs)
 	missing := false
 	for _, rec := range recs {
@@ -115,9 +115,9 @@ func (s *Counter) checkRead(counts, recs []*redis.StringCmd) error {
 		r, err := strconv.ParseInt(v, 10, 64)
 		switch {
 		case err != nil || r < 1:
-			return ErrWrongType
+			return errs.ErrWrongType
 		case r != int64(n):
-			return &segmentMismatchError{name: s.name, given: n, recorded: r}
+			return s.Mismatch(r)
 		}
 	}
 	if recs[0].Err() == nil {
@@ -125,7 +125,7 @@ func (s *Counter) checkRead(counts, recs []*redis.StringCmd) error {
 	}
 	exists := func(cmd *redis.StringCmd) bool { return cmd.Err() == nil }
 	if exists(counts[n]) || (missing && exists(counts[0]) && !exists(counts[n-1])) {
-		return &segmentMismatchError{name: s.name, given: n}
+		return s.Mismatch(0)
 	}
 	return nil
 }
