@@ -8,6 +8,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/legacy"
+	"github.com/dlock-go/dlock/outcome"
 )
 
 func ExampleWithTTL() {
@@ -94,7 +95,7 @@ func ExampleClient_AddHooks() {
 	type requestID struct{}
 	locks.AddHooks(dlock.Hooks{
 		Acquire: func(ctx context.Context, i dlock.AcquireInfo) {
-			fmt.Println("second:", ctx.Value(requestID{}), dlock.OutcomeOf(i.Err))
+			fmt.Println("second:", ctx.Value(requestID{}), outcome.Of(i.Err))
 		},
 	})
 	lock, _ := locks.Lock(context.WithValue(ctx, requestID{}, "req-42"), "example:addhooks")
@@ -102,23 +103,4 @@ func ExampleClient_AddHooks() {
 	// Output:
 	// first
 	// second: req-42 ok
-}
-
-func ExampleOutcomeOf() {
-	ctx := context.Background()
-	locks, _, done := exampleClient()
-	defer done()
-	// Count acquires by outcome, as a metrics adapter would.
-	var byOutcome [dlock.NumOutcomes]int
-	locks.AddHooks(dlock.Hooks{Acquire: func(_ context.Context, i dlock.AcquireInfo) {
-		byOutcome[dlock.OutcomeOf(i.Err)]++
-	}})
-	lock, _ := locks.Lock(ctx, "example:outcome")
-	_, err := locks.TryLock(ctx, "example:outcome")
-	fmt.Println(dlock.OutcomeOf(err))
-	lock.Unlock(ctx)
-	fmt.Println(byOutcome[dlock.OutcomeOK], byOutcome[dlock.OutcomeNotAcquired])
-	// Output:
-	// not_acquired
-	// 1 1
 }

@@ -309,42 +309,6 @@ func TestAddHooksConcurrent(t *testing.T) {
 	}
 }
 
-func TestOutcomeOf(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want dlock.Outcome
-	}{
-		{nil, dlock.OutcomeOK},
-		{&dlock.NotAcquiredError{Key: "k"}, dlock.OutcomeNotAcquired},
-		{errors.Join(dlock.ErrContextDone, context.DeadlineExceeded), dlock.OutcomeTimeout},
-		{errors.Join(dlock.ErrContextDone, context.Canceled), dlock.OutcomeCanceled},
-		{errors.Join(dlock.ErrLost, dlock.ErrExpired), dlock.OutcomeExpired},
-		{errors.Join(dlock.ErrLost, dlock.ErrTaken, dlock.ErrWrongType), dlock.OutcomeTaken},
-		{errors.Join(dlock.ErrLost, dlock.ErrUnreachable, errors.New("i/o timeout")), dlock.OutcomeUnreachable},
-		{fmt.Errorf("%w: boom", dlock.ErrUnavailable), dlock.OutcomeError},
-		{dlock.ErrClosed, dlock.OutcomeError},
-		{dlock.ErrEmptyKey, dlock.OutcomeError},
-	} {
-		if got := dlock.OutcomeOf(tc.err); got != tc.want {
-			t.Errorf("OutcomeOf(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
-	seen := map[string]bool{}
-	for o := range dlock.Outcome(dlock.NumOutcomes) {
-		s := o.String()
-		if seen[s] || s == "" {
-			t.Errorf("Outcome %d: name %q repeated or empty", o, s)
-		}
-		seen[s] = true
-		if want := o == dlock.OutcomeExpired || o == dlock.OutcomeTaken || o == dlock.OutcomeUnreachable; o.Lost() != want {
-			t.Errorf("%v.Lost() = %v", o, o.Lost())
-		}
-	}
-	if s := dlock.Outcome(dlock.NumOutcomes).String(); s != fmt.Sprintf("Outcome(%d)", dlock.NumOutcomes) {
-		t.Errorf("out of range: %q", s)
-	}
-}
-
 // TestReleaseHookOnceAfterLoss: a lock whose Unlock finds it lost reports
 // Lost once and Release once, however often Unlock is called again; each
 // Unlock still returns the loss.

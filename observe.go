@@ -2,8 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
-	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
@@ -159,64 +157,6 @@ func chain[T any](a, b func(context.Context, T)) func(context.Context, T) {
 		a(ctx, v)
 		b(ctx, v)
 	}
-}
-
-// Outcome classifies the error an event reports (AcquireInfo.Err,
-// ReleaseInfo.Err, RenewInfo.Err, LostInfo.Cause), for metrics and traces
-// that count events by outcome. Get it with [OutcomeOf].
-type Outcome uint8
-
-// The outcomes, in the order of their values.
-const (
-	OutcomeOK          Outcome = iota // nil: acquired, released or renewed
-	OutcomeNotAcquired                // ErrNotAcquired: TryLock found the key held
-	OutcomeTimeout                    // ErrContextDone: the ctx's deadline passed before the lock was acquired
-	OutcomeCanceled                   // ErrContextDone: the ctx was cancelled before the lock was acquired
-	OutcomeExpired                    // ErrExpired: the lock was lost, its key deleted or expired
-	OutcomeTaken                      // ErrTaken: the lock was lost to another owner
-	OutcomeUnreachable                // ErrUnreachable: the lock was lost, Redis unreachable until its deadline
-	OutcomeError                      // anything else: a Redis error, a closed Client, bad input
-)
-
-// NumOutcomes is the number of Outcome values: an array of this length
-// can be indexed by any Outcome.
-const NumOutcomes = int(OutcomeError) + 1
-
-// OutcomeOf returns the Outcome of err.
-func OutcomeOf(err error) Outcome {
-	switch {
-	case err == nil:
-		return OutcomeOK
-	case errors.Is(err, ErrNotAcquired):
-		return OutcomeNotAcquired
-	case errors.Is(err, ErrContextDone) && errors.Is(err, context.Canceled):
-		return OutcomeCanceled
-	case errors.Is(err, ErrContextDone):
-		return OutcomeTimeout
-	case errors.Is(err, ErrTaken):
-		return OutcomeTaken
-	case errors.Is(err, ErrUnreachable):
-		return OutcomeUnreachable
-	case errors.Is(err, ErrExpired):
-		return OutcomeExpired
-	default:
-		return OutcomeError
-	}
-}
-
-// Lost reports whether o is the cause of a loss (expired, taken or
-// unreachable).
-func (o Outcome) Lost() bool { return o >= OutcomeExpired && o <= OutcomeUnreachable }
-
-var outcomeNames = [NumOutcomes]string{"ok", "not_acquired", "timeout", "canceled", "expired", "taken", "unreachable", "error"}
-
-// String returns o's name: ok, not_acquired, timeout, canceled, expired,
-// taken, unreachable or error.
-func (o Outcome) String() string {
-	if int(o) < NumOutcomes {
-		return outcomeNames[o]
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
 
 // BehindInfo describes a watchdog falling behind.

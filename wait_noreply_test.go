@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/outcome"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -54,8 +55,8 @@ func TestWaitNoReplyCause(t *testing.T) {
 	if msg := err.Error(); strings.ContainsAny(msg, "\r\n") || !strings.Contains(msg, "no reply") {
 		t.Errorf("want one line that says no reply came: %q", msg)
 	}
-	if dlock.OutcomeOf(err) != dlock.OutcomeTimeout {
-		t.Errorf("outcome %v, want timeout", dlock.OutcomeOf(err))
+	if outcome.Of(err) != outcome.Timeout {
+		t.Errorf("outcome %v, want timeout", outcome.Of(err))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/outcome"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -125,7 +126,7 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 
 // Each measurement is recorded with the hook's ctx.
 
-func (in *instruments) acquired(ctx context.Context, i dlock.AcquireInfo, o dlock.Outcome) {
+func (in *instruments) acquired(ctx context.Context, i dlock.AcquireInfo, o outcome.Outcome) {
 	secs := i.Wait.Seconds()
 	in.acquire.Record(ctx, secs, in.acquireBy[acquireResult[o]]...)
 	if i.Waited {
@@ -145,17 +146,17 @@ func (in *instruments) released(ctx context.Context, i dlock.ReleaseInfo) {
 	}
 }
 
-func (in *instruments) lost(ctx context.Context, i dlock.LostInfo, o dlock.Outcome) {
+func (in *instruments) lost(ctx context.Context, i dlock.LostInfo, o outcome.Outcome) {
 	in.hold.Record(ctx, i.Held.Seconds())
 	in.lostC.Add(ctx, 1, in.lostBy[lostReason[o]]...)
 }
 
-func (in *instruments) renewed(ctx context.Context, i dlock.RenewInfo, o dlock.Outcome) {
+func (in *instruments) renewed(ctx context.Context, i dlock.RenewInfo, o outcome.Outcome) {
 	in.renewals.Add(ctx, 1, in.renewBy[renewalResult[o]]...)
 }
 
 // The attribute values, indexed by the acquireResult, lostReason and
-// renewalResult of an event's dlock.Outcome (the same as dlockprom's label
+// renewalResult of an event's outcome.Outcome (the same as dlockprom's label
 // values).
 var (
 	acquireResults = [...]string{"acquired", "busy", "timeout", "canceled", "error"}
@@ -164,19 +165,19 @@ var (
 )
 
 var (
-	acquireResult = [dlock.NumOutcomes]int{
-		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 2, dlock.OutcomeCanceled: 3,
-		dlock.OutcomeExpired: 4, dlock.OutcomeTaken: 4, dlock.OutcomeUnreachable: 4, dlock.OutcomeError: 4,
+	acquireResult = [outcome.Count]int{
+		outcome.OK: 0, outcome.NotAcquired: 1, outcome.Timeout: 2, outcome.Canceled: 3,
+		outcome.Expired: 4, outcome.Taken: 4, outcome.Unreachable: 4, outcome.Error: 4,
 	}
-	lostReason = [dlock.NumOutcomes]int{
-		dlock.OutcomeOK: 3, dlock.OutcomeNotAcquired: 3, dlock.OutcomeTimeout: 3, dlock.OutcomeCanceled: 3,
-		dlock.OutcomeExpired: 0, dlock.OutcomeTaken: 1, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: 3,
+	lostReason = [outcome.Count]int{
+		outcome.OK: 3, outcome.NotAcquired: 3, outcome.Timeout: 3, outcome.Canceled: 3,
+		outcome.Expired: 0, outcome.Taken: 1, outcome.Unreachable: 2, outcome.Error: 3,
 	}
-	renewalResult = [dlock.NumOutcomes]int{
-		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 1, dlock.OutcomeCanceled: 1,
-		dlock.OutcomeExpired: 2, dlock.OutcomeTaken: 2, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: 1,
+	renewalResult = [outcome.Count]int{
+		outcome.OK: 0, outcome.NotAcquired: 1, outcome.Timeout: 1, outcome.Canceled: 1,
+		outcome.Expired: 2, outcome.Taken: 2, outcome.Unreachable: 2, outcome.Error: 1,
 	}
 )
 
 // lostReasonName is the dlock.lost.reason of a loss with outcome o.
-func lostReasonName(o dlock.Outcome) string { return lostReasons[lostReason[o]] }
+func lostReasonName(o outcome.Outcome) string { return lostReasons[lostReason[o]] }

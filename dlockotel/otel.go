@@ -113,6 +113,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/outcome"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -304,22 +305,22 @@ func (t *Telemetry) observe() observation {
 }
 
 func (t *Telemetry) onAcquire(ctx context.Context, i dlock.AcquireInfo) {
-	o := dlock.OutcomeOf(i.Err)
+	o := outcome.Of(i.Err)
 	t.m.acquired(ctx, i, o)
 	t.acquireSpan(ctx, i, o)
 }
 
 func (t *Telemetry) onRelease(ctx context.Context, i dlock.ReleaseInfo) {
 	t.m.released(ctx, i)
-	t.releaseSpan(ctx, i, dlock.OutcomeOf(i.Err))
+	t.releaseSpan(ctx, i, outcome.Of(i.Err))
 }
 
 func (t *Telemetry) onRenew(ctx context.Context, i dlock.RenewInfo) {
-	t.m.renewed(ctx, i, dlock.OutcomeOf(i.Err))
+	t.m.renewed(ctx, i, outcome.Of(i.Err))
 }
 
 func (t *Telemetry) onLost(ctx context.Context, i dlock.LostInfo) {
-	o := dlock.OutcomeOf(i.Cause)
+	o := outcome.Of(i.Cause)
 	t.m.lost(ctx, i, o)
 	t.lostSpan(ctx, i, o)
 }

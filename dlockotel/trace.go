@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/outcome"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -29,7 +30,7 @@ func (t *Telemetry) Do(ctx context.Context, c *dlock.Client, key string, fn func
 			// runs: the hook may come after this span ends, so the event
 			// is added here, once.
 			span.AddEvent("dlock.lost", trace.WithAttributes(t.keyAttrs(key,
-				attrLostReason.String(lostReasonName(dlock.OutcomeOf(err))))...))
+				attrLostReason.String(lostReasonName(outcome.Of(err))))...))
 		}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -45,7 +46,7 @@ type lostEventKey struct{}
 
 // acquireSpan records a Lock or TryLock call as a dlock.acquire span, a
 // child of the call's ctx's span, from the call's start to now.
-func (t *Telemetry) acquireSpan(ctx context.Context, i dlock.AcquireInfo, o dlock.Outcome) {
+func (t *Telemetry) acquireSpan(ctx context.Context, i dlock.AcquireInfo, o outcome.Outcome) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return // an untraced call: no span, and no cost
 	}
@@ -68,7 +69,7 @@ func (t *Telemetry) acquireSpan(ctx context.Context, i dlock.AcquireInfo, o dloc
 		attrs = append(attrs, attrFence.Int64(int64(i.Fence)))
 	}
 	status := errStatus(i.Err)
-	if o == dlock.OutcomeNotAcquired {
+	if o == outcome.NotAcquired {
 		status = "" // busy is an answer, not a failure
 	}
 	finish(span, end, attrs, i.Err, status)
@@ -76,7 +77,7 @@ func (t *Telemetry) acquireSpan(ctx context.Context, i dlock.AcquireInfo, o dloc
 
 // releaseSpan records an Unlock as a dlock.release span, a child of the
 // Unlock's ctx's span.
-func (t *Telemetry) releaseSpan(ctx context.Context, i dlock.ReleaseInfo, o dlock.Outcome) {
+func (t *Telemetry) releaseSpan(ctx context.Context, i dlock.ReleaseInfo, o outcome.Outcome) {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return
 	}
@@ -98,7 +99,7 @@ func (t *Telemetry) releaseSpan(ctx context.Context, i dlock.ReleaseInfo, o dloc
 // in the hook's ctx (the lock's: the one current when it was acquired, or
 // the Unlock's or Extend's that found the loss), and an event on that span
 // if it is still recording.
-func (t *Telemetry) lostSpan(ctx context.Context, i dlock.LostInfo, o dlock.Outcome) {
+func (t *Telemetry) lostSpan(ctx context.Context, i dlock.LostInfo, o outcome.Outcome) {
 	attrs := t.keyAttrs(i.Key,
 		attrFence.Int64(int64(i.Fence)),
 		attrLostReason.String(lostReasonName(o)),

@@ -42,7 +42,7 @@
 //	dlock_refusals_total               counter            calls a Redis node refused before running them, sent again
 //	dlock_releases_left_total          counter            locks whose release went unconfirmed, left to expire
 //
-// The labels name the event's [dlock.Outcome] (dlock.OutcomeOf of its
+// The labels name the event's [outcome.Outcome] ([outcome.Of] of its
 // error). result of dlock_acquire_duration_seconds is one of acquired,
 // busy (TryLock found the key held), timeout (the context's deadline
 // passed), canceled (the context was cancelled) and error (a Redis error,
@@ -110,6 +110,7 @@ import (
 	"sync"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/outcome"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -409,7 +410,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 var _ prometheus.Collector = (*Collector)(nil)
 
 func (c *Collector) onAcquire(_ context.Context, i dlock.AcquireInfo) {
-	result := acquireResult[dlock.OutcomeOf(i.Err)]
+	result := acquireResult[outcome.Of(i.Err)]
 	secs := i.Wait.Seconds()
 	if c.keyLabel == nil {
 		c.acquireBy[result].Observe(secs)
@@ -447,7 +448,7 @@ func (c *Collector) onRelease(_ context.Context, i dlock.ReleaseInfo) {
 }
 
 func (c *Collector) onLost(_ context.Context, i dlock.LostInfo) {
-	reason := lostReason[dlock.OutcomeOf(i.Cause)]
+	reason := lostReason[outcome.Of(i.Cause)]
 	c.observeHold(i.Key, i.Held.Seconds())
 	switch {
 	case c.keyLabel == nil && reason >= 0:
@@ -464,7 +465,7 @@ func (c *Collector) onLost(_ context.Context, i dlock.LostInfo) {
 }
 
 func (c *Collector) onRenew(_ context.Context, i dlock.RenewInfo) {
-	result := renewalResult[dlock.OutcomeOf(i.Err)]
+	result := renewalResult[outcome.Of(i.Err)]
 	if c.keyLabel == nil {
 		c.renewBy[result].Inc()
 		return
@@ -500,7 +501,7 @@ func inc(v *prometheus.CounterVec, lvs ...string) {
 }
 
 // The label values, indexed by the acquireResult, lostReason and
-// renewalResult of an event's dlock.Outcome.
+// renewalResult of an event's outcome.Outcome.
 var (
 	acquireResults = [...]string{ResultAcquired, ResultBusy, ResultTimeout, ResultCanceled, ResultError}
 	lostReasons    = [...]string{ReasonExpired, ReasonTaken, ReasonUnreachable}
@@ -511,16 +512,16 @@ var (
 const reasonOther = "other"
 
 var (
-	acquireResult = [dlock.NumOutcomes]int{
-		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 2, dlock.OutcomeCanceled: 3,
-		dlock.OutcomeExpired: 4, dlock.OutcomeTaken: 4, dlock.OutcomeUnreachable: 4, dlock.OutcomeError: 4,
+	acquireResult = [outcome.Count]int{
+		outcome.OK: 0, outcome.NotAcquired: 1, outcome.Timeout: 2, outcome.Canceled: 3,
+		outcome.Expired: 4, outcome.Taken: 4, outcome.Unreachable: 4, outcome.Error: 4,
 	}
-	lostReason = [dlock.NumOutcomes]int{ // -1: other
-		dlock.OutcomeOK: -1, dlock.OutcomeNotAcquired: -1, dlock.OutcomeTimeout: -1, dlock.OutcomeCanceled: -1,
-		dlock.OutcomeExpired: 0, dlock.OutcomeTaken: 1, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: -1,
+	lostReason = [outcome.Count]int{ // -1: other
+		outcome.OK: -1, outcome.NotAcquired: -1, outcome.Timeout: -1, outcome.Canceled: -1,
+		outcome.Expired: 0, outcome.Taken: 1, outcome.Unreachable: 2, outcome.Error: -1,
 	}
-	renewalResult = [dlock.NumOutcomes]int{
-		dlock.OutcomeOK: 0, dlock.OutcomeNotAcquired: 1, dlock.OutcomeTimeout: 1, dlock.OutcomeCanceled: 1,
-		dlock.OutcomeExpired: 2, dlock.OutcomeTaken: 2, dlock.OutcomeUnreachable: 2, dlock.OutcomeError: 1,
+	renewalResult = [outcome.Count]int{
+		outcome.OK: 0, outcome.NotAcquired: 1, outcome.Timeout: 1, outcome.Canceled: 1,
+		outcome.Expired: 2, outcome.Taken: 2, outcome.Unreachable: 2, outcome.Error: 1,
 	}
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/dlockprom"
+	"github.com/dlock-go/dlock/outcome"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -42,7 +43,7 @@ func Example() {
 		panic(err)
 	}
 	_, err = locks.TryLock(ctx, "example:prom:report") // busy: held by lock
-	fmt.Println("second TryLock:", dlock.OutcomeOf(err))
+	fmt.Println("second TryLock:", outcome.Of(err))
 	printMetrics(srv.URL, "dlock_acquire_duration_seconds_count", "dlock_held ")
 	if err := lock.Unlock(ctx); err != nil {
 		panic(err)
@@ -106,7 +107,7 @@ func Example_ownHooks() {
 	metrics := dlockprom.NewCollector(dlockprom.Opts{})
 	mine := dlock.Hooks{
 		Lost: func(_ context.Context, i dlock.LostInfo) {
-			fmt.Println("lost", i.Key, "reason:", dlock.OutcomeOf(i.Cause))
+			fmt.Println("lost", i.Key, "reason:", outcome.Of(i.Cause))
 		},
 	}
 	locks, err := dlock.New(rdb, dlock.Options{Hooks: metrics.Hooks()})

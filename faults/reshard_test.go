@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/outcome"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -140,7 +141,7 @@ func midScript(err error) bool {
 func (s *reshardStats) hooks() dlock.Hooks {
 	return dlock.Hooks{
 		Acquire: func(ctx context.Context, i dlock.AcquireInfo) {
-			if dlock.OutcomeOf(i.Err) == dlock.OutcomeError {
+			if outcome.Of(i.Err) == outcome.Error {
 				s.note(ctx, i.Err, true)
 			}
 		},
