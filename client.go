@@ -23,7 +23,7 @@ import (
 //
 // Its handle constructors (RWLock, Semaphore, Reentrant, Counter,
 // Election) never return an error and never call Redis: a bad argument
-// (an empty or too long key, a limit or count below 1, a bad option) is
+// (an empty key or one over 64 KiB, a limit or count below 1, a bad option) is
 // returned, errors.Is-able with its sentinel and ErrInvalidArgument, by
 // every method call on the handle.
 type Client struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/dlock-go/dlock/internal/oneline"
 )
 
@@ -119,8 +120,8 @@ var (
 	ErrNilContext = errs.ErrNilContext
 	// ErrEmptyKey: a lock, election, counter or resource key is "".
 	ErrEmptyKey = errs.Arg("empty key")
-	// ErrKeyTooLong: a key longer than MaxKeyLength bytes.
-	ErrKeyTooLong = errs.Arg(fmt.Sprintf("key longer than %d bytes", MaxKeyLength))
+	// ErrKeyTooLong: a key longer than 65,536 bytes (64 KiB).
+	ErrKeyTooLong = errs.Arg(fmt.Sprintf("key longer than %d bytes", keyrules.MaxKeyLength))
 	// ErrInvalidTTL: a TTL below what the drift allowance (TTL*DriftFactor
 	// + MinDrift) and, for a renewed lock, the renewal interval leave room
 	// for, or above MaxTTL. It is returned wrapped, naming the value given
@@ -135,7 +136,7 @@ var (
 	// read-locked key holds).
 	ErrInvalidOwner = errs.Arg("reentrant owner empty (pass one, or bind one with ContextWithOwner) or reserved")
 	// ErrInvalidLimit: a semaphore limit below 1 (Semaphore.SetLimit: below
-	// 0) or above MaxSemaphoreLimit.
+	// 0) or above 2^50.
 	ErrInvalidLimit = errs.Arg("semaphore limit must be at least 1")
 	// ErrInvalidPermits: a Semaphore acquire of fewer than 1 permit or more
 	// than the semaphore's limit (the limit given to Client.Semaphore, or a
@@ -152,9 +153,6 @@ var (
 	// ErrValueTooLong: a leader value longer than MaxLeaderValue bytes.
 	ErrValueTooLong = errs.Arg(fmt.Sprintf("leader value longer than %d bytes", MaxLeaderValue))
 )
-
-// MaxKeyLength is the longest lock key accepted, in bytes.
-const MaxKeyLength = 64 << 10
 
 // ErrMaybeApplied: a change to a Counter whose reply was lost (a timeout,
 // a broken connection, a cancelled context): it may or may not have been

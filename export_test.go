@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/redis/go-redis/v9"
 )
@@ -116,3 +117,9 @@ func HoldExpiry(release <-chan struct{}, reached chan<- struct{}) (undo func()) 
 // SetPlainPubSub makes the Clients made from now on keep hand-offs on
 // plain pub/sub on a Cluster (true), or use sharded pub/sub (false).
 func SetPlainPubSub(plain bool) { plainPubSub.Store(plain) }
+
+// The limits the package checks, for the tests that pass them.
+const (
+	MaxKeyLength      = keyrules.MaxKeyLength
+	MaxSemaphoreLimit = maxSemaphoreLimit
+)

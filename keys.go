@@ -42,14 +42,14 @@ func init() {
 }
 
 // validKey checks a lock (or fenced resource) key: not empty, at most
-// MaxKeyLength bytes, and, unless prefix is "", not one of the auxiliary
+// keyrules.MaxKeyLength bytes, and, unless prefix is "", not one of the auxiliary
 // names dlock derives from another lock key under prefix (ErrReservedKey):
 // a lock there would corrupt that lock's state. It makes no Redis call.
 func validKey(prefix, key string) error {
 	switch {
 	case key == "":
 		return ErrEmptyKey
-	case len(key) > MaxKeyLength:
+	case len(key) > keyrules.MaxKeyLength:
 		return keyTooLong(len(key))
 	}
 	if prefix == "" {

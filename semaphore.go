@@ -36,9 +36,9 @@ type Semaphore struct {
 	limit int
 }
 
-// Semaphore returns the counting semaphore on key with limit permits. It
-// makes no Redis call and returns no error: a bad key or a limit below 1
-// (ErrInvalidLimit) is reported by each acquire.
+// Semaphore returns the counting semaphore on key with limit permits, 1 to
+// 2^50. It makes no Redis call and returns no error: a bad key or a limit
+// out of that range (ErrInvalidLimit) is reported by each acquire.
 func (c *Client) Semaphore(key string, limit int) *Semaphore {
 	return &Semaphore{c: c, key: key, limit: limit}
 }
@@ -75,8 +75,8 @@ func (s *Semaphore) acquire(ctx context.Context, n int, wait bool, opts []LockOp
 type permits struct{ limit, n int }
 
 func (p permits) build(_ context.Context, c *Client) (engine.Protocol, error) {
-	if p.limit < 1 || p.limit > MaxSemaphoreLimit {
-		return nil, fmt.Errorf("%w: Semaphore limit %d (1 to %d)", ErrInvalidLimit, p.limit, MaxSemaphoreLimit)
+	if p.limit < 1 || p.limit > maxSemaphoreLimit {
+		return nil, fmt.Errorf("%w: Semaphore limit %d (1 to %d)", ErrInvalidLimit, p.limit, maxSemaphoreLimit)
 	}
 	if p.n < 1 || p.n > p.limit {
 		return nil, fmt.Errorf("%w: %d permits asked of a Semaphore of limit %d", ErrInvalidPermits, p.n, p.limit)
@@ -87,10 +87,10 @@ func (p permits) build(_ context.Context, c *Client) (engine.Protocol, error) {
 	return semaphore{q: c.queue, limit: p.limit, permits: p.n}, nil
 }
 
-// MaxSemaphoreLimit is the largest limit a Semaphore takes (and so the most
+// maxSemaphoreLimit is the largest limit a Semaphore takes (and so the most
 // permits one acquire asks): the scripts count permits in Lua numbers,
 // which are exact integers up to 2^53.
-const MaxSemaphoreLimit = 1 << 50
+const maxSemaphoreLimit = 1 << 50
 
 // semaphore is the protocol of Semaphore: each holder is a member of the
 // key's sorted set, scored with the end of its lease; its permit count is

@@ -27,7 +27,7 @@ import (
 // to apply wins.
 //
 // On success, it returns nil. On failure, it returns an error:
-// ErrInvalidLimit for a negative limit (or one above MaxSemaphoreLimit) and
+// ErrInvalidLimit for a negative limit (or one above 2^50) and
 // ErrWrongType if the key is not a semaphore's (changing nothing),
 // ErrUnavailable wrapping a Redis error, ErrNoPermission (ACL), or another
 // ErrInvalidArgument (a nil context, a bad key). On a nil *Semaphore it
@@ -43,8 +43,8 @@ func (s *Semaphore) SetLimit(ctx context.Context, limit int) error {
 	if err := validKey(c.opts.Prefix, key); err != nil {
 		return err
 	}
-	if limit < 0 || limit > MaxSemaphoreLimit {
-		return fmt.Errorf("%w: Semaphore limit %d (at most %d)", ErrInvalidLimit, limit, MaxSemaphoreLimit)
+	if limit < 0 || limit > maxSemaphoreLimit {
+		return fmt.Errorf("%w: Semaphore limit %d (at most %d)", ErrInvalidLimit, limit, maxSemaphoreLimit)
 	}
 	k := c.keysFor(key)
 	for {

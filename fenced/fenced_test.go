@@ -16,6 +16,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/admin"
 	"github.com/dlock-go/dlock/fenced"
+	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -119,7 +120,7 @@ func TestBadInput(t *testing.T) {
 		"nil ctx":     fenced.Set(nil, rdb, "k", 1, "o", "v"),
 		"nil client":  fenced.Set(ctx, (*redis.Client)(nil), "k", 1, "o", "v"),
 		"empty key":   fenced.Set(ctx, rdb, "", 1, "o", "v"),
-		"long key":    fenced.Set(ctx, rdb, strings.Repeat("k", dlock.MaxKeyLength+1), 1, "o", "v"),
+		"long key":    fenced.Set(ctx, rdb, strings.Repeat("k", keyrules.MaxKeyLength+1), 1, "o", "v"),
 		"fence 0":     fenced.Set(ctx, rdb, "k", 0, "o", "v"),
 		"empty owner": fenced.Delete(ctx, rdb, "k", 1, ""),
 	} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/dlock-go/dlock/stripe"
 )
 
@@ -51,7 +52,7 @@ func TestMapping(t *testing.T) {
 		name string
 		n    int
 		want error
-	}{{"x", 0, dlock.ErrInvalidCount}, {"", 4, dlock.ErrEmptyKey}, {strings.Repeat("k", dlock.MaxKeyLength), 4, dlock.ErrKeyTooLong}} {
+	}{{"x", 0, dlock.ErrInvalidCount}, {"", 4, dlock.ErrEmptyKey}, {strings.Repeat("k", keyrules.MaxKeyLength), 4, dlock.ErrKeyTooLong}} {
 		s := stripe.New(tc.name, tc.n)
 		if err := s.Err(); !errors.Is(err, tc.want) || !errors.Is(err, dlock.ErrInvalidArgument) {
 			t.Errorf("New(%d).Err() = %v", tc.n, err)

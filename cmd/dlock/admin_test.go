@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -160,7 +161,7 @@ func TestBadInputExit2(t *testing.T) {
 	for _, args := range [][]string{{"status", long}, {"release", long, "--force"}, {"release", long, "--token", "x"}} {
 		r := dlockRun(t, nil, onSrv(args...)...)
 		expectCode(t, r, 2)
-		expectStderr(t, r, "70000 bytes", strconv.Itoa(dlock.MaxKeyLength))
+		expectStderr(t, r, "70000 bytes", strconv.Itoa(keyrules.MaxKeyLength))
 		if strings.Count(r.stderr, "dlock:") != 1 {
 			t.Errorf("%s: want one dlock: prefix:\n%v", args[0], r)
 		}

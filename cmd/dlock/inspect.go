@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/admin"
+	"github.com/dlock-go/dlock/internal/keyrules"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -515,7 +516,7 @@ func (a *app) badKey(adm *admin.Client, cmd, key string, err error) (int, bool) 
 			cmd, printable(key), kind, printable(lock), printable(lock))
 		return exitNotLock, true
 	case errors.Is(err, dlock.ErrKeyTooLong):
-		return a.usageErr(cmd, "%s: KEY is %d bytes; the limit is %d", cmd, len(key), dlock.MaxKeyLength), true
+		return a.usageErr(cmd, "%s: KEY is %d bytes; the limit is %d", cmd, len(key), keyrules.MaxKeyLength), true
 	case errors.Is(err, dlock.ErrInvalidArgument):
 		return a.usageErr(cmd, "%s: %s", cmd, libMsg(err)), true
 	}

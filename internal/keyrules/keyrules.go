@@ -8,6 +8,9 @@ package keyrules
 
 import "strings"
 
+// MaxKeyLength is the longest lock key package dlock accepts, in bytes.
+const MaxKeyLength = 64 << 10
+
 var (
 	// ValidKey checks key as package dlock checks a lock key under the
 	// default prefix: not empty, not too long, and not one of the
