@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/evictpolicy"
 	"github.com/dlock-go/dlock/internal/notify"
 	"github.com/dlock-go/dlock/internal/rexec"
 	"github.com/redis/go-redis/v9"
@@ -41,9 +42,9 @@ type Client struct {
 	token   engine.Protocol
 	eng     *engine.Engine // leases, watchdog, retry clock, background work, counters
 	notify  *notify.Notifier
-	feeds   feeds         // election observers' shared reads
-	evict   evictCheck    // the masters' eviction policy (see evictionGate)
-	closing chan struct{} // closed by Close
+	feeds   feeds             // election observers' shared reads
+	evict   *evictpolicy.Gate // the masters' eviction policy, checked before a grant
+	closing chan struct{}     // closed by Close
 
 	hookp   atomic.Pointer[Hooks] // the hooks installed now (see hooks)
 	hooksMu sync.Mutex            // serialises AddHooks
@@ -75,7 +76,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: MinReplicas %d on a Ring, which has no replicas to wait for", ErrInvalidOpts, o.MinReplicas)
 	}
 	c := &Client{rdb: rdb, opts: o, ring: ring, closing: make(chan struct{})}
-	c.evict.sem, c.evict.recheck = make(chan struct{}, 1), evictRecheck
+	c.evict = evictpolicy.NewGate(rdb, o.AllowEviction, o.Logger, func(s []string) error { return &EvictionError{Servers: s} })
 	if ring || o.NoPubSub {
 		// A Ring has no connection that hears every shard's hand-offs;
 		// NoPubSub has none at all.
@@ -100,14 +101,14 @@ func New(rdb redis.UniversalClient, opts Options) (*Client, error) {
 		},
 		Redialed: func() {
 			c.eng.Stats.PubSubRedials.Add(1)
-			c.evict.stale()
+			c.evict.Stale()
 		},
 	})
 	c.queue = &engine.Queue{Channel: c.notify.Own(), Lease: o.WaiterLease, Pickup: o.PickupTimeout,
 		Exec: c.exec, Notify: c.notify, Redis: rdb}
 	c.eng = engine.New(engine.Config{Redis: rdb, Exec: c.exec, Timing: o.timing(), ReleaseTimeout: o.ReleaseTimeout,
 		ResendWindow: o.ReleaseResendWindow, Logger: o.Logger, Closing: c.closing, GroupOf: c.groupOf, Notify: c.notify, Queue: c.queue,
-		RetryInterval: o.RetryInterval, Barging: c.opts.Barging, Gate: c.evictionGate, Stale: c.evict.stale})
+		RetryInterval: o.RetryInterval, Barging: c.opts.Barging, Gate: c.evict.Check, Stale: c.evict.Stale})
 	h := o.Hooks
 	c.setHooks(&h)
 	c.token = c.newTokenLock()

@@ -97,7 +97,7 @@ func SemaphoreAttempt(ctx context.Context, c *Client, key, token, mode, channel 
 
 // SetEvictRecheck sets how long c's verdict on the eviction policy stands;
 // call it before c's first acquire.
-func SetEvictRecheck(c *Client, d time.Duration) { c.evict.recheck = d }
+func SetEvictRecheck(c *Client, d time.Duration) { c.evict.Recheck = d }
 
 // HoldExpiry makes the watchdog's deadline expiry wait for release to be
 // closed (a process paused past its locks' deadlines), and reports on

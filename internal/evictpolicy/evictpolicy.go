@@ -2,7 +2,8 @@
 // start-up checks of package dlock and its companions (redlock, fenced):
 // with any policy but noeviction, Redis may delete a lock key, a
 // semaphore's permits or a guard record under memory pressure, and every
-// guarantee built on them is gone.
+// guarantee built on them is gone. A Client's Gate (gate.go) holds its
+// verdict on its masters, read again before a grant once it is stale.
 package evictpolicy
 
 import (
