@@ -144,30 +144,20 @@ func (c *Client) Stats() Stats {
 }
 
 // Close stops the watchdog and the pub/sub connection, wakes every waiting
-// Lock call (they return ErrClosed), ends every call waiting to send
-// again what a Cluster node refused (it returns ErrClosed), and releases every lock the Client
-// still holds, and every lock whose Unlock failed: in pipelines, several
-// at once, like renewals, all within one Options.ReleaseTimeout. As with
-// Unlock, each lock ends (Done closes, Err returns ErrReleased) before its
-// release is sent. If some could not be released it returns a *CloseError
-// (matching ErrUnavailable) that says how many are left to expire by their
-// TTL; those locks end as lost (from then on Err matches ErrLost and
-// ErrClosed, and the Lost hook runs), since nothing renews them any more.
-// Close is idempotent; later calls return nil.
+// call (they return ErrClosed), and releases every lock the Client still
+// holds, and every lock whose Unlock failed, in pipelines, all within one
+// Options.ReleaseTimeout. As with Unlock, each lock ends (Done closes, Err
+// returns ErrReleased) before its release is sent. If some could not be
+// released it returns a *CloseError (matching ErrUnavailable); those locks
+// end as lost (Err matches ErrLost and ErrClosed, the Lost hook runs) and
+// stay in Redis until their TTL. Close is idempotent; later calls return
+// nil.
 //
-// Close then waits for the Lost and Renew hook calls of the watchdog (and
-// of the locks it ended), and for the Client's background clean-ups (the
-// withdrawal of a waiter that gave up, the release after an acquire whose
-// reply was lost) and the Lost hook of a loss an election's leader found,
-// to return, but for at most another ReleaseTimeout in all: a hook that
-// blocks, or a clean-up stuck on a server that does not answer, does not
-// hang Close. Past it, Close logs a WARN with how many are still running
-// and returns; they keep running until they return. Hooks must not block
-// (see Hooks).
-//
-// A lock that an acquiring call got while Close ran is released by that
-// call, which returns ErrClosed; if that release fails too, the lock is
-// left in Redis until its TTL, logged at WARN, and not counted as held.
+// Close then waits for the watchdog's hook calls and the Client's
+// background clean-ups to return, for at most another ReleaseTimeout; past
+// it, it logs a WARN and returns, leaving them running. A lock an
+// acquiring call got while Close ran is released by that call, which
+// returns ErrClosed.
 func (c *Client) Close() error {
 	var err error
 	c.once.Do(func() {

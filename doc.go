@@ -36,16 +36,15 @@
 //   - Leader election: [Client.Election] (Campaign, Resign, Leader,
 //     Observe, Run).
 //
-// The constructors of these handles (RWLock, Semaphore, Reentrant, Counter,
-// Election, and stripe.New) follow one rule: they never return an error
-// and never call Redis. A bad argument is returned, matching its sentinel
-// and [ErrInvalidArgument], by every method call on the handle.
+// The constructors of these handles never return an error and never call
+// Redis: a bad argument is returned by every method call on the handle.
 //
 // Package fenced makes a Redis key a resource that refuses stale fences.
 // [WithProtocol] runs other lock formats on the same engine (package
 // protocol): package legacy is the SETNX/GETSET timestamp lock of older C#
 // and Python code, package redlock takes a lock on a majority of
-// independent masters.
+// independent masters. [Hooks] feed metrics and traces (package outcome
+// classifies their errors; modules dlockprom and dlockotel use them).
 //
 // # Where the details are
 //

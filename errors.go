@@ -36,65 +36,60 @@ var (
 	// deadline, so the holder must assume it is gone.
 	ErrUnreachable = errs.ErrUnreachable
 
-	// ErrContextDone: the context ended before the lock was acquired. It is
-	// joined with ctx.Err(), so errors.Is(err, context.DeadlineExceeded) works.
-	// If Redis failed or did not answer while the call waited (the last
-	// attempt got an error, or was still without a reply when the context
-	// ended), that Redis error is joined too: errors.Is(err, ErrUnavailable)
-	// then tells "still held" from "Redis did not answer".
+	// ErrContextDone: the context ended before the lock was acquired,
+	// joined with ctx.Err() and, if Redis failed or did not answer the last
+	// attempt, with that error: errors.Is(err, ErrUnavailable) tells
+	// "still held" from "Redis did not answer".
 	ErrContextDone = errs.ErrContextDone
 
 	// ErrUnavailable wraps an error from the Redis driver (network, timeout,
-	// server error reply). errors.As reaches the driver's own error. A
-	// Cluster node's refusal of a call it did not run (TRYAGAIN, ASK,
-	// MOVED, CLUSTERDOWN, LOADING, MASTERDOWN) is retried until the ctx's
-	// deadline first; the error then names the last refusal. Close ends
-	// those retries: the call then returns ErrClosed, naming the refusal.
+	// server error reply); errors.As reaches it. A Cluster node's refusal
+	// of a call it did not run (TRYAGAIN, MOVED, …) is retried until the
+	// ctx's deadline first, or until Close (ErrClosed).
 	ErrUnavailable = errs.ErrUnavailable
 
-	// ErrNoReply: Redis did not reply to a call in time (the driver's read
-	// timeout passed, or the context ended while the call was in flight):
-	// it may be paused, overloaded, or cut off. It comes with ErrUnavailable.
-	// A waiting call whose context ends returns it joined to ErrContextDone
-	// if its last attempt got no reply for at least 250 ms; its absence does
-	// not prove Redis answered, since a waiting call may be asleep when
-	// Redis stops, or have sent its last attempt a moment before the
-	// deadline.
+	// ErrNoReply: Redis did not reply to a call in time (it may be paused,
+	// overloaded or cut off). It comes with ErrUnavailable, and joined to
+	// ErrContextDone when a waiting call's last attempt got no reply for at
+	// least 250 ms.
 	ErrNoReply = errs.ErrNoReply
 
-	// ErrNoPermission: the Redis user's ACL refused something dlock needs:
-	// a command (EVAL and EVALSHA, or one a script runs), a key (the lock
-	// key or one of its auxiliary keys under Options.Prefix), or a channel
-	// (SUBSCRIBE to the Client's channels, which a waiting call needs unless
-	// Options.NoPubSub is set). It is returned as a *PermissionError, which
-	// names what was refused. It does not match ErrUnavailable: retrying does
-	// not help until the ACL changes. A script refused before it ran wrote
-	// nothing; dlock's scripts publish by a call whose refusal cannot end
-	// them, so a refused publish loses only a wake-up.
+	// ErrNoPermission: the Redis user's ACL refused a command, a key or a
+	// channel dlock needs (see Options.NoPubSub), returned as a
+	// *PermissionError naming it. It does not match ErrUnavailable:
+	// retrying does not help until the ACL changes.
 	ErrNoPermission = errs.ErrNoPermission
 
-	// ErrWrongType: the key (or one of its auxiliary keys, a guard record or
-	// an election's history) exists with a type or value this package could
-	// not have written there: not a lock of the kind asked for. A
-	// semaphore and a plain lock on one key also meet it. Nothing is
-	// written when it is returned.
+	// ErrWrongType: the key (or one of its auxiliary keys) holds a type or
+	// value this package could not have written there: not a lock of the
+	// kind asked for. Nothing is written.
 	ErrWrongType = errs.ErrWrongType
 
 	// ErrReplicaAck: fewer replicas than Options.MinReplicas acknowledged a
-	// grant (which was then released), a renewal, or a release (sent again
-	// until ReleaseTimeout or the lock's deadline; the key may be freed on
-	// the master all the same).
+	// grant (which was then released), a renewal, or a release (the key
+	// may be freed on the master all the same).
 	ErrReplicaAck = errs.ErrReplicaAck
 
 	// ErrEvictionPolicy: a Redis master the Client writes to may evict keys
-	// under memory pressure (its maxmemory-policy is not noeviction), so a
-	// lock key could vanish while its holder still holds it. Acquires
-	// return it as an *EvictionError, unless Options.AllowEviction is set;
-	// see Client.CheckServers.
+	// (its maxmemory-policy is not noeviction). Acquires return it as an
+	// *EvictionError unless Options.AllowEviction is set; see
+	// Client.CheckServers.
 	ErrEvictionPolicy = errors.New("dlock: redis may evict keys (maxmemory-policy is not noeviction)")
 
 	// ErrExhausted: a Counter has no segment with enough left (Take).
 	ErrExhausted = errors.New("dlock: counter exhausted")
+
+	// ErrMaybeApplied: a Counter change whose reply was lost: it may or may
+	// not have been applied. Counter.Take returns it, with the segment,
+	// when the take may have happened (fn did not run), or joined with fn's
+	// error when putting the units back may not have. Reconcile with
+	// Counter.Total or your records. It does not match ErrUnavailable, so
+	// retry-on-unavailable code does not take the units twice.
+	ErrMaybeApplied = errors.New("dlock: counter change may have been applied (its reply was lost)")
+
+	// ErrSegmentMismatch: a Counter operation with another segment count
+	// than the one recorded in Redis for the counter. Nothing is written.
+	ErrSegmentMismatch = errors.New("dlock: counter segment count differs from the recorded one")
 
 	// ErrNoLeader: an election has no leader now (nobody holds it, or its
 	// holder has not published itself yet).
@@ -107,11 +102,10 @@ var (
 	// matches ErrNotHeld.
 	ErrReleased = errs.ErrReleased
 
-	// ErrInvalidArgument is matched by every bad-input error below. Bad input
-	// is rejected before any Redis call (except a permit count above a
-	// semaphore limit lowered by SetLimit, which only the acquire can see),
-	// and no input makes the package panic. The messages name the value
-	// given and the limit it broke.
+	// ErrInvalidArgument is matched by every bad-input error below. Bad
+	// input is rejected before any Redis call (but a permit count above a
+	// limit lowered by SetLimit), never makes the package panic, and its
+	// message names the value given and the limit it broke.
 	ErrInvalidArgument = errs.ErrInvalidArgument
 
 	// ErrNilClient: New or a helper was given a nil Redis client.
@@ -122,47 +116,29 @@ var (
 	ErrEmptyKey = errs.Arg("empty key")
 	// ErrKeyTooLong: a key longer than 65,536 bytes (64 KiB).
 	ErrKeyTooLong = errs.Arg(fmt.Sprintf("key longer than %d bytes", keyrules.MaxKeyLength))
-	// ErrInvalidTTL: a TTL below what the drift allowance (TTL*DriftFactor
-	// + MinDrift) and, for a renewed lock, the renewal interval leave room
-	// for, or above MaxTTL. It is returned wrapped, naming the value given
-	// and the shortest and longest TTL that work with the Client's options.
+	// ErrInvalidTTL: a TTL too short for the drift allowance and the
+	// renewal interval, or above MaxTTL; the error names the TTLs that work.
 	ErrInvalidTTL = errs.ErrInvalidTTL
 	// ErrInvalidOpts: an Options field or a combination of LockOptions that
 	// cannot work; returned wrapped, naming the field and its value.
 	ErrInvalidOpts = errs.Arg("invalid options")
-
 	// ErrInvalidOwner: a Reentrant acquire without an owner (none given,
-	// none bound to the context), or with the reserved "dlock:shared" (what a
-	// read-locked key holds).
+	// none bound to the context), or with the reserved "dlock:shared".
 	ErrInvalidOwner = errs.Arg("reentrant owner empty (pass one, or bind one with ContextWithOwner) or reserved")
 	// ErrInvalidLimit: a semaphore limit below 1 (Semaphore.SetLimit: below
 	// 0) or above 2^50.
 	ErrInvalidLimit = errs.Arg("semaphore limit must be at least 1")
 	// ErrInvalidPermits: a Semaphore acquire of fewer than 1 permit or more
-	// than the semaphore's limit (the limit given to Client.Semaphore, or a
-	// lower one stored with Semaphore.SetLimit).
+	// than the semaphore's limit.
 	ErrInvalidPermits = errs.Arg("permits must be at least 1 and at most the semaphore's limit")
 	// ErrInvalidCount: a stripe or segment count, or an amount, below 1.
 	ErrInvalidCount = errs.Arg("count must be at least 1")
-	// ErrReservedKey: a lock (or fenced resource) key that is one of the
-	// auxiliary names dlock derives from another lock key under the
-	// Client's prefix (see package admin's Client.AuxKeyOf, and
-	// docs/keys.md for the layout). The error names the key, the lock it
-	// belongs to and its kind.
+	// ErrReservedKey: a key that names auxiliary state dlock keeps for
+	// another lock key (see docs/keys.md); the error names that lock.
 	ErrReservedKey = errs.Arg("key is reserved: it names auxiliary state of another lock")
 	// ErrValueTooLong: a leader value longer than MaxLeaderValue bytes.
 	ErrValueTooLong = errs.Arg(fmt.Sprintf("leader value longer than %d bytes", MaxLeaderValue))
 )
-
-// ErrMaybeApplied: a change to a Counter whose reply was lost (a timeout,
-// a broken connection, a cancelled context): it may or may not have been
-// applied. Counter.Take returns it, with the segment, when taking the units
-// may have happened (they are then not put back, and fn did not run), or
-// joined with fn's error when putting them back may not have happened.
-// Reconcile with Counter.Total or your own records; do not assume either
-// outcome. It does not match ErrUnavailable, so that retry-on-unavailable
-// code does not take the units twice.
-var ErrMaybeApplied = errors.New("dlock: counter change may have been applied (its reply was lost)")
 
 // maybeAppliedError is ErrMaybeApplied for one change.
 type maybeAppliedError struct {
@@ -177,12 +153,6 @@ func (e *maybeAppliedError) Error() string {
 }
 func (e *maybeAppliedError) Is(target error) bool { return target == ErrMaybeApplied }
 func (e *maybeAppliedError) Unwrap() error        { return e.cause }
-
-// ErrSegmentMismatch: a Counter operation was called with a segment count
-// other than the one the counter was created with (recorded in Redis
-// beside its segments). Nothing was written. The error names the counter,
-// the count given and, when it is known, the recorded one.
-var ErrSegmentMismatch = errors.New("dlock: counter segment count differs from the recorded one")
 
 // segmentMismatchError is ErrSegmentMismatch for one counter.
 type segmentMismatchError struct {

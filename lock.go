@@ -180,25 +180,17 @@ func (k *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 // Unlock releases the lock if the key still holds its token, and wakes a
 // waiter. The lock ends before the release is sent: Done is closed and Err
 // returns ErrReleased from then on, whatever the release's outcome, so
-// work bound to the lock stops before Redis can hand the key on (the next
-// owner may get it before Unlock's reply comes back). Nothing renews it
-// any more. Unlock is idempotent: after a success it returns nil again.
+// work bound to the lock stops before the next owner can get the key.
+// Unlock is idempotent: after a success it returns nil again.
 //
-// A release that fails on a connection error or a refusal (a master
-// killed, a failover under way) is sent again, backing off, until it runs
-// on the key's master (after a failover, the promoted replica), the
-// context ends, Options.ReleaseTimeout has passed, or the lock's deadline
-// does (the key expires then). Sending it again is safe: the release is
-// token-checked, and one that ran already answers as released.
-// After a Redis error (ErrUnavailable) the lock stays ended, but its key
-// may still hold the token until its TTL runs out: retry Unlock to free
-// it sooner (Close retries it too; Stats.ReleasesLeft counts the locks
-// left to expire). If the first release may have run
-// (its reply was lost), the retry returns nil whatever it finds (the key
-// gone, or handed to a waiter): a release is never reported as a loss. If
-// the lock was lost before the release, Unlock returns the loss error
-// (matching ErrLost), Err returns it from then on, and nothing that is not
-// its own is deleted.
+// A release that fails on a connection error or a refusal (a failover
+// under way) is sent again, backing off, until it runs, the context ends,
+// or Options.ReleaseTimeout or the lock's deadline passes; a release that
+// may have run already is never reported as a loss. After a Redis error
+// (ErrUnavailable) the key may hold the token until its TTL: retry Unlock
+// to free it sooner (Close retries it too). If the lock was lost before
+// the release, Unlock returns the loss error (matching ErrLost), and
+// nothing that is not its own is deleted.
 func (k *Lock) Unlock(ctx context.Context) error {
 	if !k.held() {
 		return ErrNotHeld

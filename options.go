@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
 	"log/slog"
 	"math"
 	"strings"
@@ -10,161 +9,105 @@ import (
 
 	"github.com/dlock-go/dlock/internal/defaults"
 	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Options configures a Client. The zero value is valid: every field's
-// default is stated next to it.
+// default is stated next to it. docs/design.md and docs/guarantees.md
+// explain what each trades.
 type Options struct {
 	// Prefix starts the name of every auxiliary key and channel
 	// ("<Prefix>:{key}:fence", "<Prefix>:{key}:wake"). It must not contain
-	// '{', '}' or '#': with them, two (prefix, key) pairs could name the same
-	// auxiliary key. Glob characters are fine (they are escaped in SCAN
-	// patterns). Default: "dlock".
+	// '{', '}' or '#'. Default: "dlock".
 	Prefix string
 
 	// TTL is the lock time-to-live when a call does not set one with
 	// WithTTL. Default: 10s.
 	TTL time.Duration
 
-	// RenewInterval is how often the watchdog renews a held lock. It must be
-	// shorter than the lock's TTL; a value of TTL/2 or more is lowered to
-	// TTL/2. Default: a third of each lock's TTL (TTL/3, the interval StackExchange.Redis users renew at).
+	// RenewInterval is how often the watchdog renews a held lock; TTL/2 or
+	// more is lowered to TTL/2. Default: a third of each lock's TTL.
 	RenewInterval time.Duration
 
 	// DriftFactor and MinDrift make the drift allowance subtracted from
-	// every validity: TTL*DriftFactor + MinDrift, so Deadline() comes before
-	// Redis can expire the key even if clocks run at slightly different
-	// rates. Defaults: 0.01 and 2ms (the Redis distributed-lock spec's).
-	// A negative value means zero.
+	// every validity, TTL*DriftFactor + MinDrift, so Deadline() comes before
+	// Redis can expire the key. Defaults: 0.01 and 2ms (the Redis
+	// distributed-lock spec's). A negative value means zero.
 	DriftFactor float64
 	MinDrift    time.Duration
 
 	// RetryInterval bounds how long a blocked Lock waits for a wake-up
-	// before it tries again anyway (a foreign client that publishes nothing
-	// released the key, or a message was lost). The actual wait is the
-	// smaller of this and the holder's remaining TTL, plus a little jitter.
-	// Default: 1s.
+	// before it tries again anyway (the smaller of this and the holder's
+	// remaining TTL, plus jitter). Default: 1s.
 	RetryInterval time.Duration
 
-	// Barging turns the FIFO wait queue off. By default a blocked Lock joins
-	// the key's queue and the releasing script hands the lock straight to
-	// the oldest live waiter, which confirms it with one round trip: fair,
-	// and one wake-up per release. With Barging, waiters listen on the
-	// key's channel and race for the key after a release, as with other
-	// libraries: no queue entries in Redis, and a process that releases can
-	// re-take the key at once. Measured (bench/RESULTS.md), it is slower and
-	// less fair than FIFO under contention (16 processes: 3.8k vs 5.8k
-	// critical sections/s; 128: 479 vs 5.6k, fairness 0.06 vs 0.98), since
-	// every process with a waiter wakes on each release. Use it for a Ring
-	// (forced) or when queue state in Redis is unwanted. Waiters of both
-	// kinds on one key: barging ones can overtake the queue.
-	// Default: false (FIFO).
+	// Barging turns the FIFO wait queue off: waiters race for the key
+	// after each release instead of the release handing it to the oldest
+	// waiter. It is slower and less fair under contention
+	// (bench/RESULTS.md); use it for a Ring (forced) or to keep queue state
+	// out of Redis. Barging waiters can overtake queued ones on the same
+	// key. Default: false (FIFO).
 	Barging bool
 
-	// NoPubSub makes the Client wait without pub/sub: it never subscribes,
-	// and a blocked call wakes only on its retry timer (RetryInterval, or
-	// the holder's remaining TTL if sooner), so a lock is taken up to a
-	// RetryInterval after its release instead of at once. It implies
-	// Barging (no FIFO queue: a hand-off nobody hears would wait for its
-	// pickup time). Set it for a Redis user whose ACL grants no channels
-	// (Redis 7's default acl-pubsub-default resetchannels, without
-	// &<Prefix>:*): without it, a call that has to wait returns
-	// ErrNoPermission once Redis refuses the subscription. Releases still
-	// publish wake-ups for other Clients; a refused publish is skipped.
-	// Election observers poll. Default: false.
+	// NoPubSub makes the Client wait without pub/sub, for a Redis user
+	// whose ACL grants no channels: it never subscribes, a blocked call
+	// wakes only on its retry timer, election observers poll, and it
+	// implies Barging. Without it, such a user's waiting calls return
+	// ErrNoPermission. Default: false.
 	NoPubSub bool
 
 	// PickupTimeout is how long a hand-off waits for the waiter to confirm
-	// it. A waiter that died or stalls holds everyone up for at most this
-	// long; then the next waiter's retry takes the lock. Keep it well under
+	// it before the next waiter's retry takes the lock. Keep it well under
 	// the lock TTL. Default: 1s.
 	PickupTimeout time.Duration
 
 	// WaiterLease is how long a queued waiter stays in the queue without
-	// refreshing its entry (it refreshes every third of it). A waiter that
-	// died is skipped once its lease is over. Default: 3s.
+	// refreshing its entry (it refreshes every third of it). Default: 3s.
 	WaiterLease time.Duration
 
 	// MinReplicas, when above 0, makes every grant, renewal, release and
-	// withdrawal of the token lock wait (Redis WAIT, on the same connection
-	// to the key's master) until at least this many replicas acknowledged
-	// it, at most ReplicaTimeout. If fewer did, an acquire releases the lock and
-	// returns ErrReplicaAck instead of a lock a failover could lose; a
-	// renewal counts as failed (the deadline does not move, and the lock is
-	// lost at it unless a later renewal is acknowledged); the withdrawal of
-	// a token (a waiter that gave up, an acquire whose reply was lost) is
-	// sent again within ReleaseTimeout, so that its tombstone, which
-	// refuses a late acquire of that token, survives a failover; a release
-	// is sent again, within ReleaseTimeout and until the lock's deadline,
-	// so that a release the old master accepted just before a failover
-	// also runs on the new one, and Unlock returns ErrReplicaAck (with
-	// ErrUnavailable) if the replicas never acknowledged it, though the key
-	// may be freed on the master all the same. Renewals then take one round trip per lock
-	// instead of pipelined batches. On a Cluster, a MOVED or ASK reply (a
-	// failover, a slot migration) is followed to the slot's new node within
-	// the call's context. It narrows the failover window; it does not close
-	// it (WAIT is not consensus): a write survives a failover only if the
-	// replica promoted was among those that acknowledged it. Not for Ring.
-	// Default: 0, no waiting.
+	// withdrawal of the token lock wait (Redis WAIT) until at least this
+	// many replicas acknowledged it, at most ReplicaTimeout. If fewer did,
+	// an acquire releases the lock and returns ErrReplicaAck; a renewal
+	// counts as failed; a withdrawal or release is sent again within
+	// ReleaseTimeout, and Unlock returns ErrReplicaAck if it never was
+	// acknowledged. Renewals then take one round trip per lock. It narrows
+	// the failover window, it does not close it (WAIT is not consensus):
+	// see docs/guarantees.md. Not for Ring. Default: 0, no waiting.
 	MinReplicas int
 
 	// ReplicaTimeout bounds each WAIT. Default: 100ms.
 	ReplicaTimeout time.Duration
 
-	// ReleaseTimeout bounds each release the Client makes on its own: in
-	// Close, the compensating release after an ambiguous acquire, and the
-	// withdrawal of a waiter that gives up (retried until it answers or
-	// this time is up). It also bounds how long Unlock (and Do's release)
-	// keeps sending a release that failed on a connection error or a
-	// refusal (a master killed, a failover under way) until it runs, and
-	// how long Close waits for Lost and Renew hook calls and background
-	// clean-ups still running (see Client.Close). Default: 5s.
+	// ReleaseTimeout bounds each release the Client makes on its own (in
+	// Close, after an ambiguous acquire, a waiter's withdrawal), how long
+	// Unlock keeps sending a release that failed on a connection error or
+	// a refusal, and how long Close waits for hooks and clean-ups still
+	// running. Default: 5s.
 	ReleaseTimeout time.Duration
 
 	// ReleaseResendWindow: on a go-redis FailoverClient (Sentinel), when
-	// the Client opens a connection to another address than its last one
-	// (a failover's new master), the
-	// releases it made within this time before are sent again, in the
-	// background, each within ReleaseTimeout. The old master may have
-	// accepted them after a replica was promoted, before the Client heard
-	// of it, and lost them when it rejoined as a replica: without the
-	// resend, the new master keeps those locks until their TTL. Sending a
-	// release again is harmless (a token is never granted twice, and a
-	// key that holds another token is untouched). The Client keeps the
-	// most recent 2048 releases at most. Stats.ReleasesResent counts the
-	// resends. Not for a plain Client, Cluster or Ring. Default: 5s;
-	// negative: no resend.
+	// the Client reaches a new master, the releases it made within this
+	// time before are sent again (at most the last 2048), since the old
+	// master may have lost them; Stats.ReleasesResent counts them. A
+	// resend is harmless. Not for a plain Client, Cluster or Ring.
+	// Default: 5s; negative: no resend.
 	ReleaseResendWindow time.Duration
 
-	// AllowEviction lets the Client acquire locks on a Redis that may
-	// evict keys under memory pressure: a maxmemory-policy other than
-	// noeviction (the volatile-* policies too, since every lock key has a
-	// TTL; volatile-ttl evicts the shortest-lived keys, locks, first).
-	// An evicted lock key lets a second owner in while the first still
-	// holds the lock; docs/guarantees.md lists what each evicted key
-	// costs. By default (false) the Client reads the policy of every
-	// master before its first acquire, again after a failover or a
-	// connection error and at least every 10s, and acquires return
-	// ErrEvictionPolicy while one may evict (locks already held are
-	// kept). With AllowEviction, they
-	// proceed and the Client logs a WARN instead. A policy the server
-	// refuses to tell (CONFIG and INFO both denied) is logged at WARN and
-	// not refused. Default: false.
+	// AllowEviction lets the Client acquire locks on a Redis whose
+	// maxmemory-policy may evict keys (any but noeviction), logging a WARN
+	// instead: an evicted lock key lets a second owner in. By default the
+	// Client checks every master's policy before its first acquire, after
+	// a failover or a connection error and at least every 10s, and
+	// acquires return ErrEvictionPolicy while one may evict (held locks
+	// are kept). Default: false.
 	AllowEviction bool
 
-	// NoFunctions makes the Client run its Lua scripts by EVALSHA (EVAL
-	// when the server lacks one) only. By default, where the server has
-	// Redis Functions (Redis 7.0 or later, Valkey), the Client runs them
-	// as the functions of one library, which costs the server less per
-	// call: it loads the library (FUNCTION LOAD, on every master of a
-	// Cluster) when a call finds it missing, and calls it by FCALL. The
-	// library's name is "dlock_" and a hash of its code, one per dlock
-	// version; FUNCTION DELETE of a version no process runs anymore is
-	// safe (a process that still runs it loads it again). A call the
-	// server refuses as a function is sent by EVALSHA instead: on a server
-	// without Functions, or whose ACL denies FCALL or FUNCTION LOAD, the
-	// Client uses EVALSHA from then on. Set NoFunctions to keep function
-	// libraries off the server. Default: false.
+	// NoFunctions makes the Client run its Lua scripts by EVALSHA only. By
+	// default, on a server with Redis Functions (Redis 7.0+, Valkey), it
+	// loads them as one library ("dlock_" and a hash of its code, one per
+	// dlock version) and calls them by FCALL, falling back to EVALSHA when
+	// the server refuses. Default: false.
 	NoFunctions bool
 
 	// Logger receives structured logs: lost locks at WARN, renewals and
