@@ -1,9 +1,11 @@
 package internal_test
 
 import (
+	"bytes"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -113,4 +115,27 @@ func receiverType(e ast.Expr) string {
 			return ""
 		}
 	}
+}
+
+// maxRootDocLines bounds `go doc -all` of the root package: the reference
+// a user reads. The mechanism behind each call belongs in docs/.
+const maxRootDocLines = 1167
+
+// TestRootDocLength checks the length of `go doc -all` of the root package.
+func TestRootDocLength(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command:", err)
+	}
+	cmd := exec.Command(gobin, "doc", "-all", ".")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go doc -all: %v", err)
+	}
+	n := bytes.Count(out, []byte("\n"))
+	if n > maxRootDocLines {
+		t.Errorf("go doc -all of the root package is %d lines, over %d", n, maxRootDocLines)
+	}
+	t.Logf("go doc -all of the root package is %d lines (at most %d)", n, maxRootDocLines)
 }
