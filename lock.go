@@ -115,10 +115,9 @@ func (k *Lock) FenceOf(key string) uint64 {
 // across expiries of the key. It is 0 for a protocol without fencing
 // (package legacy). Every handle of one reentrant hold has the hold's
 // fence; a multi-key lock returns that of Keys()[0] (see FenceOf). Pass it
-// to the protected resource so it can reject a stale holder. It is drawn as
-// max(counter+1, the server's clock in µs), so it keeps increasing after a
-// restart without persistence or a failover that lost the counter's last
-// writes, unless the new server's clock is behind the old one's.
+// to the protected resource so it can reject a stale holder. It keeps
+// increasing after a restart or a failover that lost the counter, unless
+// the new server's clock is behind the old one's (docs/design.md).
 func (k *Lock) Fence() uint64 {
 	if !k.held() {
 		return 0
@@ -162,11 +161,9 @@ func (k *Lock) Err() error {
 
 // Extend pushes the lock's expiry out to ttl from now (token-checked, by
 // the lock's protocol) and moves the Deadline. The watchdog keeps renewing
-// with the new TTL. Extend never shortens a lock: if the lock has more
-// than ttl left, its expiry and Deadline stay where they are (the
-// watchdog's renewals with the new TTL take effect once less than ttl is
-// left). So an Extend that lands late, after a later renewal, cannot cut
-// the lock short either. To give a lock up sooner, Unlock it.
+// with the new TTL. Extend never shortens a lock, even when it lands
+// late: if the lock has more than ttl left, its expiry and Deadline stay.
+// To give a lock up sooner, Unlock it.
 // It returns a loss error if the lock is gone, or ErrUnavailable (the lock
 // stays held until its deadline; the watchdog keeps trying). An Extend
 // that races Close, which releases the lock, returns ErrClosed.
