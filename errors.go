@@ -198,6 +198,7 @@ type EvictionError struct {
 	Servers []string
 }
 
+// Error names the servers and their policies, on one line.
 func (e *EvictionError) Error() string {
 	return fmt.Sprintf("%v: %s (locks need noeviction; Options.AllowEviction runs anyway)", ErrEvictionPolicy, oneline.String(strings.Join(e.Servers, ", ")))
 }
