@@ -133,6 +133,12 @@ func (s semaphore) Release(k protocol.Keys, token string) protocol.Call {
 // permits were gone before (see engine.ResendTeller).
 func (semaphore) ReleaseTellsResend() {}
 
+// ReleaseTellsTaken: semaphore_release.lua answers -1 (codeOther) only to
+// the release of a holder whose permits ForceRelease took (its mark), a
+// loss even when the reply comes after the deadline (see
+// engine.TakenTeller).
+func (semaphore) ReleaseTellsTaken() {}
+
 // Leave takes a waiter out of the queue, giving back permits handed to it
 // too late.
 func (s semaphore) Leave(k protocol.Keys, token string) protocol.Call {

@@ -220,6 +220,30 @@ func TestModelSemaphoreAdminRelease(t *testing.T) {
 		h.unlock(4, "s", "Y", 46*ms, 48*ms, evOK)
 		expectOnly(t, h.check(t, defaultParams()))
 	})
+	// A holder whose grant's reply came after ForceRelease took its
+	// permits, and whose Unlock's reply came after its deadline: the
+	// permits were others' by then, so its Unlock reports the loss; one
+	// that answered released is caught (S3 only: the admin release ended
+	// the holder's believed hold before it began).
+	forcedLate := func(h *hb, unlock eventType) {
+		ttl := 400 * ms
+		h.op(event{Proc: 8, Kind: kindSetLimit, Key: "s", Limit: 3}, 0, 1*ms, evOK)
+		h.grantAs(0, "s", "V", 1, 2*ms, 100*ms, ttl, modeSemaphore, "", 2, 2) // reply late
+		admin(h, kindForceRelease, "", 10*ms, 20*ms)
+		h.grantAs(1, "s", "X", 2, 25*ms, 30*ms, ttl, modeSemaphore, "", 2, 2)
+		h.grantAs(2, "s", "Y", 3, 26*ms, 31*ms, ttl, modeSemaphore, "", 2, 1)
+		h.unlock(0, "s", "V", 100*ms, 500*ms, unlock) // past V's deadline
+	}
+	t.Run("ForceRelease before the grant's reply, Unlock past the deadline: a loss", func(t *testing.T) {
+		var h hb
+		forcedLate(&h, evFail)
+		expectOnly(t, h.check(t, defaultParams()))
+	})
+	t.Run("ForceRelease before the grant's reply, Unlock past the deadline: released", func(t *testing.T) {
+		var h hb
+		forcedLate(&h, evOK)
+		expectOnly(t, h.check(t, defaultParams()), invS3)
+	})
 	t.Run("a grant above the limit after ForceRelease", func(t *testing.T) {
 		var h hb
 		above(&h)

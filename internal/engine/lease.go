@@ -229,7 +229,7 @@ func causeOf(code int64) error {
 // lock (an Unlock or Extend that found the loss, before it returns), or
 // hands it to the watchdog's reporters (wd.report).
 func (l *Lease) Lose(ctx context.Context, cause error) (lost func(), err error) {
-	return l.end(ctx, cause, false)
+	return l.end(ctx, cause, false, false)
 }
 
 // loseEnding is lose for a lease whose release began (see endForRelease)
@@ -237,14 +237,19 @@ func (l *Lease) Lose(ctx context.Context, cause error) (lost func(), err error) 
 // key was no longer ours, or Close giving up on it. A lease whose release
 // was not confirmed yet ends lost instead of released.
 func (l *Lease) loseEnding(ctx context.Context, cause error) (lost func(), err error) {
-	return l.end(ctx, cause, true)
+	return l.end(ctx, cause, true, false)
 }
 
-// end is lose, and loseEnding if ending.
-func (l *Lease) end(ctx context.Context, cause error, ending bool) (lost func(), err error) {
+// end is lose, and loseEnding if ending. taken (with ending): the
+// release's reply tells the hold was taken before the release ran
+// (TakenTeller), so the lease ends lost even if its deadline passed while
+// the release was in flight and onDeadline took the unconfirmed release
+// for done.
+func (l *Lease) end(ctx context.Context, cause error, ending, taken bool) (lost func(), err error) {
 	l.mu.Lock()
 	held := l.state == stateHeld
-	if !held && !(ending && l.ending) {
+	late := taken && l.state == stateReleased && !l.confirmed
+	if !held && !(ending && (l.ending || late)) {
 		err := l.err
 		l.mu.Unlock()
 		return nil, err

@@ -172,8 +172,12 @@ func (l *Lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		// The key was not ours when the release landed: lost before it
 		// (Lost first, then Release with the loss). Unless the deadline
 		// passed while the release was in flight: the key was ours until
-		// then, and the caller had let go before, so it is no loss.
-		lost, err = l.loseEnding(ctx, causeOf(code))
+		// then, and the caller had let go before, so it is no loss. A
+		// hold the release tells an operator took (TakenTeller) was lost
+		// all the same: taken before the release ran, maybe long before
+		// the deadline.
+		_, tells := l.proto.(TakenTeller)
+		lost, err = l.end(ctx, causeOf(code), true, tells && code == codeOther)
 		if lost == nil && errors.Is(err, errs.ErrReleased) {
 			err = nil
 		} else {

@@ -17,9 +17,10 @@
 --          ACL refuses is skipped and cannot end the script half done
 -- ARGV[3]  the pickup time in ms of permits handed to a waiter
 -- ARGV[4]  '0': release a holder; 'force': an operator takes a holder's
---          permits away (no tombstone: the holder's own release then
---          reports the loss); '1': a waiter leaves (and gives back
---          permits handed to it too late, if any)
+--          permits away (no tombstone, but the mark '!' .. token in the
+--          tombstones for as long: the holder's own release then reports
+--          the loss, -1); '1': a waiter leaves (and gives back permits
+--          handed to it too late, if any)
 -- ARGV[5]  the caller's limit, used if L is absent; '0': not known (an
 --          admin release: the limit lives in the callers' handles)
 --
@@ -35,6 +36,9 @@
 -- Returns  1  released
 --          0  the holder was gone or its lease had ended (leaving: it
 --             held nothing)
+--         -1  (a holder's release) an operator took the holder's permits
+--             (the mark 'force' left): a loss, also when the release's
+--             reply comes after the holder's deadline
 --         -2  KEYS[1] is not a sorted set, or another key has a type
 --             or value not ours: nothing was written
 local S, P, L, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
@@ -59,9 +63,13 @@ if s and tonumber(s) > now then
   code = 1
   if ARGV[4] == '0' then
     q_released(Q, token)
+  elseif ARGV[4] == 'force' then
+    q_tomb(Q, '!' .. token)
   end
 elseif ARGV[4] == '0' and q_dead(Q, token) then
   code = 1 -- this release already ran (its reply was lost): not a loss
+elseif ARGV[4] == '0' and q_dead(Q, '!' .. token) then
+  code = -1 -- taken by an operator (ForceRelease)
 end
 local MAX_WAKES = 64
 local free = freed
