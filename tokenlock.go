@@ -70,7 +70,7 @@ func (tokenLock) acquireCall(a engine.Attempt, k protocol.Keys, token string, tt
 
 func (t tokenLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Keys, token string, ttl time.Duration) (engine.Grant, error) {
 	if t.args != nil && a.Queue == t.q {
-		return t.grant(token, a.On().RunRaw(ctx, t.acquireRaw(a.Mode, k, token, ttl)))
+		return t.grant(token, a.On().RunRaw(ctx, t.acquireRaw(a.Mode, k, token, ttl, a.Args)))
 	}
 	return t.grant(token, a.On().Run(ctx, t.acquireCall(a, k, token, ttl)))
 }
@@ -78,19 +78,28 @@ func (t tokenLock) Acquire(ctx context.Context, a engine.Attempt, k protocol.Key
 // acquireRaw is acquireCall, in mode m with t's queue settings, as the
 // arguments of its EVALSHA command, with the arguments boxed once
 // (t.args) reused: the same command, with fewer allocations. Only for a t
-// with args.
-func (t tokenLock) acquireRaw(m engine.Mode, k protocol.Keys, token string, ttl time.Duration) rexec.Raw {
+// with args. buf, if not nil, holds k and token: the arguments are built
+// in it, and refer to its keys and token (see engine.ArgBuf).
+func (t tokenLock) acquireRaw(m engine.Mode, k protocol.Keys, token string, ttl time.Duration, buf *engine.ArgBuf) rexec.Raw {
 	a := t.args
 	ttlMs, fttlMs := a.ttlMs, a.fttlMs
 	if ttl != a.ttl {
 		ttlMs, fttlMs = ttl.Milliseconds(), engine.FenceTTL(ttl).Milliseconds()
 	}
-	if !m.Queued() {
-		return rexec.Raw{Args: []any{"evalsha", acquireSHA, 5, k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs,
-			token, ttlMs, fttlMs, a.modes[m]}, Src: acquireBody}
+	var args []any
+	if buf == nil {
+		args = make([]any, 0, engine.ArgBufLen)
+		args = append(args, "evalsha", acquireSHA, 5, k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs, token)
+	} else {
+		bk := buf.Keys
+		args = append(buf.Args[:0], "evalsha", acquireSHA, 5, rexec.StringAt(&bk.Lock), rexec.StringAt(&bk.Fence),
+			rexec.StringAt(&bk.Queue), rexec.StringAt(&bk.Waiters), rexec.StringAt(&bk.Tombs), rexec.StringAt(&buf.Value))
 	}
-	return rexec.Raw{Args: []any{"evalsha", acquireSHA, 5, k.Lock, k.Fence, k.Queue, k.Waiters, k.Tombs,
-		token, ttlMs, fttlMs, a.modes[m], a.handoff(t.q, k), a.leaseMs}, Src: acquireBody}
+	args = append(args, ttlMs, fttlMs, a.modes[m])
+	if m.Queued() {
+		args = append(args, a.handoff(t.q, k), a.leaseMs)
+	}
+	return rexec.Raw{Args: args, Src: acquireBody}
 }
 
 // Queued: the token lock's waiters queue in Redis.
@@ -142,12 +151,31 @@ func (t tokenLock) Release(k protocol.Keys, token string) protocol.Call {
 // ReleaseOn runs Release's call on x, as the arguments of its EVALSHA
 // command (see acquireRaw) if t has its arguments boxed (see
 // engine.RawReleaser).
-func (t tokenLock) ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd {
+func (t tokenLock) ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string, buf *engine.ArgBuf) *redis.Cmd {
 	if t.args == nil {
 		return x.Run(ctx, t.Release(k, token))
 	}
-	return x.RunRaw(ctx, rexec.Raw{Args: []any{"evalsha", releaseSHA, 4, k.Lock, k.Queue, k.Waiters, k.Tombs,
-		token, t.q.Wake(k), t.args.pickupMs, "0"}, Src: releaseBody})
+	return x.RunRaw(ctx, t.releaseRaw(k, token, buf))
+}
+
+// releaseRaw is Release's call as the arguments of its EVALSHA command,
+// with the arguments t boxed once reused, built in buf if it is not nil
+// (see acquireRaw). Only for a t with args.
+func (t tokenLock) releaseRaw(k protocol.Keys, token string, buf *engine.ArgBuf) rexec.Raw {
+	if buf == nil {
+		return rexec.Raw{Args: []any{"evalsha", releaseSHA, 4, k.Lock, k.Queue, k.Waiters, k.Tombs,
+			token, t.q.Wake(k), t.args.pickupMs, "0"}, Src: releaseBody}
+	}
+	bk := buf.Keys
+	var wake any
+	if t.q.Notify == nil || !t.q.Notify.Sharded() {
+		wake = rexec.StringAt(&bk.Wake) // what t.q.Wake(k) is then
+	} else {
+		wake = t.q.Wake(k)
+	}
+	args := append(buf.Args[:0], "evalsha", releaseSHA, 4, rexec.StringAt(&bk.Lock), rexec.StringAt(&bk.Queue),
+		rexec.StringAt(&bk.Waiters), rexec.StringAt(&bk.Tombs), rexec.StringAt(&buf.Value), wake, t.args.pickupMs, "0")
+	return rexec.Raw{Args: args, Src: releaseBody}
 }
 
 // Leave takes a waiter out of the queue and passes on a hand-off that

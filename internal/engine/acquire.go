@@ -112,6 +112,10 @@ type waitCall struct {
 	mode   Mode
 	queued bool
 	res    Acquired // the attempts, and the grant
+	// args is the storage of the first attempt's command (see ArgBuf),
+	// once argsUsed.
+	args     ArgBuf
+	argsUsed bool
 }
 
 // retryMode returns the mode of the attempts after the first: the first's,
@@ -140,7 +144,15 @@ func (a *waitCall) attempt(ctx context.Context, m Mode) (bool, time.Duration, er
 	}
 	a.res.Attempts++
 	sent := time.Now()
-	g, err := a.r.Proto.Acquire(ctx, Attempt{Mode: m, Queue: e.queue}, keys, a.token, ttl)
+	at := Attempt{Mode: m, Queue: e.queue}
+	if !a.argsUsed {
+		// The call's first attempt builds its command in the call (see
+		// ArgBuf); a later one, in storage of its own.
+		a.argsUsed = true
+		a.args.Keys, a.args.Value = &a.r.Keys, a.token
+		at.Args = &a.args
+	}
+	g, err := a.r.Proto.Acquire(ctx, at, keys, a.token, ttl)
 	if err == nil && g.Acquired {
 		probe.Point(probe.AfterGrant, keys.Lock)
 	}

@@ -16,10 +16,29 @@ import (
 
 // RawReleaser is implemented by a protocol that sends its release on the
 // engine's executor itself (the token lock: as the built arguments of its
-// EVALSHA, with fewer allocations than its Call).
+// EVALSHA, with fewer allocations than its Call). buf, if not nil, holds
+// k and token, and is the release's to build its arguments in (see
+// ArgBuf).
 type RawReleaser interface {
-	ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string) *redis.Cmd
+	ReleaseOn(ctx context.Context, x *rexec.Exec, k protocol.Keys, token string, buf *ArgBuf) *redis.Cmd
 }
+
+// ArgBuf is storage for the arguments of one script command: the keys and
+// the token of the call, which the arguments refer to (rexec.StringAt)
+// instead of boxing copies of them, and room for the arguments themselves.
+// An ArgBuf serves one command and its resends (after a refusal, or
+// NOSCRIPT), never a second command: one whose caller left before its
+// reply may still be sent from it later. Neither *Keys nor Value is
+// written again once an ArgBuf was handed out.
+type ArgBuf struct {
+	Keys  *protocol.Keys
+	Value string
+	Args  [ArgBufLen]any
+}
+
+// ArgBufLen is the most arguments an ArgBuf holds: those of acquire.lua's
+// EVALSHA in a queued mode.
+const ArgBufLen = 14
 
 // ResendTeller is implemented by the protocols whose release script tells
 // a second run of a release that ran already (its reply was lost, and the
@@ -110,6 +129,12 @@ func renewOnce(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys, 
 
 // ReleaseOnce releases value on k, by script or directly.
 func ReleaseOnce(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys, value string) (int64, error) {
+	return releaseOnceIn(ctx, x, p, k, value, nil)
+}
+
+// releaseOnceIn is ReleaseOnce, whose release a RawReleaser builds in buf
+// (nil: none).
+func releaseOnceIn(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys, value string, buf *ArgBuf) (int64, error) {
 	if d, ok := p.(Direct); ok {
 		return d.ReleaseDirect(ctx, k, value)
 	}
@@ -117,7 +142,7 @@ func ReleaseOnce(ctx context.Context, x *rexec.Exec, p Protocol, k protocol.Keys
 		return code, err
 	}
 	if r, ok := p.(RawReleaser); ok {
-		return r.ReleaseOn(ctx, x, k, value).Int64()
+		return r.ReleaseOn(ctx, x, k, value, buf).Int64()
 	}
 	return x.Run(ctx, p.Release(k, value)).Int64()
 }

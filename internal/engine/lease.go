@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/dlock-go/dlock/internal/errs"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/oneline"
@@ -118,6 +119,10 @@ type Lease struct {
 	// token as a bulk renewal's arguments: boxed once, not at every
 	// renewal (see bulkRenewal).
 	leanLock, leanToken any
+	// relArgs is the storage of the lease's first release command (see
+	// ArgBuf), once relArgsUsed is set by the release that takes it.
+	relArgs     ArgBuf
+	relArgsUsed atomic.Bool
 }
 
 // InitLease sets l up for a grant of keys by proto, for ttl, renewed by

@@ -82,6 +82,9 @@ type Queue struct {
 type Attempt struct {
 	Mode Mode
 	*Queue
+	// Args, if not nil, holds the attempt's keys and token, and is the
+	// attempt's to build its command's arguments in (see ArgBuf).
+	Args *ArgBuf
 }
 
 // Handoff returns the hand-off channel argument of an attempt on k (see

@@ -208,6 +208,12 @@ func (l *Lease) resendTold(code int64, first time.Time) bool {
 // sends the call releaseCall returns.
 func (l *Lease) releaseOnce(ctx context.Context, value string) (int64, error) {
 	_, direct := l.proto.(Direct)
+	if _, raw := l.proto.(RawReleaser); raw && !direct && l.relArgsUsed.CompareAndSwap(false, true) {
+		// The lease's first release command is built in the lease (see
+		// ArgBuf); a later one, in storage of its own.
+		l.relArgs.Keys, l.relArgs.Value = &l.keys, value
+		return releaseOnceIn(ctx, l.e.exec, l.proto, l.keys, value, &l.relArgs)
+	}
 	if _, raw := l.proto.(RawReleaser); direct || raw {
 		return ReleaseOnce(ctx, l.e.exec, l.proto, l.keys, value)
 	}
