@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,27 @@ func TestMonitorParse(t *testing.T) {
 	l, ok = parseMonitorLine(`+2.000600 [0 lua] "DEL" "k"`, c)
 	if !ok || !l.Lua || l.Args[0] != "DEL" {
 		t.Fatalf("%+v %v", l, ok)
+	}
+}
+
+// TestAnalyzeMonitorLegacyOrphan: a legacy lock's value is its expiry
+// stamp, with no Redis expiry: an orphaned stamp (its taker's reply lost)
+// lasts until the stamp, not until the next write to the key.
+func TestAnalyzeMonitorLegacyOrphan(t *testing.T) {
+	const zero = int64(1_796_000_000_000) * int64(time.Millisecond) // the base's zero, Unix ns
+	line := func(t int64, lua bool, args ...string) monLine {
+		return monLine{T: t, Unix: zero + t, Lua: lua, Args: args}
+	}
+	stamp := strconv.FormatInt((zero+500*ms)/int64(time.Millisecond), 10) // valid until 500ms
+	keys := map[string]bool{"k": true}
+	lines := []monLine{
+		line(100*ms, false, "evalsha", "s", "1", "k", stamp),
+		line(100*ms, true, "SET", "k", stamp), // the taker never hears of it
+		line(5000*ms, false, "ping"),
+	}
+	st := analyzeMonitor(lines, keys, map[string]bool{}, 0, never)
+	if len(st.Orphans) != 1 || st.Orphans[0].Dur != 400*ms {
+		t.Fatalf("orphans %+v, want one of 400ms", st.Orphans)
 	}
 }
 

@@ -37,6 +37,7 @@ type monLine struct {
 	// or FCALL is stamped before its script runs, any other command (a script's
 	// too) once it ran.
 	T    int64
+	Unix int64    // the same timestamp, Unix ns (0: not known)
 	Lua  bool     // run by a script (the script is the last non-Lua line)
 	Addr string   // the client's address ("lua" for script commands)
 	Args []string // the command and its arguments
@@ -227,7 +228,8 @@ func parseMonitorLine(s string, clock *timeBase) (monLine, bool) {
 	if err != nil || len(args) == 0 {
 		return monLine{}, false
 	}
-	return monLine{T: clock.Wall(si*1e9 + ui*1e3), Lua: addr == "lua", Addr: addr, Args: args}, true
+	unix := si*1e9 + ui*1e3
+	return monLine{T: clock.Wall(unix), Unix: unix, Lua: addr == "lua", Addr: addr, Args: args}, true
 }
 
 // splitQuoted splits MONITOR's argument list: double-quoted strings in the
@@ -410,6 +412,11 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 		if s.exp != 0 && s.exp < end {
 			end = s.exp
 		}
+		if stamp, ok := legacyStamp(s.value, lines); ok && s.exp == 0 && stamp < end {
+			// The legacy lock's validity is the stamp in its value (no
+			// Redis expiry): a taker may overwrite it from then on.
+			end = max(stamp, s.since)
+		}
 		st.Orphans = append(st.Orphans, orphan{Key: k, Token: short(s.value), Start: s.since, Dur: end - s.since})
 	}
 	detail := func(f string, a ...any) {
@@ -549,6 +556,27 @@ func analyzeMonitor(lines []monLine, keys, owned map[string]bool, from, to int64
 		endTenure(k, s, last)
 	}
 	return st
+}
+
+// legacyStamp returns, on the suite's base, the expiry a legacy lock's
+// value v states (Unix milliseconds, or seconds for ten digits or fewer),
+// converted by the first line whose Unix time is known; ok is false if v
+// is no stamp or no line has one.
+func legacyStamp(v string, lines []monLine) (int64, bool) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || len(v) > 13 {
+		return 0, false
+	}
+	ns := n * int64(time.Millisecond)
+	if len(v) <= 10 {
+		ns = n * int64(time.Second)
+	}
+	for _, l := range lines {
+		if l.Unix != 0 {
+			return ns - (l.Unix - l.T), true
+		}
+	}
+	return 0, false
 }
 
 // foreignTopLevel reports whether l, a command sent outside any script,
