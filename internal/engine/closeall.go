@@ -47,7 +47,7 @@ func (e *Engine) Close(stopNotify func()) error {
 	// Done closes and its Err says why. A release that lands later
 	// still counts as a release.
 	for _, l := range held {
-		if lost, _ := l.loseEnding(l.ctx, errs.ErrLeftByClose); lost != nil {
+		if lost, _ := l.loseEnding(l.Context(), errs.ErrLeftByClose); lost != nil {
 			e.Stats.ReleasesLeft.Add(1)
 			e.wd.reportLost(lost)
 		}

@@ -45,9 +45,11 @@ type Lease struct {
 	fence      uint64
 	multi      *MultiKeys // a multi-key lock's keys and fences (nil: keys.Lock alone)
 	acquiredAt time.Time
-	// ctx is the acquire call's ctx without its cancellation: the context
-	// of the hooks the watchdog calls (package dlock's Hooks).
-	ctx context.Context
+	// ctx is the acquire call's ctx; its hooks' context (see Context) is
+	// made from it on first use, once (most locks never need one).
+	ctx     context.Context
+	hctx    context.Context
+	hctxSet sync.Once
 
 	// opMu serialises the renewals and the release of this lease, so a
 	// protocol that rotates the stored value never races itself. The
@@ -129,7 +131,7 @@ type Lease struct {
 // the watchdog if renew; ctx is the acquiring call's: its values are the
 // hooks' (see hookContext). Start makes it live.
 func (e *Engine) InitLease(l *Lease, proto Protocol, keys protocol.Keys, ttl time.Duration, renew bool, ctx context.Context) {
-	l.e, l.proto, l.keys, l.renew, l.ttl, l.ctx = e, proto, keys, renew, ttl, hookContext(ctx)
+	l.e, l.proto, l.keys, l.renew, l.ttl, l.ctx = e, proto, keys, renew, ttl, ctx
 }
 
 // hookContext is context.WithoutCancel(ctx): the context of the hooks of
@@ -203,7 +205,7 @@ func (l *Lease) onDeadline() (lost func()) {
 		cause = oneline.Chain(errs.ErrUnreachable, errors.New("no reply to the renewal before the deadline"))
 	}
 	l.mu.Unlock()
-	lost, _ = l.Lose(l.ctx, cause)
+	lost, _ = l.Lose(l.Context(), cause)
 	return lost
 }
 
@@ -348,5 +350,10 @@ func (l *Lease) Multi() *MultiKeys { return l.multi }
 // Fence returns the grant's fencing token.
 func (l *Lease) Fence() uint64 { return l.fence }
 
-// Context returns the lease's hook context (see InitLease).
-func (l *Lease) Context() context.Context { return l.ctx }
+// Context returns the lease's hook context: the acquire call's ctx
+// without its cancellation (see InitLease), the context of the hooks the
+// watchdog calls (package dlock's Hooks).
+func (l *Lease) Context() context.Context {
+	l.hctxSet.Do(func() { l.hctx = hookContext(l.ctx) })
+	return l.hctx
+}

@@ -281,7 +281,7 @@ func (wd *watchdog) renew(leases []*Lease) {
 		if t.fence && rep.err == nil {
 			l.fencePushed(sent, t.ttl)
 		}
-		info, lost, _ := l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
+		info, lost, _ := l.renewed(l.Context(), sent, t.ttl, t.next, rep.code, rep.err)
 		if lost != nil { // not refused: not lost; but never leave a loss unreported
 			wd.report(lost)
 		}
@@ -316,7 +316,7 @@ func (wd *watchdog) renew(leases []*Lease) {
 		for _, n := range refused {
 			t := taken[n]
 			l, rep := t.l, t.reply(callReplies, bulkReplies)
-			info, lost, err := l.renewed(l.ctx, sent, t.ttl, t.next, rep.code, rep.err)
+			info, lost, err := l.renewed(l.Context(), sent, t.ttl, t.next, rep.code, rep.err)
 			if err != errRetryAlt {
 				wd.refusedDone(l, t.ttl, info, lost)
 				continue
@@ -334,7 +334,7 @@ func (wd *watchdog) renew(leases []*Lease) {
 					case <-rctx.Done():
 					}
 				}()
-				info, lost, _ := l.renewNow(rctx, l.ctx, t.ttl)
+				info, lost, _ := l.renewNow(rctx, l.Context(), t.ttl)
 				cancel()
 				wd.refusedDone(l, t.ttl, info, lost)
 			}()
@@ -352,7 +352,7 @@ func (wd *watchdog) refusedDone(l *Lease, ttl time.Duration, info RenewInfo, los
 	l.opMu.Unlock()
 	switch {
 	case lost != nil:
-		wd.report(func() { l.renewHooks(l.ctx, info, lost) })
+		wd.report(func() { l.renewHooks(l.Context(), info, lost) })
 	case wd.e.hooksNow().Renew != nil:
 		wd.reportRenewals([]renewReport{{l, info}})
 	}
@@ -387,14 +387,14 @@ func (wd *watchdog) renewDirect(leases []*Lease) {
 				case <-ctx.Done():
 				}
 			}()
-			info, lost, _ := l.renewNow(ctx, l.ctx, ttl)
+			info, lost, _ := l.renewNow(ctx, l.Context(), ttl)
 			wd.backoff(l, ttl)
 			l.opMu.Unlock()
 			wd.requeue(l)
 			// Off the renewal path, like a batch's (see renew).
 			switch {
 			case lost != nil:
-				wd.report(func() { l.renewHooks(l.ctx, info, lost) })
+				wd.report(func() { l.renewHooks(l.Context(), info, lost) })
 			case wd.e.hooksNow().Renew != nil:
 				wd.reportRenewals([]renewReport{{l, info}})
 			}

@@ -137,7 +137,7 @@ func (wd *watchdog) renewLoop() {
 				// released) is dropped: Lost has begun, or Unlock may
 				// have returned, and the renewal says nothing any more.
 				if r.l.held() {
-					h(r.l.ctx, r.info)
+					h(r.l.Context(), r.info)
 				}
 			}
 		}
@@ -152,7 +152,7 @@ func (l *Lease) releaseHook(ctx context.Context, start time.Time, err error) {
 		return
 	}
 	if releasedByClient(ctx) {
-		ctx = l.ctx
+		ctx = l.Context()
 	}
 	h(ctx, ReleaseInfo{Key: l.keys.Lock, Fence: l.fence, Held: time.Since(l.acquiredAt), Took: time.Since(start), Err: err})
 }
