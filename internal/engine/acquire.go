@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/keyspace"
 	"github.com/dlock-go/dlock/internal/oneline"
 	"github.com/dlock-go/dlock/internal/probe"
 	"github.com/dlock-go/dlock/internal/rexec"
@@ -74,7 +75,8 @@ func (e *Engine) Acquire(ctx context.Context, r Request) (Acquired, error) {
 		return Acquired{}, err
 	}
 	q := r.Proto.Queued()
-	a := &waitCall{e: e, r: r, token: NewToken(), mode: mode, queued: q && mode.Queued(), Sleeper: NewSleeper()}
+	a := &waitCall{e: e, r: r, mode: mode, queued: q && mode.Queued(), Sleeper: NewSleeper()}
+	a.token = newTokenIn(&a.tok)
 	var err error
 	if r.Wait {
 		err = e.wait(ctx, a)
@@ -112,6 +114,8 @@ type waitCall struct {
 	mode   Mode
 	queued bool
 	res    Acquired // the attempts, and the grant
+	// tok holds the bytes of the call's first token (see newTokenIn).
+	tok [keyspace.TokenLen]byte
 	// args is the storage of the first attempt's command (see ArgBuf),
 	// once argsUsed.
 	args     ArgBuf
