@@ -201,3 +201,41 @@ func TestForceReleasedSemaphoreUnlockPastDeadlineReportsLoss(t *testing.T) {
 		t.Fatalf("Unlock again = %v, want the loss again", err)
 	}
 }
+
+// An Unlock of a token lock whose key an operator's ForceRelease stole
+// reports the loss also when the release's reply comes after the lock's
+// deadline (the deadline timer runs while the release is in flight): the
+// release finds the mark the steal left, so the loss is not taken for the
+// key's expiry after the caller let go. Meanwhile the key was another
+// holder's.
+func TestForceReleasedLockUnlockPastDeadlineReportsLoss(t *testing.T) {
+	var lost atomic.Int32
+	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+	b, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	lk, err := a.TryLock(t.Context(), k, dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := adminOf(t, b).ForceRelease(t.Context(), k); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	other, err := b.TryLock(t.Context(), k)
+	if err != nil {
+		t.Fatalf("the freed key: %v", err)
+	}
+	defer func() { _ = other.Unlock(context.Background()) }()
+	late := time.Until(lk.Deadline()) + 60*time.Millisecond
+	inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
+		Match: faultcmd.Match{Script: "release", Key: k}})
+	err = lk.Unlock(t.Context())
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
+		t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took the key before the release ran", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
+		t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
+	}
+	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrLost) {
+		t.Fatalf("Unlock again = %v, want the loss again", err)
+	}
+}

@@ -195,8 +195,9 @@ func (c *Client) releaseResult(ctx context.Context, key string, cmd *redis.Cmd) 
 		return nil
 	case code == codeWrongType:
 		return dlock.ErrWrongType
-	case code == codeGone:
-		// The key may still be held, by other handles than token.
+	case code == codeGone, code == codeStolen:
+		// The key may still be held, by other handles than token (or,
+		// stolen by ForceRelease, by anyone since).
 		if info, err := c.Inspect(ctx, key); err == nil && info.Held {
 			return oneline.Chain(dlock.ErrNotHeld, dlock.ErrTaken)
 		}
@@ -216,6 +217,7 @@ const (
 	codeOK        = protocol.ReplyOK
 	codeGone      = protocol.ReplyGone
 	codeWrongType = protocol.ReplyWrongType
+	codeStolen    = -3 // release.lua: ForceRelease took the token's hold
 )
 
 // pub returns ks with its wake-up channel as a release script's argument:

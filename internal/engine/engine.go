@@ -125,4 +125,10 @@ const (
 	codeGone      = protocol.ReplyGone
 	codeOther     = protocol.ReplyOtherOwner
 	codeWrongType = protocol.ReplyWrongType
+	// codeStolen is not one of package protocol's codes: dlock's own
+	// release scripts answer it to a holder's release of a hold an
+	// operator's ForceRelease took while the holder had it (the mark the
+	// steal left; see internal/lualib/queue.lua), a loss whenever the
+	// reply comes (see releaseLocked).
+	codeStolen = -3
 )

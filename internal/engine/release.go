@@ -174,10 +174,10 @@ func (l *Lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		// passed while the release was in flight: the key was ours until
 		// then, and the caller had let go before, so it is no loss. A
 		// hold the release tells an operator took (TakenTeller) was lost
-		// all the same: taken before the release ran, maybe long before
-		// the deadline.
+		// all the same, as is one the release answers codeStolen: taken
+		// before the release ran, maybe long before the deadline.
 		_, tells := l.proto.(TakenTeller)
-		lost, err = l.end(ctx, causeOf(code), true, tells && code == codeOther)
+		lost, err = l.end(ctx, causeOf(code), true, code == codeStolen || tells && code == codeOther)
 		if lost == nil && errors.Is(err, errs.ErrReleased) {
 			err = nil
 		} else {
@@ -200,6 +200,9 @@ const releaseTombstoneLife = 9 * time.Second
 // own verdict: a loss, not the trace of that first run (see
 // ResendTeller).
 func (l *Lease) resendTold(code int64, first time.Time) bool {
+	if code == codeStolen {
+		return true // the steal's mark: no run of this release found the hold
+	}
 	_, tells := l.proto.(ResendTeller)
 	return tells && (code == codeGone || code == codeOther) && time.Since(first) < releaseTombstoneLife
 }

@@ -40,7 +40,9 @@
 -- tombstone past its end that is still in T (pruned as scripts pass)
 -- refuses nothing that could come. A multi-key lock's release, or leave,
 -- that finds a key not holding its token adds '!' and the token to that
--- key's T too (see q_mark_lost).
+-- key's T too (see q_mark_lost). An operator's steal (release.lua's
+-- 'force') adds '^' and the value it released (q_mark_stolen). Tokens are
+-- base64url ([A-Za-z0-9_-]), so neither mark is ever a token.
 local Q_DEAD_MS, Q_PRUNE = 10000, 16
 
 -- q_keys makes the queue table of Q, W and T (see above); it also keeps
@@ -382,6 +384,20 @@ local function q_mark_lost(qs, token)
   redis.call('ZADD', qs.t, q_now(qs) + Q_DEAD_MS, '!' .. token)
 end
 
+-- q_mark_stolen adds '^' and v to T, for Q_DEAD_MS (as q_tomb): an
+-- operator's steal (release.lua's 'force') released the key while it held
+-- v. The holder's own release of token v that then finds the key not
+-- holding it answers that the hold was taken (q_release: -3), however late
+-- its reply reaches the holder, rather than leave it to read a key gone or
+-- another's as its own expiry after it let go. If T is another program's
+-- key (not a sorted set), no mark is left, and the steal stands.
+local function q_mark_stolen(qs, v)
+  if is_err(redis.pcall('ZADD', qs.t, q_now(qs) + Q_DEAD_MS, '^' .. v)) then
+    return
+  end
+  redis.call('PEXPIRE', qs.t, Q_DEAD_MS)
+end
+
 -- q_released_here reports whether T holds token's tombstone without the
 -- lost mark: an earlier run of a multi-key release released that key (see
 -- q_mark_lost).
@@ -448,9 +464,11 @@ end
 -- release tombstone (q_released). A release of token that finds the key
 -- not holding it but the tombstone there already ran (its reply was lost
 -- and the Redis client sent it again): it answers 1, not a loss, and
--- writes the tombstone again (q_rereleased). Returns release.lua's
--- replies: 1 released, 0 gone, -1 another owner's token, -2 k is not a
--- string, Q not a list or T not a sorted set (nothing written).
+-- writes the tombstone again (q_rereleased). One that finds neither but
+-- the mark of an operator's steal of token (q_mark_stolen) answers -3.
+-- Returns release.lua's replies: 1 released, 0 gone, -1 another owner's
+-- token, -2 k is not a string, Q not a list or T not a sorted set
+-- (nothing written), -3 stolen.
 --
 -- Q's head is popped first, and put back (q_unpop) if k turns out not to
 -- be ours.
@@ -462,12 +480,15 @@ local function q_release(k, qs, token, wake, pickup)
       q_unpop(qs, m)
     end
     if code ~= -2 then
-      local dead = q_dead(qs, token)
-      if dead == nil then
+      -- the release's tombstone, and the steal's mark, in one read
+      local r = redis.pcall('ZMSCORE', qs.t, token, '^' .. token)
+      if is_err(r) then
         return -2
-      elseif dead then
+      elseif r[1] then
         q_rereleased(qs, token)
         return 1
+      elseif r[2] then
+        return -3
       end
     end
     return code

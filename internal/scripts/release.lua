@@ -17,7 +17,9 @@
 -- ARGV[4]  '0': the caller holds the lock; '1': the caller is a waiter
 --          leaving the queue; 'force': release the key if it still holds
 --          ARGV[1] (an operator's steal; a steal that lands after the key
---          changed hands leaves the new holder alone: -1)
+--          changed hands leaves the new holder alone: -1). A steal leaves
+--          the mark '^' .. the value it released in KEYS[4] for as long as
+--          a tombstone (q_mark_stolen; '^' is never in a token)
 --
 -- The hand-off (q_handoff): the key is set to the next live waiter's token
 -- with a PX of ARGV[3], the waiter's lease is marked handed (see
@@ -28,13 +30,17 @@
 --
 -- A holder's release (q_release) leaves a tombstone for the token
 -- (q_released): a second run of the same release (the Redis client re-sends a command whose reply a
--- broken connection lost) finds it and returns 1 again, not a loss.
+-- broken connection lost) finds it and returns 1 again, not a loss. One
+-- that finds the mark of a steal of its token instead answers -3.
 --
 -- Returns  1  released (freed, or handed off)
 --          0  the key is gone, or (leaving) was not ours: nothing released
 --         -1  the key holds another owner's token: left untouched
 --         -2  the key exists but is not a string, or a queue key has
 --             another type: nothing was written
+--         -3  (a holder's release) an operator's steal released the key
+--             while it held the caller's token: a loss, also when the
+--             reply comes after the holder's deadline
 local token = ARGV[1]
 local Q = q_keys(KEYS[2], KEYS[3], KEYS[4])
 if ARGV[4] == '0' then
@@ -58,5 +64,8 @@ elseif not v then
 end
 if not q_handoff(KEYS[1], Q, ARGV[3], ARGV[2]) then
   return -2
+end
+if ARGV[4] == 'force' then
+  q_mark_stolen(Q, v)
 end
 return 1

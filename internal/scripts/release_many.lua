@@ -18,6 +18,8 @@
 --           0  the key is gone: nothing released
 --          -1  the key holds another owner's token: left untouched
 --          -2  the key is not a string, or the queue not a list
+--          -3  an operator's steal released the key while it held the
+--              token (q_release)
 local out = {}
 for i = 1, #KEYS / 4 do
   local Q = q_keys(KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i])
