@@ -239,3 +239,46 @@ func TestForceReleasedLockUnlockPastDeadlineReportsLoss(t *testing.T) {
 		t.Fatalf("Unlock again = %v, want the loss again", err)
 	}
 }
+
+// The same for a handle of a shared hold (a reentrant owner's, a
+// reader's): ForceRelease marks every handle of the hold it steals.
+func TestForceReleasedHoldUnlockPastDeadlineReportsLoss(t *testing.T) {
+	ttl := dlock.WithTTL(300 * time.Millisecond)
+	for name, take := range map[string]func(c *dlock.Client, k string) (*dlock.Lock, error){
+		"reentrant": func(c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Reentrant(k).TryLock(t.Context(), "o", ttl, dlock.WithoutRenewal())
+		},
+		"read": func(c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.RWLock(k).TryRLock(t.Context(), ttl, dlock.WithoutRenewal())
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var lost atomic.Int32
+			a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+			b, _ := newClient(t, dlock.Options{})
+			k := key(t)
+			lk, err := take(a, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := adminOf(t, b).ForceRelease(t.Context(), k); !ok || err != nil {
+				t.Fatalf("ForceRelease = %v, %v", ok, err)
+			}
+			other, err := b.TryLock(t.Context(), k)
+			if err != nil {
+				t.Fatalf("the freed key: %v", err)
+			}
+			defer func() { _ = other.Unlock(context.Background()) }()
+			late := time.Until(lk.Deadline()) + 60*time.Millisecond
+			inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
+				Match: faultcmd.Match{Script: "holds_release", Key: k}})
+			err = lk.Unlock(t.Context())
+			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
+				t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took the hold before the release ran", err)
+			}
+			if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
+				t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
+			}
+		})
+	}
+}

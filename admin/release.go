@@ -83,7 +83,15 @@ func (c *Client) ForceRelease(ctx context.Context, key string) (bool, error) {
 // hands (its command delayed past its caller's timeout) leaves the new
 // holder alone.
 func (c *Client) forceString(ctx context.Context, ks protocol.Keys, v string) (bool, error) {
-	code, err := c.exec.Run(ctx, releases.Token(c.pub(ks), v, c.pickup, releases.Force)).Int64()
+	// The hold set a shared hold's value may name: its handles are marked
+	// stolen, so that their holders' releases report the loss.
+	suffix := keyspace.HoldsSuffix
+	if v == SharedValue {
+		suffix = keyspace.ReadersSuffix
+	}
+	call := releases.Token(c.pub(ks), v, c.pickup, releases.Force)
+	call.Keys = append(call.Keys, keyspace.Aux(ks, suffix))
+	code, err := c.exec.Run(ctx, call).Int64()
 	switch {
 	case err != nil:
 		return false, unavailable(err)

@@ -21,6 +21,9 @@
 --
 -- A release leaves a tombstone for the token (q_released), so a second
 -- run of it (re-sent by the Redis client after a lost reply) returns 1.
+-- A release that finds neither its handle nor its tombstone but the mark
+-- an operator's steal (release.lua's 'force') left for the handle
+-- ('^' .. token, q_mark_stolen) returns -3.
 --
 -- Returns  1  released (and, if it was the last handle, freed or handed off)
 --          0  the key is gone, or the handle's lease had already ended
@@ -28,8 +31,28 @@
 --         -1  the lock key holds something else: left untouched
 --         -2  the lock key exists but is not a string, or the queue or
 --             the hold set has another type: nothing was written
+--         -3  (a handle's release) an operator's steal released the hold
+--             while the handle was in it: a loss, also when the reply
+--             comes after the handle's deadline
 local token, group = ARGV[1], ARGV[5]
 local Q = q_keys(KEYS[2], KEYS[4], KEYS[5])
+
+-- gone answers a handle's release that found its handle gone: 1 if this
+-- release ran already (its tombstone), -3 if a steal took the handle (its
+-- mark), else none (0, or -1 if the key holds something else): one read
+-- of T for both, on this rare path only. A T that is not a sorted set
+-- holds neither.
+local function gone(none)
+  local r = redis.pcall('ZMSCORE', Q.t, token, '^' .. token)
+  if is_err(r) then
+    return none
+  elseif r[1] then
+    return 1 -- this release already ran (its reply was lost): not a loss
+  elseif r[2] then
+    return -3 -- taken by an operator (ForceRelease)
+  end
+  return none
+end
 local v = redis.pcall('GET', KEYS[1])
 if is_err(v) or not h_count(KEYS[3]) or not q_ok(Q) then
   return -2
@@ -44,17 +67,14 @@ if ARGV[4] == '1' then
     return 0
   end
 elseif v ~= group then
-  if q_dead(Q, token) then
-    return 1 -- this release already ran (its reply was lost): not a loss
-  end
-  return v and -1 or 0
+  return gone(v and -1 or 0)
 end
 local now = now_ms(Q)
 local live = h_live(KEYS[3], token, now)
 redis.call('ZREM', KEYS[3], token)
 if not live then
-  if ARGV[4] ~= '1' and q_dead(Q, token) then
-    return 1
+  if ARGV[4] ~= '1' then
+    return gone(0)
   end
   return 0
 end

@@ -7,6 +7,9 @@
 -- KEYS[2]  the wait queue (see lualib/queue.lua)
 -- KEYS[3]  the waiters' leases (hash, lualib/queue.lua)
 -- KEYS[4]  the tombstones (sorted set, lualib/queue.lua)
+-- KEYS[5]  ('force' only, optional) the hold set of a shared hold
+--          (lualib/holds.lua) the key's value may name: each of its
+--          handles' tokens is marked stolen too
 -- ARGV[1]  the caller's token; for 'force', the value the caller read
 --          ('': whatever the key holds)
 -- ARGV[2]  the key's wake-up channel: 'released' is published on it when
@@ -19,7 +22,8 @@
 --          ARGV[1] (an operator's steal; a steal that lands after the key
 --          changed hands leaves the new holder alone: -1). A steal leaves
 --          the mark '^' .. the value it released in KEYS[4] for as long as
---          a tombstone (q_mark_stolen; '^' is never in a token)
+--          a tombstone, and '^' .. token for each handle in KEYS[5]
+--          (q_mark_stolen; '^' is never in a token)
 --
 -- The hand-off (q_handoff): the key is set to the next live waiter's token
 -- with a PX of ARGV[3], the waiter's lease is marked handed (see
@@ -67,5 +71,13 @@ if not q_handoff(KEYS[1], Q, ARGV[3], ARGV[2]) then
 end
 if ARGV[4] == 'force' then
   q_mark_stolen(Q, v)
+  if KEYS[5] then
+    local hs = redis.pcall('ZRANGE', KEYS[5], 0, -1)
+    if not is_err(hs) then
+      for _, h in ipairs(hs) do
+        q_mark_stolen(Q, h)
+      end
+    end
+  end
 end
 return 1
