@@ -282,3 +282,35 @@ func TestForceReleasedHoldUnlockPastDeadlineReportsLoss(t *testing.T) {
 		})
 	}
 }
+
+// The same for a multi-key lock one of whose keys ForceRelease stole: the
+// release finds that key's mark.
+func TestForceReleasedMultiUnlockPastDeadlineReportsLoss(t *testing.T) {
+	var lost atomic.Int32
+	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+	b, _ := newClient(t, dlock.Options{})
+	k := key(t)
+	keys := []string{"{" + k + "}a", "{" + k + "}b"}
+	lk, err := a.TryLockMulti(t.Context(), keys, dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := adminOf(t, b).ForceRelease(t.Context(), keys[1]); !ok || err != nil {
+		t.Fatalf("ForceRelease = %v, %v", ok, err)
+	}
+	other, err := b.TryLock(t.Context(), keys[1])
+	if err != nil {
+		t.Fatalf("the freed key: %v", err)
+	}
+	defer func() { _ = other.Unlock(context.Background()) }()
+	late := time.Until(lk.Deadline()) + 60*time.Millisecond
+	inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
+		Match: faultcmd.Match{Script: "multi_release"}})
+	err = lk.Unlock(t.Context())
+	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
+		t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took a key before the release ran", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
+		t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
+	}
+}

@@ -125,10 +125,13 @@ const (
 	codeGone      = protocol.ReplyGone
 	codeOther     = protocol.ReplyOtherOwner
 	codeWrongType = protocol.ReplyWrongType
-	// codeStolen is not one of package protocol's codes: dlock's own
-	// release scripts answer it to a holder's release of a hold an
-	// operator's ForceRelease took while the holder had it (the mark the
-	// steal left; see internal/lualib/queue.lua), a loss whenever the
-	// reply comes (see releaseLocked).
-	codeStolen = -3
+	// codeStolen (CodeStolen): the mark a steal left (see
+	// internal/lualib/queue.lua), a loss whenever the reply comes (see
+	// releaseLocked).
+	codeStolen = CodeStolen
 )
+
+// CodeStolen is the reply of dlock's own release scripts to a holder's
+// release of a hold an operator's ForceRelease took while the holder had
+// it: a loss whenever the reply comes. Not one of package protocol's codes.
+const CodeStolen = -3

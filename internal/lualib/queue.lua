@@ -401,9 +401,14 @@ end
 -- q_released_here reports whether T holds token's tombstone without the
 -- lost mark: an earlier run of a multi-key release released that key (see
 -- q_mark_lost).
+-- Its second result, in the same read: T holds the mark of an operator's
+-- steal of token (q_mark_stolen).
 local function q_released_here(qs, token)
-  local r = redis.pcall('ZMSCORE', qs.t, token, '!' .. token)
-  return not is_err(r) and r[1] ~= false and r[2] == false
+  local r = redis.pcall('ZMSCORE', qs.t, token, '!' .. token, '^' .. token)
+  if is_err(r) then
+    return false, false
+  end
+  return r[1] ~= false and r[2] == false, r[3] ~= false
 end
 
 -- q_rereleased answers a release of token that found the key not holding

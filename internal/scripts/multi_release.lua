@@ -17,18 +17,23 @@
 --           holds the token but already had the Q_DEAD tombstone as
 --           released (this release ran before and lost its reply; it was
 --           sent again); a key whose Q_LOST tombstone is there was not
---           ours when the earlier run came: its verdict stands
+--           ours when the earlier run came: its verdict stands. A key
+--           not holding the token whose tombstones hold the mark of an
+--           operator's steal of it (q_mark_stolen) answers -3
 --
 -- Returns  1  every key held our token (all released)
 --          0  some key was gone (the others were released)
 --         -1  some key held another owner's token (left untouched)
 --         -2  some key was not a string, or its queue not a list (left
 --             untouched)
--- The worst outcome wins: -2, then -1, then 0.
+--         -3  (a release) an operator's steal released some key while it
+--             held the token: a loss, also when the reply comes after
+--             the lock's deadline
+-- The worst outcome wins: -2, then -3, then -1, then 0.
 local token, code = ARGV[1], 1
 local done = ARGV[3 + #KEYS / 4] ~= 'r'
 local leave = done and q_leave or q_drop
-local rank = {[1] = 0, [0] = 1, [-1] = 2, [-2] = 3}
+local rank = {[1] = 0, [0] = 1, [-1] = 2, [-3] = 3, [-2] = 4}
 local function worse(c)
   if rank[c] > rank[code] then
     code = c
@@ -37,7 +42,10 @@ end
 for i = 1, #KEYS / 4 do
   local k, q = KEYS[4 * i - 3], q_keys(KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i])
   local v = redis.pcall('GET', k)
-  local ran = done and q_released_here(q, token)
+  local ran, stolen = false, false
+  if done then
+    ran, stolen = q_released_here(q, token)
+  end
   if is_err(v) or not leave(q, token) then
     worse(-2)
   elseif v == token then
@@ -48,7 +56,11 @@ for i = 1, #KEYS / 4 do
     if done then
       q_mark_lost(q, token)
     end
-    worse(v and -1 or 0)
+    if stolen then
+      worse(-3)
+    else
+      worse(v and -1 or 0)
+    end
   end
 end
 return code

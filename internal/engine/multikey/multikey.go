@@ -242,10 +242,10 @@ func (m Slots) rollback(ctx context.Context, token string) (int64, error) {
 }
 
 // worstReply combines the replies of per-slot renewals or releases: a
-// loss anywhere is the answer (wrong type, then another owner, then gone);
-// otherwise a Redis error; otherwise 1.
+// loss anywhere is the answer (wrong type, then stolen by an operator,
+// then another owner, then gone); otherwise a Redis error; otherwise 1.
 func worstReply(cmds []*redis.Cmd) (int64, error) {
-	rank := map[int64]int{codeOK: 0, codeGone: 1, codeOther: 2, codeWrongType: 3}
+	rank := map[int64]int{codeOK: 0, codeGone: 1, codeOther: 2, engine.CodeStolen: 3, codeWrongType: 4}
 	code := int64(codeOK)
 	var firstErr error
 	for _, cmd := range cmds {
