@@ -164,153 +164,73 @@ func TestUnlockResendsReleaseAfterLostReply(t *testing.T) {
 	}
 }
 
-// An Unlock of a semaphore holder whose permits an operator's ForceRelease
-// took reports the loss also when the release's reply comes after the
-// holder's deadline (the deadline timer runs while the release is in
-// flight): the release finds the mark the steal left, so the loss is not
-// taken for the key's expiry after the caller let go. Meanwhile the
-// permits were another holder's.
-func TestForceReleasedSemaphoreUnlockPastDeadlineReportsLoss(t *testing.T) {
-	var lost atomic.Int32
-	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
-	b, _ := newClient(t, dlock.Options{})
-	k := key(t)
-	lk, err := a.Semaphore(k, 1).Acquire(t.Context(), 1, dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
+// An Unlock of a lock an operator's ForceRelease stole (a token lock's
+// key, a semaphore holder's permits, a reentrant or read handle's hold, one
+// key of a multi-key lock) reports the loss also when the release's reply
+// comes after the lock's deadline (the deadline timer runs while the
+// release is in flight): the release finds the mark the steal left, so the
+// loss is not taken for the key's expiry after the caller let go.
+// Meanwhile the key was another holder's.
+func TestForceReleasedUnlockPastDeadlineReportsLoss(t *testing.T) {
+	ttl, norenew := dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal()
+	type kind struct {
+		take   func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error)
+		stolen func(k string) string // the key ForceRelease steals
+		other  func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error)
+		script string // the release script delayed
 	}
-	if ok, err := adminOf(t, b).ForceRelease(t.Context(), k); !ok || err != nil {
-		t.Fatalf("ForceRelease = %v, %v", ok, err)
-	}
-	other, err := b.Semaphore(k, 1).TryAcquire(t.Context(), 1)
-	if err != nil {
-		t.Fatalf("the freed permit: %v", err)
-	}
-	defer func() { _ = other.Unlock(context.Background()) }()
-	late := time.Until(lk.Deadline()) + 60*time.Millisecond
-	inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
-		Match: faultcmd.Match{Script: "semaphore_release", Key: k}})
-	err = lk.Unlock(t.Context())
-	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
-		t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took the permits before the release ran", err)
-	}
-	if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
-		t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
-	}
-	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrLost) {
-		t.Fatalf("Unlock again = %v, want the loss again", err)
-	}
-}
-
-// An Unlock of a token lock whose key an operator's ForceRelease stole
-// reports the loss also when the release's reply comes after the lock's
-// deadline (the deadline timer runs while the release is in flight): the
-// release finds the mark the steal left, so the loss is not taken for the
-// key's expiry after the caller let go. Meanwhile the key was another
-// holder's.
-func TestForceReleasedLockUnlockPastDeadlineReportsLoss(t *testing.T) {
-	var lost atomic.Int32
-	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
-	b, _ := newClient(t, dlock.Options{})
-	k := key(t)
-	lk, err := a.TryLock(t.Context(), k, dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := adminOf(t, b).ForceRelease(t.Context(), k); !ok || err != nil {
-		t.Fatalf("ForceRelease = %v, %v", ok, err)
-	}
-	other, err := b.TryLock(t.Context(), k)
-	if err != nil {
-		t.Fatalf("the freed key: %v", err)
-	}
-	defer func() { _ = other.Unlock(context.Background()) }()
-	late := time.Until(lk.Deadline()) + 60*time.Millisecond
-	inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
-		Match: faultcmd.Match{Script: "release", Key: k}})
-	err = lk.Unlock(t.Context())
-	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
-		t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took the key before the release ran", err)
-	}
-	if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
-		t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
-	}
-	if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrLost) {
-		t.Fatalf("Unlock again = %v, want the loss again", err)
-	}
-}
-
-// The same for a handle of a shared hold (a reentrant owner's, a
-// reader's): ForceRelease marks every handle of the hold it steals.
-func TestForceReleasedHoldUnlockPastDeadlineReportsLoss(t *testing.T) {
-	ttl := dlock.WithTTL(300 * time.Millisecond)
-	for name, take := range map[string]func(c *dlock.Client, k string) (*dlock.Lock, error){
-		"reentrant": func(c *dlock.Client, k string) (*dlock.Lock, error) {
-			return c.Reentrant(k).TryLock(t.Context(), "o", ttl, dlock.WithoutRenewal())
-		},
-		"read": func(c *dlock.Client, k string) (*dlock.Lock, error) {
-			return c.RWLock(k).TryRLock(t.Context(), ttl, dlock.WithoutRenewal())
-		},
+	same := func(k string) string { return k }
+	tryLock := func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) { return c.TryLock(t.Context(), k) }
+	multiKeys := func(k string) []string { return []string{"{" + k + "}a", "{" + k + "}b"} }
+	for name, kd := range map[string]kind{
+		"token lock": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.TryLock(t.Context(), k, ttl, norenew)
+		}, same, tryLock, "release"},
+		"semaphore": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Semaphore(k, 1).Acquire(t.Context(), 1, ttl, norenew)
+		}, same, func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Semaphore(k, 1).TryAcquire(t.Context(), 1)
+		}, "semaphore_release"},
+		"reentrant": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Reentrant(k).TryLock(t.Context(), "o", ttl, norenew)
+		}, same, tryLock, "holds_release"},
+		"read": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.RWLock(k).TryRLock(t.Context(), ttl, norenew)
+		}, same, tryLock, "holds_release"},
+		"multi-key": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.TryLockMulti(t.Context(), multiKeys(k), ttl, norenew)
+		}, func(k string) string { return multiKeys(k)[1] }, tryLock, "multi_release"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var lost atomic.Int32
 			a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
 			b, _ := newClient(t, dlock.Options{})
 			k := key(t)
-			lk, err := take(a, k)
+			lk, err := kd.take(t, a, k)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ok, err := adminOf(t, b).ForceRelease(t.Context(), k); !ok || err != nil {
+			if ok, err := adminOf(t, b).ForceRelease(t.Context(), kd.stolen(k)); !ok || err != nil {
 				t.Fatalf("ForceRelease = %v, %v", ok, err)
 			}
-			other, err := b.TryLock(t.Context(), k)
+			other, err := kd.other(t, b, kd.stolen(k))
 			if err != nil {
 				t.Fatalf("the freed key: %v", err)
 			}
 			defer func() { _ = other.Unlock(context.Background()) }()
 			late := time.Until(lk.Deadline()) + 60*time.Millisecond
 			inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
-				Match: faultcmd.Match{Script: "holds_release", Key: k}})
+				Match: faultcmd.Match{Script: kd.script}})
 			err = lk.Unlock(t.Context())
 			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
-				t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took the hold before the release ran", err)
+				t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took it before the release ran", err)
 			}
 			if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
 				t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
 			}
+			if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrLost) {
+				t.Fatalf("Unlock again = %v, want the loss again", err)
+			}
 		})
-	}
-}
-
-// The same for a multi-key lock one of whose keys ForceRelease stole: the
-// release finds that key's mark.
-func TestForceReleasedMultiUnlockPastDeadlineReportsLoss(t *testing.T) {
-	var lost atomic.Int32
-	a, inj := faultyClient(t, dlock.Options{Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
-	b, _ := newClient(t, dlock.Options{})
-	k := key(t)
-	keys := []string{"{" + k + "}a", "{" + k + "}b"}
-	lk, err := a.TryLockMulti(t.Context(), keys, dlock.WithTTL(300*time.Millisecond), dlock.WithoutRenewal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := adminOf(t, b).ForceRelease(t.Context(), keys[1]); !ok || err != nil {
-		t.Fatalf("ForceRelease = %v, %v", ok, err)
-	}
-	other, err := b.TryLock(t.Context(), keys[1])
-	if err != nil {
-		t.Fatalf("the freed key: %v", err)
-	}
-	defer func() { _ = other.Unlock(context.Background()) }()
-	late := time.Until(lk.Deadline()) + 60*time.Millisecond
-	inj.Add(faultcmd.Rule{Name: "release past the deadline", Action: faultcmd.Delay, Delay: late,
-		Match: faultcmd.Match{Script: "multi_release"}})
-	err = lk.Unlock(t.Context())
-	if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) {
-		t.Fatalf("Unlock = %v, want the loss (ErrLost, ErrTaken): ForceRelease took a key before the release ran", err)
-	}
-	if !errors.Is(lk.Err(), dlock.ErrTaken) || lost.Load() != 1 {
-		t.Fatalf("Err = %v, Lost hook calls %d: want ErrTaken and 1", lk.Err(), lost.Load())
 	}
 }
