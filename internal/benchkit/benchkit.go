@@ -111,6 +111,11 @@ type Result struct {
 	// measured), ByCommand the same per command name.
 	Commands  int64
 	ByCommand map[string]int64
+	// ServerTimeByCommand is the server's time inside each command during
+	// the run (INFO commandstats usec; INFO and PING left out). A script's
+	// EVALSHA, EVAL or FCALL includes the time of the commands it calls,
+	// which appear under their own names too.
+	ServerTimeByCommand map[string]time.Duration
 
 	// ServerCPU is the CPU time (user + system) the Redis server used during
 	// the run, from INFO cpu (-1: not measured). Everything else the server
@@ -248,10 +253,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Redis != nil {
 		res.PingIdle = pingSamples(ctx, cfg.Redis, 50, 0)
 	}
-	var before map[string]int64
+	var before map[string]CommandStat
 	cpuBefore := time.Duration(-1)
 	if cfg.Redis != nil {
-		if m, err := CommandCalls(ctx, cfg.Redis); err == nil {
+		if m, err := CommandStats(ctx, cfg.Redis); err == nil {
 			before = m
 		}
 		if d, err := ServerCPU(ctx, cfg.Redis); err == nil {
@@ -423,15 +428,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	if before != nil {
-		if after, err := CommandCalls(ctx, cfg.Redis); err == nil {
-			res.ByCommand = map[string]int64{}
-			res.Commands = 0
-			for name, n := range after {
-				if d := n - before[name]; d > 0 && name != "info" && name != "ping" {
-					res.ByCommand[name] = d
-					res.Commands += d
-				}
-			}
+		if after, err := CommandStats(ctx, cfg.Redis); err == nil {
+			res.Commands, res.ByCommand, res.ServerTimeByCommand = commandDelta(before, after)
 		}
 	}
 
@@ -445,6 +443,25 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.Handoff = NewPercentiles(slices.Concat(handoffs...))
 	res.Acquire = NewPercentiles(slices.Concat(acquires...))
 	return res, nil
+}
+
+// commandDelta is what ran between two INFO commandstats readings, INFO
+// and PING left out: the commands, their calls and their server time by
+// name.
+func commandDelta(before, after map[string]CommandStat) (int64, map[string]int64, map[string]time.Duration) {
+	var total int64
+	calls, times := map[string]int64{}, map[string]time.Duration{}
+	for name, a := range after {
+		if name == "info" || name == "ping" {
+			continue
+		}
+		if d := a.Calls - before[name].Calls; d > 0 {
+			calls[name] = d
+			total += d
+			times[name] = time.Duration(a.Usec-before[name].Usec) * time.Microsecond
+		}
+	}
+	return total, calls, times
 }
 
 // pingSamples sends PINGs to rdb: n of them back to back (n >= 0), or,

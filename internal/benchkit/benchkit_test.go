@@ -28,6 +28,10 @@ func TestParseCommandStats(t *testing.T) {
 			t.Errorf("%s: got %d, want %d", k, got[k], v)
 		}
 	}
+	full := benchkit.ParseCommandStatsUsec(info)
+	if g := full["evalsha"]; g != (benchkit.CommandStat{Calls: 7, Usec: 70}) || full["get"].Usec != 175 || len(full) != 3 {
+		t.Errorf("with usec: %v", full)
+	}
 }
 
 func TestPercentiles(t *testing.T) {
@@ -95,6 +99,8 @@ func TestRunDlock(t *testing.T) {
 		t.Errorf("commands: %d (%v per section)", res.Commands, res.CommandsPerSection())
 	case res.ByCommand["info"] != 0 || res.ByCommand["ping"] != 0:
 		t.Errorf("INFO and PING counted: %v", res.ByCommand)
+	case len(res.ServerTimeByCommand) != len(res.ByCommand) || res.ServerTimeByCommand["fcall"] <= 0:
+		t.Errorf("server time by command %v, calls %v", res.ServerTimeByCommand, res.ByCommand)
 	case res.Handoff.N == 0 || res.Acquire.N != int(res.Sections):
 		t.Errorf("samples: hand-off %d, acquire %d, sections %d", res.Handoff.N, res.Acquire.N, res.Sections)
 	case res.Ping.N == 0 || res.PingIdle.N != 50:

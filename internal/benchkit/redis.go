@@ -17,10 +17,37 @@ import (
 // summed over every master of a Cluster or every shard of a Ring. Commands
 // run inside scripts are counted by Redis under their own names.
 func CommandCalls(ctx context.Context, rdb redis.UniversalClient) (map[string]int64, error) {
-	total := map[string]int64{}
+	stats, err := CommandStats(ctx, rdb)
+	if err != nil {
+		return nil, err
+	}
+	calls := make(map[string]int64, len(stats))
+	for k, v := range stats {
+		calls[k] = v.Calls
+	}
+	return calls, nil
+}
+
+// CommandStat is one command's counters in INFO commandstats.
+type CommandStat struct {
+	Calls int64 // calls=
+	// Usec is the server's time inside the command (usec=). A script's
+	// EVALSHA, EVAL or FCALL includes the time of the commands it calls,
+	// which are counted under their own names too.
+	Usec int64
+}
+
+// CommandStats returns the counters of every cmdstat_* line of INFO
+// commandstats, by lower-case command name, summed over every master of a
+// Cluster or every shard of a Ring.
+func CommandStats(ctx context.Context, rdb redis.UniversalClient) (map[string]CommandStat, error) {
+	total := map[string]CommandStat{}
 	err := eachInfo(ctx, rdb, "commandstats", func(info string) {
-		for k, v := range ParseCommandStats(info) {
-			total[k] += v
+		for k, v := range ParseCommandStatsUsec(info) {
+			t := total[k]
+			t.Calls += v.Calls
+			t.Usec += v.Usec
+			total[k] = t
 		}
 	})
 	if err != nil {
@@ -88,20 +115,45 @@ func parseCPU(info string) float64 {
 // ParseCommandStats parses the text of INFO commandstats:
 //
 //	cmdstat_get:calls=21,usec=175,usec_per_call=8.33,rejected_calls=0,failed_calls=0
+//
+// and returns the calls of each command.
 func ParseCommandStats(info string) map[string]int64 {
 	m := map[string]int64{}
+	for k, v := range ParseCommandStatsUsec(info) {
+		m[k] = v.Calls
+	}
+	return m
+}
+
+// ParseCommandStatsUsec parses the text of INFO commandstats into the
+// calls and usec of each command.
+func ParseCommandStatsUsec(info string) map[string]CommandStat {
+	m := map[string]CommandStat{}
 	for line := range strings.Lines(info) {
 		line = strings.TrimSpace(line)
 		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
 		if !ok || !strings.HasPrefix(line, "cmdstat_") {
 			continue
 		}
+		var st CommandStat
+		seen := false
 		for field := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-					m[strings.ToLower(name)] += n
-				}
+			k, v, _ := strings.Cut(field, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case err != nil:
+			case k == "calls":
+				st.Calls, seen = n, true
+			case k == "usec":
+				st.Usec = n
 			}
+		}
+		if seen {
+			name = strings.ToLower(name)
+			t := m[name]
+			t.Calls += st.Calls
+			t.Usec += st.Usec
+			m[name] = t
 		}
 	}
 	return m
