@@ -93,6 +93,8 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		"Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).")
 	releasesLeft := observable("dlock.releases_left", "{lock}",
 		"Locks of the tracked clients whose release no reply confirmed before their deadline, left to expire by their TTL (Stats.ReleasesLeft).")
+	releasesResent := observable("dlock.releases_resent", "{release}",
+		"Releases of the tracked clients sent again after the client reached a new Sentinel master, which may have lost them (Stats.ReleasesResent).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -106,6 +108,7 @@ func newInstruments(m metric.Meter, cfg config, observe func() observation) (*in
 		o.ObserveInt64(handoffs, int64(v.handoffs))
 		o.ObserveInt64(refusals, int64(v.refusals))
 		o.ObserveInt64(releasesLeft, int64(v.releasesLeft))
+		o.ObserveInt64(releasesResent, int64(v.releasesResent))
 		return nil
 	}, observed...)
 	if err != nil {

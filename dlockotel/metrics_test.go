@@ -109,7 +109,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("acquire histogram bounds: %v", h.DataPoints)
 	}
 	for _, name := range []string{"dlock.lost", "dlock.releases", "dlock.watchdog.behind", "dlock.renew_reports.dropped", "dlock.pubsub.redials",
-		"dlock.acquired_after_wait", "dlock.handoffs_received", "dlock.refusals", "dlock.releases_left"} {
+		"dlock.acquired_after_wait", "dlock.handoffs_received", "dlock.refusals", "dlock.releases_left", "dlock.releases_resent"} {
 		if s, ok := m[name].(metricdata.Sum[int64]); !ok || !s.IsMonotonic {
 			t.Errorf("%s is not a monotonic sum: %#v", name, m[name])
 		}
@@ -177,7 +177,8 @@ func TestMetricsStatsCounters(t *testing.T) {
 			sum(m, "dlock.pubsub.redials") == int64(st.PubSubRedials) &&
 			sum(m, "dlock.handoffs_received") == int64(st.Handoffs) &&
 			sum(m, "dlock.refusals") == int64(st.Refusals) &&
-			sum(m, "dlock.releases_left") == int64(st.ReleasesLeft)
+			sum(m, "dlock.releases_left") == int64(st.ReleasesLeft) &&
+			sum(m, "dlock.releases_resent") == int64(st.ReleasesResent)
 	})
 }
 
@@ -236,23 +237,24 @@ func TestTrackSums(t *testing.T) {
 	}
 	e := &env{reader: reader}
 
-	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000, Refusals: 7, ReleasesLeft: 70}
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000, Refusals: 7, ReleasesLeft: 70, ReleasesResent: 30}
 	untrackA := tel.Track(statsFunc(func() dlock.Stats { return a }))
 	tel.Track(statsFunc(func() dlock.Stats {
-		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000, Refusals: 5, ReleasesLeft: 50}
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000, Refusals: 5, ReleasesLeft: 50, ReleasesResent: 20}
 	}))
-	counters := func(m map[string]metricdata.Aggregation) [6]int64 {
-		return [6]int64{sum(m, "dlock.watchdog.behind"), sum(m, "dlock.renew_reports.dropped"), sum(m, "dlock.pubsub.redials"),
-			sum(m, "dlock.handoffs_received"), sum(m, "dlock.refusals"), sum(m, "dlock.releases_left")}
+	counters := func(m map[string]metricdata.Aggregation) [7]int64 {
+		return [7]int64{sum(m, "dlock.watchdog.behind"), sum(m, "dlock.renew_reports.dropped"), sum(m, "dlock.pubsub.redials"),
+			sum(m, "dlock.handoffs_received"), sum(m, "dlock.refusals"), sum(m, "dlock.releases_left"),
+			sum(m, "dlock.releases_resent")}
 	}
 	m := e.collect(t)
 	if h, w := sum(m, "dlock.held"), sum(m, "dlock.waiting"); h != 5 || w != 1 {
 		t.Errorf("held, waiting = %d, %d; want 5, 1", h, w)
 	}
-	if got, want := counters(m), [6]int64{3, 30, 300, 3000, 12, 120}; got != want {
-		t.Errorf("behind, dropped, redials, handoffs, refusals, releases left = %v, want %v", got, want)
+	if got, want := counters(m), [7]int64{3, 30, 300, 3000, 12, 120, 50}; got != want {
+		t.Errorf("behind, dropped, redials, handoffs, refusals, releases left, resent = %v, want %v", got, want)
 	}
-	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs, a.Refusals, a.ReleasesLeft = 4, 40, 400, 4000, 9, 90 // counted until untracked
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs, a.Refusals, a.ReleasesLeft, a.ReleasesResent = 4, 40, 400, 4000, 9, 90, 40 // counted until untracked
 	untrackA()
 	untrackA() // idempotent
 	a = dlock.Stats{}
@@ -261,7 +263,7 @@ func TestTrackSums(t *testing.T) {
 		t.Errorf("after untrack: held, waiting = %d, %d; want 3, 0", h, w)
 	}
 	// The counters never go down: an untracked source's counts stay.
-	if got, want := counters(m), [6]int64{6, 60, 600, 6000, 14, 140}; got != want {
-		t.Errorf("after untrack: behind, dropped, redials, handoffs, refusals, releases left = %v, want %v", got, want)
+	if got, want := counters(m), [7]int64{6, 60, 600, 6000, 14, 140, 60}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials, handoffs, refusals, releases left, resent = %v, want %v", got, want)
 	}
 }

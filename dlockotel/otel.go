@@ -71,6 +71,7 @@
 //	dlock.handoffs_received      counter (observed), {handoff}: FIFO hand-offs received by queued waiters (Stats.Handoffs)
 //	dlock.refusals               counter (observed), {call}: calls a Redis node refused before running them, sent again (Stats.Refusals)
 //	dlock.releases_left          counter (observed), {lock}: locks whose release went unconfirmed, left to expire (Stats.ReleasesLeft)
+//	dlock.releases_resent        counter (observed), {release}: releases sent again after a new Sentinel master was reached (Stats.ReleasesResent)
 //
 // The observed ones are read from the Clients given to [Telemetry.Track]
 // (sums over them); the others are recorded by the Hooks, for every
@@ -99,6 +100,13 @@
 // Redis, and the key was left to expire by its TTL, held by nobody until
 // then (unless the release ran and only its reply was lost). A rise means
 // waiters on those keys waited out a TTL.
+//
+// dlock.releases_resent (Stats.ReleasesResent) counts the releases sent
+// again, in the background, after a Client over a go-redis FailoverClient
+// (Sentinel) reached a new master: those of the last
+// dlock.Options.ReleaseResendWindow, which the old master may have
+// accepted and lost. A resend is harmless; a rise follows a failover. It
+// stays 0 for a plain Client, Cluster or Ring.
 //
 // Through the OpenTelemetry Prometheus exporter these become the names
 // dlockprom uses (dlock_acquire_duration_seconds, dlock_lost_total,
@@ -199,7 +207,8 @@ type Telemetry struct {
 
 // statsCounts are the Stats counters the observable counters report.
 type statsCounts struct {
-	behind, dropped, redials, handoffs, refusals, releasesLeft uint64
+	behind, dropped, redials, handoffs, refusals uint64
+	releasesLeft, releasesResent                 uint64
 }
 
 func (a *statsCounts) add(s dlock.Stats) {
@@ -209,6 +218,7 @@ func (a *statsCounts) add(s dlock.Stats) {
 	a.handoffs += s.Handoffs
 	a.refusals += s.Refusals
 	a.releasesLeft += s.ReleasesLeft
+	a.releasesResent += s.ReleasesResent
 }
 
 // observation is what the observable instruments report: the gauges
@@ -267,10 +277,10 @@ func (t *Telemetry) Hooks() dlock.Hooks {
 // Track adds s (normally the *dlock.Client that runs t's Hooks) to the
 // sources the observable instruments read (dlock.held, dlock.waiting and
 // the counters of Stats.Behind, RenewReportsDropped, PubSubRedials,
-// Handoffs, Refusals and ReleasesLeft); they report the sum over all
-// tracked sources. The returned func stops tracking s; call it when the Client is closed for good if the
-// Telemetry outlives it. The counters keep the counts s had then, so they
-// never go down.
+// Handoffs, Refusals, ReleasesLeft and ReleasesResent); they report the
+// sum over all tracked sources. The returned func stops tracking s; call
+// it when the Client is closed for good if the Telemetry outlives it. The
+// counters keep the counts s had then, so they never go down.
 func (t *Telemetry) Track(s StatsSource) (untrack func()) {
 	p := &s
 	t.mu.Lock()

@@ -8,7 +8,7 @@
 //   - the Client's [dlock.Client.Stats] snapshot, read at scrape time, for
 //     the dlock_held and dlock_waiting gauges and the counters of
 //     Stats.Behind, RenewReportsDropped, PubSubRedials, Handoffs,
-//     Refusals and ReleasesLeft ([Collector.Track]).
+//     Refusals, ReleasesLeft and ReleasesResent ([Collector.Track]).
 //
 // It registers nothing itself: register it on the registry you serve.
 // Install its Hooks on the Client (with AddHooks, or in dlock.Options at
@@ -41,6 +41,7 @@
 //	dlock_handoffs_received_total      counter            FIFO hand-offs received by queued waiters
 //	dlock_refusals_total               counter            calls a Redis node refused before running them, sent again
 //	dlock_releases_left_total          counter            locks whose release went unconfirmed, left to expire
+//	dlock_releases_resent_total        counter            releases sent again after a new Sentinel master was reached
 //
 // The labels name the event's [outcome.Outcome] ([outcome.Of] of its
 // error). result of dlock_acquire_duration_seconds is one of acquired,
@@ -53,9 +54,9 @@
 // Without Opts.KeyLabel, every one of these label values is exported from
 // the first scrape, at 0.
 //
-// The last eight are read from the tracked Clients' Stats at scrape time
+// The last nine are read from the tracked Clients' Stats at scrape time
 // (sums over them); the others are fed by the Hooks. A Client no longer
-// tracked keeps adding its last counts to the six Stats-fed counters, so
+// tracked keeps adding its last counts to the seven Stats-fed counters, so
 // they never go down.
 //
 // dlock_refusals_total (Stats.Refusals) counts the script calls and
@@ -70,6 +71,13 @@
 // unreachable Redis, and the key was left to expire by its TTL, held by
 // nobody until then (unless the release ran and only its reply was lost).
 // A rise means waiters on those keys waited out a TTL.
+//
+// dlock_releases_resent_total (Stats.ReleasesResent) counts the releases
+// sent again, in the background, after a Client over a go-redis
+// FailoverClient (Sentinel) reached a new master: those of the last
+// dlock.Options.ReleaseResendWindow, which the old master may have
+// accepted and lost. A resend is harmless; a rise follows a failover. It
+// stays 0 for a plain Client, Cluster or Ring.
 //
 // # Hand-offs
 //
@@ -196,7 +204,7 @@ type Collector struct {
 	heldDesc, waitingDesc                *prometheus.Desc
 	behindDesc, droppedDesc, redialsDesc *prometheus.Desc
 	handoffsRecvDesc, refusalsDesc       *prometheus.Desc
-	releasesLeftDesc                     *prometheus.Desc
+	releasesLeftDesc, releasesResentDesc *prometheus.Desc
 
 	// Series resolved up front, used when keyLabel is nil; indexed like
 	// acquireResults, lostReasons and renewalResults.
@@ -215,7 +223,8 @@ type Collector struct {
 
 // statsCounters are the counters read from Stats.
 type statsCounters struct {
-	behind, dropped, redials, handoffs, refusals, releasesLeft uint64
+	behind, dropped, redials, handoffs, refusals uint64
+	releasesLeft, releasesResent                 uint64
 }
 
 func (a *statsCounters) add(s dlock.Stats) {
@@ -225,6 +234,7 @@ func (a *statsCounters) add(s dlock.Stats) {
 	a.handoffs += s.Handoffs
 	a.refusals += s.Refusals
 	a.releasesLeft += s.ReleasesLeft
+	a.releasesResent += s.ReleasesResent
 }
 
 // NewCollector returns a Collector. Add its Hooks to the Client, Track the
@@ -300,6 +310,8 @@ func NewCollector(opts Opts) *Collector {
 			"Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again (Stats.Refusals).", nil, opts.ConstLabels),
 		releasesLeftDesc: prometheus.NewDesc("dlock_releases_left_total",
 			"Locks of the tracked clients whose release no reply confirmed before their deadline, left to expire by their TTL (Stats.ReleasesLeft).", nil, opts.ConstLabels),
+		releasesResentDesc: prometheus.NewDesc("dlock_releases_resent_total",
+			"Releases of the tracked clients sent again after the client reached a new Sentinel master, which may have lost them (Stats.ReleasesResent).", nil, opts.ConstLabels),
 		sources: make(map[*StatsSource]struct{}),
 	}
 	if c.keyLabel == nil {
@@ -336,9 +348,10 @@ func (c *Collector) Hooks() dlock.Hooks {
 // Track adds s (normally the *dlock.Client that runs c's Hooks) to the
 // sources of the Stats-fed series (dlock_held, dlock_waiting and the
 // counters of Stats.Behind, RenewReportsDropped, PubSubRedials,
-// Handoffs, Refusals and ReleasesLeft), which report the sum over all
-// tracked sources. The returned func stops tracking s; call it when the Client is closed for good if the Collector
-// outlives it. The counters keep the counts s had then.
+// Handoffs, Refusals, ReleasesLeft and ReleasesResent), which report the
+// sum over all tracked sources. The returned func stops tracking s; call
+// it when the Client is closed for good if the Collector outlives it. The
+// counters keep the counts s had then.
 func (c *Collector) Track(s StatsSource) (untrack func()) {
 	p := &s
 	c.mu.Lock()
@@ -371,6 +384,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.handoffsRecvDesc
 	ch <- c.refusalsDesc
 	ch <- c.releasesLeftDesc
+	ch <- c.releasesResentDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -405,6 +419,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.handoffsRecvDesc, prometheus.CounterValue, float64(counts.handoffs))
 	ch <- prometheus.MustNewConstMetric(c.refusalsDesc, prometheus.CounterValue, float64(counts.refusals))
 	ch <- prometheus.MustNewConstMetric(c.releasesLeftDesc, prometheus.CounterValue, float64(counts.releasesLeft))
+	ch <- prometheus.MustNewConstMetric(c.releasesResentDesc, prometheus.CounterValue, float64(counts.releasesResent))
 }
 
 var _ prometheus.Collector = (*Collector)(nil)

@@ -142,6 +142,9 @@ dlock_refusals_total 0
 # HELP dlock_releases_left_total Locks of the tracked clients whose release no reply confirmed before their deadline, left to expire by their TTL (Stats.ReleasesLeft).
 # TYPE dlock_releases_left_total counter
 dlock_releases_left_total 0
+# HELP dlock_releases_resent_total Releases of the tracked clients sent again after the client reached a new Sentinel master, which may have lost them (Stats.ReleasesResent).
+# TYPE dlock_releases_resent_total counter
+dlock_releases_resent_total 0
 # HELP dlock_releases_total Locks released by Unlock (not lost).
 # TYPE dlock_releases_total counter
 dlock_releases_total 0
@@ -169,7 +172,7 @@ dlock_watchdog_behind_total 0
 		"dlock_held", "dlock_lost_total", "dlock_renewals_total", "dlock_waiting",
 		"dlock_releases_total", "dlock_watchdog_behind_total", "dlock_renew_reports_dropped_total", "dlock_pubsub_redials_total",
 		"dlock_acquired_after_wait_total", "dlock_handoffs_received_total", "dlock_refusals_total",
-		"dlock_releases_left_total"); err != nil {
+		"dlock_releases_left_total", "dlock_releases_resent_total"); err != nil {
 		t.Error(err)
 	}
 	for name, n := range map[string]int{
@@ -491,29 +494,30 @@ func (f statsFunc) Stats() dlock.Stats { return f() }
 
 func TestTrackSums(t *testing.T) {
 	m := dlockprom.NewCollector(dlockprom.Opts{ConstLabels: prometheus.Labels{"client": "test"}})
-	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000, Refusals: 7, ReleasesLeft: 70}
+	a := dlock.Stats{Held: 2, Waiting: 1, Behind: 1, RenewReportsDropped: 10, PubSubRedials: 100, Handoffs: 1000, Refusals: 7, ReleasesLeft: 70, ReleasesResent: 30}
 	untrackA := m.Track(statsFunc(func() dlock.Stats { return a }))
 	m.Track(statsFunc(func() dlock.Stats {
-		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000, Refusals: 5, ReleasesLeft: 50}
+		return dlock.Stats{Held: 3, Behind: 2, RenewReportsDropped: 20, PubSubRedials: 200, Handoffs: 2000, Refusals: 5, ReleasesLeft: 50, ReleasesResent: 20}
 	}))
-	counters := func(s scrape) [6]float64 {
-		return [6]float64{
+	counters := func(s scrape) [7]float64 {
+		return [7]float64{
 			s.value("dlock_watchdog_behind_total", "client", "test"),
 			s.value("dlock_renew_reports_dropped_total", "client", "test"),
 			s.value("dlock_pubsub_redials_total", "client", "test"),
 			s.value("dlock_handoffs_received_total", "client", "test"),
 			s.value("dlock_refusals_total", "client", "test"),
 			s.value("dlock_releases_left_total", "client", "test"),
+			s.value("dlock_releases_resent_total", "client", "test"),
 		}
 	}
 	s := gather(t, m)
 	if h, w := s.value("dlock_held", "client", "test"), s.value("dlock_waiting", "client", "test"); h != 5 || w != 1 {
 		t.Errorf("held, waiting = %v, %v; want 5, 1", h, w)
 	}
-	if got, want := counters(s), [6]float64{3, 30, 300, 3000, 12, 120}; got != want {
-		t.Errorf("behind, dropped, redials, handoffs, refusals, releases left = %v, want %v", got, want)
+	if got, want := counters(s), [7]float64{3, 30, 300, 3000, 12, 120, 50}; got != want {
+		t.Errorf("behind, dropped, redials, handoffs, refusals, releases left, resent = %v, want %v", got, want)
 	}
-	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs, a.Refusals, a.ReleasesLeft = 4, 40, 400, 4000, 9, 90 // counted until untracked
+	a.Behind, a.RenewReportsDropped, a.PubSubRedials, a.Handoffs, a.Refusals, a.ReleasesLeft, a.ReleasesResent = 4, 40, 400, 4000, 9, 90, 40 // counted until untracked
 	untrackA()
 	untrackA() // idempotent
 	a = dlock.Stats{}
@@ -522,8 +526,8 @@ func TestTrackSums(t *testing.T) {
 		t.Errorf("after untrack: held, waiting = %v, %v; want 3, 0", h, w)
 	}
 	// The counters never go down: an untracked source's counts stay.
-	if got, want := counters(s), [6]float64{6, 60, 600, 6000, 14, 140}; got != want {
-		t.Errorf("after untrack: behind, dropped, redials, handoffs, refusals, releases left = %v, want %v", got, want)
+	if got, want := counters(s), [7]float64{6, 60, 600, 6000, 14, 140, 60}; got != want {
+		t.Errorf("after untrack: behind, dropped, redials, handoffs, refusals, releases left, resent = %v, want %v", got, want)
 	}
 }
 
@@ -568,7 +572,8 @@ func TestStatsCounters(t *testing.T) {
 			s.value("dlock_pubsub_redials_total") == float64(st.PubSubRedials) &&
 			s.value("dlock_handoffs_received_total") == float64(st.Handoffs) &&
 			s.value("dlock_refusals_total") == float64(st.Refusals) &&
-			s.value("dlock_releases_left_total") == float64(st.ReleasesLeft)
+			s.value("dlock_releases_left_total") == float64(st.ReleasesLeft) &&
+			s.value("dlock_releases_resent_total") == float64(st.ReleasesResent)
 	})
 }
 
