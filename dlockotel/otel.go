@@ -85,8 +85,8 @@
 // hand-offs themselves (Stats.Handoffs): the times a queued waiter was
 // woken to take the lock a release handed it, counted when it wakes, so a
 // waiter that comes too late to confirm its hand-off and receives another
-// counts twice, and a dropped or replaced pub/sub connection, which wakes
-// every queued waiter, counts too. With dlock.Options.Barging it stays 0.
+// counts twice; the wake-up a dropped or replaced pub/sub connection gives
+// every queued waiter does not count. With dlock.Options.Barging it stays 0.
 //
 // dlock.refusals (Stats.Refusals) counts the script calls and commands a
 // Redis node refused before running them while a Cluster's topology

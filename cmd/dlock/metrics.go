@@ -82,6 +82,7 @@ func writeMetrics(w io.Writer, s dlock.Stats, afterWait uint64, lk *dlock.Lock) 
 	metric("dlock_pubsub_redials_total", "counter", "Pub/sub connections replaced because they missed their liveness probe.", n(s.PubSubRedials))
 	metric("dlock_refusals_total", "counter", "Calls a Redis node refused before running them during a Cluster topology change (TRYAGAIN, ASK, MOVED...), sent again.", n(s.Refusals))
 	metric("dlock_releases_left_total", "counter", "Locks whose release no reply confirmed before their deadline, left to expire by their TTL.", n(s.ReleasesLeft))
+	metric("dlock_releases_resent_total", "counter", "Releases sent again after a Sentinel client reached a new master (Options.ReleaseResendWindow).", n(s.ReleasesResent))
 	if lk != nil && lk.Err() == nil {
 		metric("dlock_lock_fence", "gauge", "Fencing token of the lock this run holds.", n(lk.Fence()))
 		metric("dlock_lock_deadline_seconds", "gauge", "Seconds until the held lock's deadline (renewed by the watchdog).",

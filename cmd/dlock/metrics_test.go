@@ -95,7 +95,7 @@ func TestWriteMetricsStats(t *testing.T) {
 	writeMetrics(&b, dlock.Stats{
 		Acquired: 1, NotAcquired: 2, Errors: 3, Waits: 4, Handoffs: 5, Renewals: 6, RenewalFailures: 7,
 		Lost: 8, Behind: 9, RenewReportsDropped: 10, PubSubRedials: 11, Released: 12, Held: 13, Waiting: 14, Refusals: 16,
-		ReleasesLeft: 17,
+		ReleasesLeft: 17, ReleasesResent: 18,
 	}, 15, nil)
 	for _, want := range []string{
 		"# TYPE dlock_held gauge\ndlock_held 13\n",
@@ -117,6 +117,7 @@ func TestWriteMetricsStats(t *testing.T) {
 		"# TYPE dlock_releases_total counter\ndlock_releases_total 12\n",
 		"# TYPE dlock_refusals_total counter\ndlock_refusals_total 16\n",
 		"# TYPE dlock_releases_left_total counter\ndlock_releases_left_total 17\n",
+		"# TYPE dlock_releases_resent_total counter\ndlock_releases_resent_total 18\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())
