@@ -33,7 +33,6 @@ var (
 	_ engine.ResendTeller = tokenLock{}
 	_ engine.ResendTeller = holdSet{}
 	_ engine.ResendTeller = semaphore{}
-	_ engine.TakenTeller  = semaphore{}
 	_ engine.Leaver       = tokenLock{}
 	_ engine.Leaver       = holdSet{}
 	_ engine.Leaver       = semaphore{}

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,6 +231,65 @@ func TestForceReleasedUnlockPastDeadlineReportsLoss(t *testing.T) {
 			}
 			if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrLost) {
 				t.Fatalf("Unlock again = %v, want the loss again", err)
+			}
+		})
+	}
+}
+
+// A retried Unlock whose first send failed without an answer reports the
+// loss when an operator's ForceRelease took the lock since, for every kind
+// and however long after the first send the retry comes: the release finds
+// the mark the steal left, not a trace of the first send (which never
+// ran). The retry here comes past the life of a release's tombstone.
+func TestRetriedUnlockLongAfterFirstSendOfStolenLockReportsLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a release's tombstone (9 s)")
+	}
+	ttl := dlock.WithTTL(time.Minute)
+	multiKeys := func(k string) []string { return []string{"{" + k + "}a", "{" + k + "}b"} }
+	for name, kd := range map[string]struct {
+		take   func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error)
+		stolen func(k string) string // the key ForceRelease steals
+		script string                // the release script failed
+	}{
+		"token lock": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.TryLock(t.Context(), k, ttl)
+		}, func(k string) string { return k }, "release"},
+		"semaphore": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Semaphore(k, 2).Acquire(t.Context(), 1, ttl)
+		}, func(k string) string { return k }, "semaphore_release"},
+		"reentrant": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.Reentrant(k).TryLock(t.Context(), "o", ttl)
+		}, func(k string) string { return k }, "holds_release"},
+		"read": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.RWLock(k).TryRLock(t.Context(), ttl)
+		}, func(k string) string { return k }, "holds_release"},
+		"multi-key": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+			return c.TryLockMulti(t.Context(), multiKeys(k), ttl)
+		}, func(k string) string { return multiKeys(k)[1] }, "multi_release"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var lost atomic.Int32
+			a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend, Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+			b, _ := newClient(t, dlock.Options{})
+			k := key(t)
+			lk, err := kd.take(t, a, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inj.Add(faultcmd.Rule{Name: "release lost before it ran", Action: faultcmd.FailBefore,
+				Err: io.ErrUnexpectedEOF, Match: faultcmd.Match{Script: kd.script}})
+			if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("first Unlock = %v, want ErrUnavailable", err)
+			}
+			time.Sleep(9*time.Second + 100*time.Millisecond) // a release's tombstone would have ended
+			if ok, err := adminOf(t, b).ForceRelease(t.Context(), kd.stolen(k)); !ok || err != nil {
+				t.Fatalf("ForceRelease = %v, %v", ok, err)
+			}
+			err = lk.Unlock(t.Context())
+			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) || lost.Load() != 1 {
+				t.Fatalf("retried Unlock = %v, Lost hook calls %d: want the loss (ErrLost, ErrTaken) and 1: ForceRelease took it before any release ran", err, lost.Load())
 			}
 		})
 	}

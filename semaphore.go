@@ -129,15 +129,10 @@ func (s semaphore) Release(k protocol.Keys, token string) protocol.Call {
 }
 
 // ReleaseTellsResend: semaphore_release.lua answers 1 to a second run of a
-// release that gave the permits back (its tombstone), 0 only when the
-// permits were gone before (see engine.ResendTeller).
+// release that gave the permits back (its tombstone), 0 (or -3, taken by
+// ForceRelease) only when the permits were gone before (see
+// engine.ResendTeller).
 func (semaphore) ReleaseTellsResend() {}
-
-// ReleaseTellsTaken: semaphore_release.lua answers -1 (codeOther) only to
-// the release of a holder whose permits ForceRelease took (its mark), a
-// loss even when the reply comes after the deadline (see
-// engine.TakenTeller).
-func (semaphore) ReleaseTellsTaken() {}
 
 // Leave takes a waiter out of the queue, giving back permits handed to it
 // too late.

@@ -225,7 +225,7 @@ const (
 	codeOK        = protocol.ReplyOK
 	codeGone      = protocol.ReplyGone
 	codeWrongType = protocol.ReplyWrongType
-	codeStolen    = -3 // release.lua: ForceRelease took the token's hold
+	codeStolen    = -3 // ForceRelease took the token's hold (every release script)
 )
 
 // pub returns ks with its wake-up channel as a release script's argument:

@@ -55,16 +55,6 @@ type ResendTeller interface {
 	ReleaseTellsResend()
 }
 
-// TakenTeller is implemented by the protocols whose release answers
-// codeOther only for a hold an operator's ForceRelease took before the
-// release ran (semaphore_release.lua finds the mark the steal left): a
-// loss whenever the reply comes. Without it, a codeOther or codeGone
-// reply that comes after the lease's deadline may be the key's expiry
-// once the caller let go, and is taken as released (see onDeadline).
-type TakenTeller interface {
-	ReleaseTellsTaken()
-}
-
 // DirectLeaver is implemented by a protocol whose withdrawal is more than
 // one script call on the Client's connection: with Options.MinReplicas,
 // the leave and a WAIT on the key's master, so that the tombstone that

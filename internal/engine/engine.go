@@ -125,8 +125,9 @@ const (
 	codeGone      = protocol.ReplyGone
 	codeOther     = protocol.ReplyOtherOwner
 	codeWrongType = protocol.ReplyWrongType
-	// codeStolen (CodeStolen): the mark a steal left (see
-	// internal/lualib/queue.lua), a loss whenever the reply comes (see
+	// codeStolen (CodeStolen): the release found the mark a steal left
+	// (q_mark_stolen in internal/lualib/queue.lua; a semaphore's in
+	// semaphore_release.lua), a loss whenever the reply comes (see
 	// releaseLocked).
 	codeStolen = CodeStolen
 )

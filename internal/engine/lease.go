@@ -249,7 +249,7 @@ func (l *Lease) loseEnding(ctx context.Context, cause error) (lost func(), err e
 
 // end is lose, and loseEnding if ending. taken (with ending): the
 // release's reply tells the hold was taken before the release ran
-// (TakenTeller), so the lease ends lost even if its deadline passed while
+// (codeStolen), so the lease ends lost even if its deadline passed while
 // the release was in flight and onDeadline took the unconfirmed release
 // for done.
 func (l *Lease) end(ctx context.Context, cause error, ending, taken bool) (lost func(), err error) {

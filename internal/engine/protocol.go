@@ -17,8 +17,8 @@ import (
 // per-attempt state: the engine hands each attempt its queue settings.
 //
 // Optional methods the engine looks for: Direct (renewal and release by
-// the protocol itself), RawReleaser, ResendTeller, Leaver, BulkReleaser,
-// TakenTeller (see calls.go), Joiner (joining.go).
+// the protocol itself), RawReleaser, ResendTeller, Leaver, BulkReleaser
+// (see calls.go), Joiner (joining.go).
 type Protocol interface {
 	// Acquire makes one attempt for token on k, in the queue settings a
 	// (mode, hand-off channel, queue lease, pickup time). A grant of a

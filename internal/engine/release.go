@@ -173,11 +173,10 @@ func (l *Lease) releaseLocked(ctx context.Context) (lost func(), report bool, er
 		// (Lost first, then Release with the loss). Unless the deadline
 		// passed while the release was in flight: the key was ours until
 		// then, and the caller had let go before, so it is no loss. A
-		// hold the release tells an operator took (TakenTeller) was lost
-		// all the same, as is one the release answers codeStolen: taken
-		// before the release ran, maybe long before the deadline.
-		_, tells := l.proto.(TakenTeller)
-		lost, err = l.end(ctx, causeOf(code), true, code == codeStolen || tells && code == codeOther)
+		// hold the release answers codeStolen for was lost all the same:
+		// an operator took it before the release ran, maybe long before
+		// the deadline.
+		lost, err = l.end(ctx, causeOf(code), true, code == codeStolen)
 		if lost == nil && errors.Is(err, errs.ErrReleased) {
 			err = nil
 		} else {

@@ -19,7 +19,7 @@
 -- ARGV[4]  '0': release a holder; 'force': an operator takes a holder's
 --          permits away (no tombstone, but the mark '!' .. token in the
 --          tombstones for as long: the holder's own release then reports
---          the loss, -1); '1': a waiter leaves (and gives back permits
+--          the loss, -3); '1': a waiter leaves (and gives back permits
 --          handed to it too late, if any)
 -- ARGV[5]  the caller's limit, used if L is absent; '0': not known (an
 --          admin release: the limit lives in the callers' handles)
@@ -36,11 +36,14 @@
 -- Returns  1  released
 --          0  the holder was gone or its lease had ended (leaving: it
 --             held nothing)
---         -1  (a holder's release) an operator took the holder's permits
---             (the mark 'force' left): a loss, also when the release's
---             reply comes after the holder's deadline
 --         -2  KEYS[1] is not a sorted set, or another key has a type
 --             or value not ours: nothing was written
+--         -3  (a holder's release) an operator took the holder's permits
+--             (the mark 'force' left): a loss, also when the release's
+--             reply comes after the holder's deadline, as the other
+--             release scripts' -3
+-- (No -1: a semaphore's holders hold permits of their own, never a value
+-- another holder could replace.)
 local S, P, L, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local Q = q_keys(KEYS[4], KEYS[5], KEYS[6])
 local s = redis.pcall('ZSCORE', S, token)
@@ -69,7 +72,7 @@ if s and tonumber(s) > now then
 elseif ARGV[4] == '0' and q_dead(Q, token) then
   code = 1 -- this release already ran (its reply was lost): not a loss
 elseif ARGV[4] == '0' and q_dead(Q, '!' .. token) then
-  code = -1 -- taken by an operator (ForceRelease)
+  code = -3 -- taken by an operator (ForceRelease)
 end
 local MAX_WAKES = 64
 local free = freed
