@@ -47,8 +47,9 @@ const ArgBufLen = 14
 // internal/lualib/queue.lua), and a run that finds the hold gone but the
 // tombstone there answers codeOK. Their codeGone or codeOther is then a
 // loss even on a retry: the hold was gone before any release of it ran
-// (taken by an operator's ForceRelease, which leaves no tombstone, or
-// expired and taken since). multi_release.lua tells key by key: a key the
+// (expired and taken since, or taken by an operator's ForceRelease more
+// than a tombstone's span ago; within it, the steal's mark answers
+// CodeStolen). multi_release.lua tells key by key: a key the
 // first run found not ours keeps another tombstone (q_mark_lost), and the
 // second run's verdict on it stands.
 type ResendTeller interface {
