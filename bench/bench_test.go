@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"math"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/benchkit"
 )
 
 // TestQuick runs the whole benchmark in --quick mode, every scenario and
@@ -17,10 +22,14 @@ func TestQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	b, err := runAll(ctx, options{Quick: true, RoundTimeout: 10 * time.Second, Progress: &progress})
+	all, err := runAll(ctx, options{Quick: true, RoundTimeout: 10 * time.Second, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(all.Runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(all.Runs))
+	}
+	b := all.Runs[0]
 	t.Logf("progress:\n%s", progress.String())
 	ss, ls := selected(options{})
 	if want := len(ss) * len(ls); len(b.Outcomes) != want {
@@ -52,7 +61,7 @@ func TestQuick(t *testing.T) {
 	}
 
 	var md bytes.Buffer
-	writeMarkdown(&md, b)
+	writeMarkdown(&md, all)
 	for _, l := range ls {
 		if !strings.Contains(md.String(), "| "+l.Name+" |") {
 			t.Errorf("Markdown lacks a row for %s", l.Name)
@@ -67,20 +76,48 @@ func TestQuick(t *testing.T) {
 		!strings.Contains(md.String(), v+" started by the benchmark") {
 		t.Errorf("Markdown does not name the server by its release (%q)", v)
 	}
-	if !strings.Contains(md.String(), "## Goals") {
-		t.Error("Markdown lacks the goals")
+	for _, want := range []string{"## Goals (dlock defaults, this run)", "pair time ≤ 1.15 × the simplest pair's",
+		"uncontended-1: pairs/s ≥ 1.0 × bsm's", "uncontended-1: pairs/s ≥ 1.0 × redsync's",
+		"uncontended-16: pairs/s ≥ 1.0 × rueidislock-km1's", "uncontended-64: pairs/s ≥ 1.0 × rueidislock-km1's",
+		"uncontended-1: Redis CPU per pair ≤ 1.3 × bsm's", "uncontended-16: Redis CPU per pair ≤ 1.3 × bsm's",
+		"drain-16: hand-off p50 ≤ 3 × PING", "drain-16: hand-off p99 ≤ 1 ms", "drain-16: ≤ 12 Redis commands",
+		"contended-16-hold1ms: fairness min/max ≥ 0.99", "zero overlaps", "### Server time per uncontended-1 pair"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("Markdown lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("Markdown:\n%s", md.String())
 	}
 
 	var js bytes.Buffer
-	if err := writeJSON(&js, b); err != nil {
+	if err := writeJSON(&js, all); err != nil {
 		t.Fatal(err)
 	}
 	var out jsonOutput
 	if err := json.Unmarshal(js.Bytes(), &out); err != nil {
 		t.Fatalf("JSON does not parse: %v", err)
 	}
-	if len(out.Runs) != len(b.Outcomes) || len(out.Goals) == 0 {
-		t.Errorf("JSON: %d runs, %d goals", len(out.Runs), len(out.Goals))
+	if len(out.Runs) != len(b.Outcomes) || len(out.Goals) != 14 || len(out.GoalMedians) != len(out.Goals) {
+		t.Errorf("JSON: %d runs, %d goals, %d goal medians", len(out.Runs), len(out.Goals), len(out.GoalMedians))
+	}
+	if len(out.ServerTime) != len(ls) {
+		t.Errorf("JSON: server time of %d libraries, want %d", len(out.ServerTime), len(ls))
+	}
+	for _, st := range out.ServerTime {
+		if st.Library != "simplest" {
+			continue
+		}
+		// The reference pair is SET, then EVALSHA calling GET and DEL.
+		calls := map[string]float64{}
+		for _, c := range st.Commands {
+			calls[c.Name] = c.Calls
+		}
+		for _, name := range []string{"set", "evalsha", "get", "del"} {
+			if calls[name] < 1 || calls[name] > 1.5 || len(calls) != 4 {
+				t.Errorf("simplest: %s called %.2f times per pair (%v)", name, calls[name], calls)
+			}
+		}
 	}
 	for _, r := range out.Runs {
 		if r.Report == nil || r.Sections == 0 || r.Overlaps != 0 && strings.HasPrefix(r.Library, "dlock") {
@@ -99,7 +136,7 @@ func TestFlags(t *testing.T) {
 		!strings.Contains(got, "dlock-barging") || strings.Contains(got, "redsync") {
 		t.Errorf("--list with filters:\n%s", got)
 	}
-	for _, args := range [][]string{{"--lib", "("}, {"--duration", "-1s"}, {"extra"}, {"--round-timeout", "0"}} {
+	for _, args := range [][]string{{"--lib", "("}, {"--duration", "-1s"}, {"extra"}, {"--round-timeout", "0"}, {"--runs", "0"}} {
 		if code := run(args, &out, &errs); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
@@ -125,5 +162,99 @@ func TestFormatting(t *testing.T) {
 	}
 	if ms(time.Second, 0) != "–" {
 		t.Error("no samples")
+	}
+}
+
+// TestRuns runs two scenarios and three libraries twice and checks that
+// every run is reported and the goals carry each run's value and their
+// median.
+func TestRuns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	all, err := runAll(ctx, options{Quick: true, Runs: 2, RoundTimeout: 10 * time.Second,
+		Scenarios: regexp.MustCompile("^(uncontended-1|drain-16)$"), Libs: regexp.MustCompile("^(dlock|simplest|bsm)$")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Runs) != 2 || len(all.Runs[0].Outcomes) != 6 || len(all.Runs[1].Outcomes) != 6 {
+		t.Fatalf("%d runs", len(all.Runs))
+	}
+	var md, js bytes.Buffer
+	writeMarkdown(&md, all)
+	for _, want := range []string{"## Run 1 of 2", "## Run 2 of 2", "## Goals (medians of 2 runs)",
+		"| goal | run 1 | run 2 | median | met |", "pair time ≤ 1.15 × the simplest pair's"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	if err := writeJSON(&js, all); err != nil {
+		t.Fatal(err)
+	}
+	var out jsonOutput
+	if err := json.Unmarshal(js.Bytes(), &out); err != nil {
+		t.Fatalf("JSON does not parse: %v", err)
+	}
+	// uncontended-1: pair time vs simplest, pairs/s and CPU vs bsm;
+	// drain-16: p50, p99, commands; overlaps.
+	if len(out.Runs) != 12 || len(out.RunMachines) != 2 || len(out.Goals) != 14 || len(out.GoalMedians) != 7 ||
+		len(out.ServerTime) != 6 {
+		t.Fatalf("JSON: %d runs, %d machines, %d goals, %d medians, %d server times",
+			len(out.Runs), len(out.RunMachines), len(out.Goals), len(out.GoalMedians), len(out.ServerTime))
+	}
+	for _, g := range out.GoalMedians {
+		if len(g.PerRun) != 2 || g.PerRun[0] == nil || g.PerRun[1] == nil || g.Value == nil {
+			t.Errorf("%s: per run %v, value %v", g.Goal, g.PerRun, g.Value)
+			continue
+		}
+		want := (*g.PerRun[0] + *g.PerRun[1]) / 2
+		if g.Aggregate == "total" {
+			want *= 2
+		}
+		if math.Abs(*g.Value-want) > 1e-9 {
+			t.Errorf("%s: %s %v of %v and %v", g.Goal, g.Aggregate, *g.Value, *g.PerRun[0], *g.PerRun[1])
+		}
+	}
+}
+
+// TestGoalMedians: a goal's value is a ratio within one run; over runs
+// the median counts, a run that did not measure it counts as missing it,
+// and overlaps are summed.
+func TestGoalMedians(t *testing.T) {
+	pairs := func(name string, n int64) outcome {
+		return outcome{Scenario: scenario{Name: "uncontended-1"}, Lib: lib{Name: name},
+			Res: benchkit.Result{Sections: n, Elapsed: time.Second, Commands: -1, ServerCPU: -1, RoundTrips: -1}}
+	}
+	run := func(n int, d, simplest, bsm int64) *benchmark {
+		return &benchmark{Run: n, Outcomes: []outcome{pairs("dlock", d), pairs("simplest", simplest), pairs("bsm", bsm)}}
+	}
+	r1, r2, r3 := run(1, 1000, 2000, 1000), run(2, 1000, 1100, 2000), run(3, 1000, 1000, 500)
+	r3.Outcomes[1].Err = errors.New("the simplest run failed") // the goal is left out of run 3
+	byGoal := map[string]goalSummary{}
+	for _, g := range summarize([][]goal{goals(r1), goals(r2), goals(r3)}) {
+		byGoal[g.Goal] = g
+	}
+	simplest := byGoal["uncontended-1: dlock's pair time ≤ 1.15 × the simplest pair's (SET NX PX + EVALSHA compare-and-delete)"]
+	bsm := byGoal["uncontended-1: pairs/s ≥ 1.0 × bsm's"]
+	cpu := byGoal["uncontended-1: Redis CPU per pair ≤ 1.3 × bsm's"]
+	switch {
+	case len(simplest.PerRun) != 3 || simplest.PerRun[0] != 2 || math.Abs(simplest.PerRun[1]-1.1) > 1e-9 || !math.IsNaN(simplest.PerRun[2]):
+		t.Errorf("pair time ratios %v, want 2, 1.1, NaN", simplest.PerRun)
+	case simplest.Agg != 2 || simplest.Met:
+		// The median of 1.1, 2 and the missing run counted as the worst.
+		t.Errorf("pair time median %v met %v", simplest.Agg, simplest.Met)
+	case bsm.PerRun[0] != 1 || bsm.PerRun[1] != 0.5 || bsm.PerRun[2] != 2 || bsm.Agg != 1 || !bsm.Met:
+		t.Errorf("bsm ratios %v, median %v met %v", bsm.PerRun, bsm.Agg, bsm.Met)
+	case !math.IsNaN(cpu.PerRun[0]) || cpu.Met:
+		t.Errorf("CPU not measured: %v, met %v", cpu.PerRun, cpu.Met)
+	}
+	if _, ok := byGoal["uncontended-1: pairs/s ≥ 1.0 × redsync's"]; ok {
+		t.Error("a goal whose peer never ran is reported")
+	}
+	over := goal{Total: true, Unit: "count"}
+	if got := aggregate(over, []float64{0, 2, 0}); got != 2 {
+		t.Errorf("overlaps over runs: %v, want their sum 2", got)
+	}
+	if got := median([]float64{3, 1, 2, 10}); got != 2.5 {
+		t.Errorf("median of an even count: %v", got)
 	}
 }

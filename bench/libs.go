@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -91,6 +93,13 @@ func libs() []lib {
 			open: rueidisOpen(rueidislock.LockerOption{KeyMajority: 1,
 				ClientOption: rueidis.ClientOption{DisableCache: true}}),
 		},
+		{
+			Name: "simplest", Library: "reference on go-redis v9.23.0",
+			Settings: "a reference, not a peer: the simplest correct single-instance lock; acquire SET key token NX PX 8s " +
+				"(random token), called again at once when not obtained (busy re-try, as bsm); " +
+				"release EVALSHA of a compare-and-delete script (Script.Run); the bsm go-redis client settings",
+			open: simplestOpen,
+		},
 	}
 }
 
@@ -175,6 +184,41 @@ func bsmOpen(retry func() redislock.RetryStrategy) func(string, *benchkit.RoundT
 			close: rdb.Close,
 		}, nil
 	}
+}
+
+// simplestRelease deletes the key only if it still holds our token.
+var simplestRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end`)
+
+// simplestOpen is the reference pair: one SET NX PX to acquire, one
+// EVALSHA to release, on the same client settings as bsmOpen.
+func simplestOpen(addr string, trips *benchkit.RoundTripCounter) (*locker, error) {
+	rdb := goRedis(addr, trips)
+	return &locker{
+		acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+			var b [16]byte
+			_, _ = rand.Read(b[:]) // never fails
+			token := base64.RawURLEncoding.EncodeToString(b[:])
+			for {
+				err := rdb.Do(ctx, "set", key, token, "nx", "px", bsmTTL.Milliseconds()).Err()
+				switch {
+				case errors.Is(err, redis.Nil) && ctx.Err() == nil:
+					continue // not obtained: try again at once
+				case errors.Is(err, redis.Nil):
+					return nil, ctx.Err()
+				case err != nil:
+					return nil, err
+				}
+				return func(ctx context.Context) error {
+					n, err := simplestRelease.Run(ctx, rdb, []string{key}, token).Int64()
+					if err == nil && n != 1 {
+						err = errNotHeld
+					}
+					return err
+				}, nil
+			}
+		},
+		close: rdb.Close,
+	}, nil
 }
 
 // countingClient counts the round trips rueidislock makes: every Do or

@@ -32,6 +32,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		quick        = fs.Bool("quick", false, fmt.Sprintf("every scenario for %v only (a smoke test, well under 30s)", quickDuration))
 		list         = fs.Bool("list", false, "list the scenarios and library configurations and exit")
 		quiet        = fs.Bool("q", false, "no progress lines on stderr")
+		runs         = fs.Int("runs", 1, "run every selected scenario and library this many times, in turn, and report the goals' medians")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run . [flags]   (from the bench directory)\n\n")
@@ -47,9 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	opts := options{Duration: *duration, RoundTimeout: *roundTimeout, Quick: *quick}
-	if *duration < 0 || *roundTimeout <= 0 {
-		fmt.Fprintln(stderr, "bench: --duration must not be negative and --round-timeout must be positive")
+	opts := options{Duration: *duration, RoundTimeout: *roundTimeout, Quick: *quick, Runs: *runs}
+	if *duration < 0 || *roundTimeout <= 0 || *runs < 1 {
+		fmt.Fprintln(stderr, "bench: --duration must not be negative, --round-timeout and --runs must be positive")
 		return 2
 	}
 	for _, f := range []struct {
@@ -96,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		writeMarkdown(stdout, b)
 	}
 	code := 0
-	for _, o := range b.Outcomes {
+	for _, o := range b.outcomes() {
 		if o.Res.Overlaps > 0 {
 			fmt.Fprintf(stderr, "bench: %s / %s: %d overlapping critical sections: a broken lock\n",
 				o.Scenario.Name, o.Lib.Name, o.Res.Overlaps)

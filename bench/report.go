@@ -67,9 +67,27 @@ func (o outcome) fairnessCell() string {
 	return fmt.Sprintf("%d/%d = %.2f", lo, hi, fairness(o.Res))
 }
 
-// writeMarkdown writes the whole benchmark as Markdown.
-func writeMarkdown(w io.Writer, b *benchmark) {
-	m := b.Machine
+// writeMarkdown writes the whole benchmark as Markdown: every run's
+// tables, then the goals.
+func writeMarkdown(w io.Writer, s *series) {
+	writeHeader(w, s)
+	fmt.Fprintf(w, "## Results\n\n")
+	fmt.Fprintf(w, "CS/s: critical sections (acquire+release pairs) per second. Hand-off: a holder's release → the next holder's acquire returning, in ms, for acquirers already waiting. ")
+	fmt.Fprintf(w, "Cmds/CS: Redis commands per critical section (INFO commandstats delta, commands inside scripts included). Redis CPU: the server's CPU time (INFO used_cpu_sys + used_cpu_user delta) per critical section, in µs. RT/CS: client round trips per critical section. ")
+	fmt.Fprintf(w, "Fairness: fewest/most critical sections of any client = min/max. Failures: failed or timed-out acquisitions and releases (see below). PING: round trip p50 in ms, idle before the run / while it ran.\n\n")
+	for _, b := range s.Runs {
+		if len(s.Runs) > 1 {
+			fmt.Fprintf(w, "## Run %d of %d\n\n%s; load average before %s, after %s; %s.\n\n",
+				b.Run, len(s.Runs), b.Machine.Date, b.Machine.LoadBefore, b.Machine.LoadAfter, b.Machine.TotalDuration)
+		}
+		writeRun(w, b)
+		writeServerTime(w, b)
+	}
+	writeGoals(w, s)
+}
+
+func writeHeader(w io.Writer, s *series) {
+	m := s.Machine
 	fmt.Fprintf(w, "# Lock benchmark: dlock, redsync, bsm/redislock, rueidislock\n\n")
 	fmt.Fprintf(w, "- Date: %s\n", m.Date)
 	fmt.Fprintf(w, "- Machine: %d CPUs (GOMAXPROCS %d), %s, %s; %s started by the benchmark on %s (no persistence), shared with the clients\n",
@@ -78,27 +96,27 @@ func writeMarkdown(w io.Writer, b *benchmark) {
 	fmt.Fprintf(w, "- Command: `%s`\n", m.Command)
 	dur := "each scenario's default (below)"
 	switch {
-	case b.Opts.Duration > 0:
-		dur = b.Opts.Duration.String()
-	case b.Opts.Quick:
+	case s.Opts.Duration > 0:
+		dur = s.Opts.Duration.String()
+	case s.Opts.Quick:
 		dur = quickDuration.String() + " (--quick)"
 	}
-	fmt.Fprintf(w, "- Duration per scenario: %s; drain rounds bounded by %v\n\n", dur, b.Opts.RoundTimeout)
+	fmt.Fprintf(w, "- Duration per scenario: %s; drain rounds bounded by %v\n", dur, s.Opts.RoundTimeout)
+	fmt.Fprintf(w, "- Runs: %d (every scenario and library once per run, in turn)\n\n", len(s.Runs))
 
 	fmt.Fprintf(w, "## Settings\n\n| name | library | settings |\n|---|---|---|\n")
 	seen := map[string]bool{}
-	for _, o := range b.Outcomes {
+	for _, o := range s.outcomes() {
 		if !seen[o.Lib.Name] {
 			seen[o.Lib.Name] = true
 			fmt.Fprintf(w, "| %s | %s | %s |\n", o.Lib.Name, o.Lib.Library, o.Lib.Settings)
 		}
 	}
 	fmt.Fprintln(w)
+}
 
-	fmt.Fprintf(w, "## Results\n\n")
-	fmt.Fprintf(w, "CS/s: critical sections (acquire+release pairs) per second. Hand-off: a holder's release → the next holder's acquire returning, in ms, for acquirers already waiting. ")
-	fmt.Fprintf(w, "Cmds/CS: Redis commands per critical section (INFO commandstats delta, commands inside scripts included). Redis CPU: the server's CPU time (INFO used_cpu_sys + used_cpu_user delta) per critical section, in µs. RT/CS: client round trips per critical section. ")
-	fmt.Fprintf(w, "Fairness: fewest/most critical sections of any client = min/max. Failures: failed or timed-out acquisitions and releases (see below). PING: round trip p50 in ms, idle before the run / while it ran.\n\n")
+// writeRun writes one run's table per scenario, and its failures.
+func writeRun(w io.Writer, b *benchmark) {
 	var failures []string
 	for i := 0; i < len(b.Outcomes); {
 		s := b.Outcomes[i].Scenario
@@ -136,19 +154,54 @@ func writeMarkdown(w io.Writer, b *benchmark) {
 		fmt.Fprintln(w)
 	}
 	if len(failures) > 0 {
-		fmt.Fprintf(w, "## Failures\n\n%s\n\n", strings.Join(failures, "\n"))
+		fmt.Fprintf(w, "### Failures\n\n%s\n\n", strings.Join(failures, "\n"))
 	}
-	if gs := goals(b); len(gs) > 0 {
-		fmt.Fprintf(w, "## Goals (dlock defaults, this run)\n\n| goal | measured | met |\n|---|---|---|\n")
-		for _, g := range gs {
-			met := "no"
-			if g.Met {
-				met = "yes"
-			}
-			fmt.Fprintf(w, "| %s | %s | %s |\n", g.Goal, g.Measured, met)
+}
+
+// writeGoals writes the goals of a single run with their figures, or, over
+// several runs, each run's value and their median.
+func writeGoals(w io.Writer, s *series) {
+	runs := make([][]goal, len(s.Runs))
+	for i, b := range s.Runs {
+		runs[i] = goals(b)
+	}
+	sum := summarize(runs)
+	if len(sum) == 0 {
+		return
+	}
+	if len(runs) == 1 {
+		fmt.Fprintf(w, "## Goals (dlock defaults, this run)\n\n| goal | measured | value | met |\n|---|---|--:|---|\n")
+		for _, g := range sum {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", g.Goal, g.Measured, g.format(g.Agg), yesNo(g.Met))
 		}
 		fmt.Fprintln(w)
+		return
 	}
+	fmt.Fprintf(w, "## Goals (medians of %d runs)\n\nEach run's value is a ratio (or figure) of that run; the median is of those values (overlaps: their sum). ", len(runs))
+	fmt.Fprintf(w, "A run in which a goal was not measured counts as missing it.\n\n| goal |")
+	for i := range runs {
+		fmt.Fprintf(w, " run %d |", i+1)
+	}
+	fmt.Fprintf(w, " median | met |\n|---|%s--:|---|\n", strings.Repeat("--:|", len(runs)))
+	for _, g := range sum {
+		fmt.Fprintf(w, "| %s |", g.Goal)
+		for _, v := range g.PerRun {
+			fmt.Fprintf(w, " %s |", g.format(v))
+		}
+		agg := g.format(g.Agg)
+		if g.Total {
+			agg = "total " + agg
+		}
+		fmt.Fprintf(w, " %s | %s |\n", agg, yesNo(g.Met))
+	}
+	fmt.Fprintln(w)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func oneLine(s string) string {
@@ -160,129 +213,6 @@ func oneLine(s string) string {
 	return s
 }
 
-// goal is one hand-off goal, evaluated on this run.
-type goal struct {
-	Goal     string `json:"goal"`
-	Measured string `json:"measured"`
-	Met      bool   `json:"met"`
-}
-
-func (b *benchmark) find(scenario, lib string) (outcome, bool) {
-	for _, o := range b.Outcomes {
-		if o.Scenario.Name == scenario && o.Lib.Name == lib && o.Err == nil {
-			return o, true
-		}
-	}
-	return outcome{}, false
-}
-
-// goals evaluates the goals whose scenarios ran.
-func goals(b *benchmark) []goal {
-	var gs []goal
-	for _, sc := range []string{"drain-16", "drain-128", "drain-256"} {
-		o, ok := b.find(sc, "dlock")
-		if !ok {
-			continue
-		}
-		r := o.Res
-		ping, idle := r.Ping.P50, r.PingIdle.P50
-		if sc != "drain-256" {
-			gs = append(gs, goal{
-				Goal: sc + ": hand-off p50 ≤ 3 × PING p50 (PING measured while the run ran)",
-				Measured: fmt.Sprintf("%s ms vs PING %s ms = %.1f× (idle PING %s ms: %.1f×)",
-					ms(r.Handoff.P50, r.Handoff.N), ms(ping, r.Ping.N), ratio(r.Handoff.P50, ping),
-					ms(idle, r.PingIdle.N), ratio(r.Handoff.P50, idle)),
-				Met: r.Handoff.N > 0 && r.Ping.N > 0 && r.Handoff.P50 <= 3*ping,
-			}, goal{
-				Goal:     sc + ": hand-off p99 ≤ 1 ms",
-				Measured: ms(r.Handoff.P99, r.Handoff.N) + " ms",
-				Met:      r.Handoff.N > 0 && r.Handoff.P99 <= time.Millisecond,
-			})
-		}
-		gs = append(gs, goal{
-			Goal:     sc + ": ≤ 12 Redis commands per critical section",
-			Measured: fmt.Sprintf("%s (%s round trips)", perSection(r.CommandsPerSection()), perSection(r.RoundTripsPerSection())),
-			Met:      r.Sections > 0 && r.CommandsPerSection() >= 0 && r.CommandsPerSection() <= 12,
-		})
-	}
-	for _, sc := range []string{"contended-16-hold1ms", "contended-128-hold1ms"} {
-		if o, ok := b.find(sc, "dlock"); ok {
-			gs = append(gs, goal{
-				Goal:     sc + ": fairness min/max ≥ 0.9",
-				Measured: o.fairnessCell() + fmt.Sprintf(" over %v", o.Duration),
-				Met:      fairness(o.Res) >= 0.9,
-			})
-		}
-	}
-	// best returns the fastest of the configurations names in scenario sc.
-	best := func(sc string, names ...string) (outcome, bool) {
-		var top outcome
-		found := false
-		for _, n := range names {
-			if o, ok := b.find(sc, n); ok && (!found || o.Res.PerSecond() > top.Res.PerSecond()) {
-				top, found = o, true
-			}
-		}
-		return top, found
-	}
-	bsm := []string{"bsm", "bsm-linear1ms"}
-	for _, g := range []struct {
-		sc     string
-		factor float64
-		peers  []string
-		what   string
-	}{
-		{"uncontended-1", 1, bsm, "bsm/redislock"},
-		{"uncontended-16", 1.3, []string{"rueidislock", "rueidislock-km1", "rueidislock-km1-nocsc"}, "rueidislock"},
-		{"uncontended-64", 1.3, []string{"rueidislock", "rueidislock-km1", "rueidislock-km1-nocsc"}, "rueidislock"},
-	} {
-		d, ok := b.find(g.sc, "dlock")
-		if !ok {
-			continue
-		}
-		p, ok := best(g.sc, g.peers...)
-		if !ok {
-			continue
-		}
-		gs = append(gs, goal{
-			Goal: fmt.Sprintf("%s: pairs/s ≥ %g × %s", g.sc, g.factor, g.what),
-			Measured: fmt.Sprintf("dlock %s vs %s %s = %.2f×", thousands(d.Res.PerSecond()), p.Lib.Name, thousands(p.Res.PerSecond()),
-				d.Res.PerSecond()/p.Res.PerSecond()),
-			Met: d.Res.PerSecond() >= g.factor*p.Res.PerSecond(),
-		})
-	}
-	for _, sc := range []string{"uncontended-1", "uncontended-16", "uncontended-64"} {
-		d, ok := b.find(sc, "dlock")
-		p, ok2 := best(sc, bsm...)
-		if !ok || !ok2 || d.Res.ServerCPUPerSection() < 0 || p.Res.ServerCPUPerSection() <= 0 {
-			continue
-		}
-		dc, pc := d.Res.ServerCPUPerSection(), p.Res.ServerCPUPerSection()
-		gs = append(gs, goal{
-			Goal: sc + ": Redis CPU per pair ≤ 1.2 × bsm/redislock's",
-			Measured: fmt.Sprintf("dlock %s µs vs %s %s µs = %.2f×", cpuPerSection(d.Res), p.Lib.Name, cpuPerSection(p.Res),
-				float64(dc)/float64(pc)),
-			Met: float64(dc) <= 1.2*float64(pc),
-		})
-	}
-	var overlaps int64
-	runs := 0
-	for _, o := range b.Outcomes {
-		if o.Err == nil {
-			overlaps += o.Res.Overlaps
-			runs++
-		}
-	}
-	if runs > 0 {
-		gs = append(gs, goal{
-			Goal:     "zero overlaps everywhere (every library, every scenario)",
-			Measured: fmt.Sprintf("%d overlaps in %d runs", overlaps, runs),
-			Met:      overlaps == 0,
-		})
-	}
-	return gs
-}
-
 // cpuPerSection is the Redis CPU cell: µs per critical section.
 func cpuPerSection(r benchkit.Result) string {
 	d := r.ServerCPUPerSection()
@@ -292,15 +222,9 @@ func cpuPerSection(r benchkit.Result) string {
 	return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond))
 }
 
-func ratio(a, b time.Duration) float64 {
-	if b <= 0 {
-		return math.Inf(1)
-	}
-	return float64(a) / float64(b)
-}
-
 // jsonRun is one outcome in the JSON output.
 type jsonRun struct {
+	Run       int     `json:"run"`
 	Scenario  string  `json:"scenario"`
 	Library   string  `json:"library"`
 	DurationS float64 `json:"duration_s"`
@@ -320,43 +244,102 @@ type jsonScenario struct {
 	HoldMS float64 `json:"hold_ms"`
 }
 
-type jsonOutput struct {
-	Machine   machine        `json:"machine"`
-	Libraries []lib          `json:"libraries"`
-	Scenarios []jsonScenario `json:"scenarios"`
-	Runs      []jsonRun      `json:"runs"`
-	Goals     []goal         `json:"goals"`
+// jsonGoal is one goal in one run; Value is null where not measured.
+type jsonGoal struct {
+	Run      int      `json:"run"`
+	Goal     string   `json:"goal"`
+	Measured string   `json:"measured"`
+	Value    *float64 `json:"value"`
+	Limit    float64  `json:"limit"`
+	AtLeast  bool     `json:"at_least"`
+	Met      bool     `json:"met"`
 }
 
-func writeJSON(w io.Writer, b *benchmark) error {
-	out := jsonOutput{Machine: b.Machine, Goals: goals(b), Runs: []jsonRun{}}
+// jsonGoalSummary is one goal over every run: median (or total) of the
+// per-run values.
+type jsonGoalSummary struct {
+	Goal      string     `json:"goal"`
+	Limit     float64    `json:"limit"`
+	AtLeast   bool       `json:"at_least"`
+	PerRun    []*float64 `json:"per_run"`
+	Aggregate string     `json:"aggregate"` // "median" or "total"
+	Value     *float64   `json:"value"`
+	Met       bool       `json:"met"`
+}
+
+type jsonOutput struct {
+	Machine     machine           `json:"machine"`
+	RunMachines []machine         `json:"run_machines"`
+	Libraries   []lib             `json:"libraries"`
+	Scenarios   []jsonScenario    `json:"scenarios"`
+	Runs        []jsonRun         `json:"runs"`
+	Goals       []jsonGoal        `json:"goals"`
+	GoalMedians []jsonGoalSummary `json:"goal_medians"`
+	ServerTime  []serverTime      `json:"server_time_by_command"`
+}
+
+// num is v, or nil if it is not a number JSON can carry.
+func num(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func writeJSON(w io.Writer, s *series) error {
+	out := jsonOutput{Machine: s.Machine, Runs: []jsonRun{}, Goals: []jsonGoal{}, ServerTime: []serverTime{}}
 	seenL, seenS := map[string]bool{}, map[string]bool{}
-	for _, o := range b.Outcomes {
-		if !seenL[o.Lib.Name] {
-			seenL[o.Lib.Name] = true
-			out.Libraries = append(out.Libraries, o.Lib)
+	var runGoals [][]goal
+	for _, b := range s.Runs {
+		out.RunMachines = append(out.RunMachines, b.Machine)
+		for _, o := range b.Outcomes {
+			if !seenL[o.Lib.Name] {
+				seenL[o.Lib.Name] = true
+				out.Libraries = append(out.Libraries, o.Lib)
+			}
+			if !seenS[o.Scenario.Name] {
+				seenS[o.Scenario.Name] = true
+				out.Scenarios = append(out.Scenarios, jsonScenario{o.Scenario, benchkit.MS(o.Scenario.Hold)})
+			}
+			out.Runs = append(out.Runs, newJSONRun(b.Run, o))
 		}
-		if !seenS[o.Scenario.Name] {
-			seenS[o.Scenario.Name] = true
-			out.Scenarios = append(out.Scenarios, jsonScenario{o.Scenario, benchkit.MS(o.Scenario.Hold)})
+		gs := goals(b)
+		runGoals = append(runGoals, gs)
+		for _, g := range gs {
+			out.Goals = append(out.Goals, jsonGoal{Run: b.Run, Goal: g.Goal, Measured: g.Measured,
+				Value: num(g.Value), Limit: g.Limit, AtLeast: g.AtLeast, Met: g.met(g.Value)})
 		}
-		jr := jsonRun{Scenario: o.Scenario.Name, Library: o.Lib.Name, DurationS: o.Duration.Seconds()}
-		if o.Err != nil {
-			jr.Error = o.Err.Error()
-		} else {
-			rep := o.Res.Report()
-			jr.Report = &rep
-			jr.HandoffMaxMS = benchkit.MS(o.Res.Handoff.Max)
-			jr.RoundTrips = o.Res.RoundTrips
-			jr.RoundTripsPerSection = o.Res.RoundTripsPerSection()
-			jr.Fairness = fairness(o.Res)
-			jr.Rounds = o.Res.Rounds
-			jr.Missed = o.Res.Missed
-			jr.Failures = o.Failures()
+		out.ServerTime = append(out.ServerTime, serverTimes(b)...)
+	}
+	for _, g := range summarize(runGoals) {
+		js := jsonGoalSummary{Goal: g.Goal, Limit: g.Limit, AtLeast: g.AtLeast, Aggregate: "median", Value: num(g.Agg), Met: g.Met}
+		if g.Total {
+			js.Aggregate = "total"
 		}
-		out.Runs = append(out.Runs, jr)
+		for _, v := range g.PerRun {
+			js.PerRun = append(js.PerRun, num(v))
+		}
+		out.GoalMedians = append(out.GoalMedians, js)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+func newJSONRun(run int, o outcome) jsonRun {
+	jr := jsonRun{Run: run, Scenario: o.Scenario.Name, Library: o.Lib.Name, DurationS: o.Duration.Seconds()}
+	if o.Err != nil {
+		jr.Error = o.Err.Error()
+		return jr
+	}
+	rep := o.Res.Report()
+	jr.Report = &rep
+	jr.HandoffMaxMS = benchkit.MS(o.Res.Handoff.Max)
+	jr.RoundTrips = o.Res.RoundTrips
+	jr.RoundTripsPerSection = o.Res.RoundTripsPerSection()
+	jr.Fairness = fairness(o.Res)
+	jr.Rounds = o.Res.Rounds
+	jr.Missed = o.Res.Missed
+	jr.Failures = o.Failures()
+	return jr
 }

@@ -64,6 +64,7 @@ type options struct {
 	Scenarios    *regexp.Regexp // nil: all
 	Libs         *regexp.Regexp // nil: all
 	Quick        bool
+	Runs         int       // runs of every scenario and library; 0 is 1
 	Progress     io.Writer // nil: silent
 }
 
@@ -101,11 +102,31 @@ type machine struct {
 	Command       string `json:"command"` // as "go run . FLAGS"
 }
 
-// benchmark is a whole run.
+// benchmark is one run of every selected scenario for every selected
+// library; Machine holds its own date, load and duration.
 type benchmark struct {
 	Machine  machine
 	Opts     options
+	Run      int // 1-based
 	Outcomes []outcome
+}
+
+// series is the whole benchmark: opts.Runs runs, one after another.
+// Machine is for all of them: the load before the first and after the
+// last, the total time.
+type series struct {
+	Machine machine
+	Opts    options
+	Runs    []*benchmark
+}
+
+// outcomes returns the outcomes of every run.
+func (s *series) outcomes() []outcome {
+	var all []outcome
+	for _, b := range s.Runs {
+		all = append(all, b.Outcomes...)
+	}
+	return all
 }
 
 // command is how the benchmark was started: its arguments after the
@@ -147,8 +168,9 @@ func selected(opts options) ([]scenario, []lib) {
 }
 
 // runAll starts a redis-server of its own and runs every selected
-// scenario for every selected library, one after another.
-func runAll(ctx context.Context, opts options) (*benchmark, error) {
+// scenario for every selected library, one after another, opts.Runs times:
+// run 1 of every scenario and library, then run 2, and so on.
+func runAll(ctx context.Context, opts options) (*series, error) {
 	ss, ls := selected(opts)
 	if len(ss) == 0 || len(ls) == 0 {
 		return nil, errors.New("no scenario or no library selected")
@@ -156,6 +178,7 @@ func runAll(ctx context.Context, opts options) (*benchmark, error) {
 	if opts.RoundTimeout == 0 {
 		opts.RoundTimeout = 10 * time.Second
 	}
+	opts.Runs = max(opts.Runs, 1)
 	srv, err := redistest.StartMain(redistest.Config{})
 	if err != nil {
 		return nil, err
@@ -164,7 +187,7 @@ func runAll(ctx context.Context, opts options) (*benchmark, error) {
 	admin := srv.NewClient() // INFO, PING, FLUSHALL: not counted as round trips
 	defer admin.Close()
 
-	b := &benchmark{Opts: opts, Machine: machine{
+	all := &series{Opts: opts, Machine: machine{
 		Date:       time.Now().UTC().Format(time.RFC3339),
 		CPUs:       runtime.NumCPU(),
 		GOMAXPROCS: runtime.GOMAXPROCS(0),
@@ -175,20 +198,45 @@ func runAll(ctx context.Context, opts options) (*benchmark, error) {
 		Command:    command(),
 	}}
 	if info, err := admin.Info(ctx, "server").Result(); err == nil {
-		b.Machine.RedisVersion = benchkit.ServerVersion(info)
+		all.Machine.RedisVersion = benchkit.ServerVersion(info)
 	}
 	start := time.Now()
+	for run := 1; run <= opts.Runs; run++ {
+		b := &benchmark{Opts: opts, Run: run, Machine: all.Machine}
+		b.Machine.Date = time.Now().UTC().Format(time.RFC3339)
+		b.Machine.LoadBefore = loadavg()
+		runStart := time.Now()
+		err := runOnce(ctx, srv.Addr(), admin, b, ss, ls)
+		b.Machine.LoadAfter = loadavg()
+		b.Machine.TotalDuration = time.Since(runStart).Round(time.Second).String()
+		if err != nil {
+			return nil, err
+		}
+		all.Runs = append(all.Runs, b)
+	}
+	all.Machine.LoadAfter = loadavg()
+	all.Machine.TotalDuration = time.Since(start).Round(time.Second).String()
+	return all, ctx.Err()
+}
+
+// runOnce runs every scenario in ss for every library in ls into b.
+func runOnce(ctx context.Context, addr string, admin *redis.Client, b *benchmark, ss []scenario, ls []lib) error {
+	opts := b.Opts
+	prefix := ""
+	if opts.Runs > 1 {
+		prefix = fmt.Sprintf("[run %d/%d] ", b.Run, opts.Runs)
+	}
 	total, n := len(ss)*len(ls), 0
 	for _, s := range ss {
 		for _, l := range ls {
 			n++
 			if err := ctx.Err(); err != nil {
-				return nil, err
+				return err
 			}
-			o := runOne(ctx, srv.Addr(), admin, s, l, n, opts)
+			o := runOne(ctx, addr, admin, s, l, fmt.Sprintf("%d:%d", b.Run, n), opts)
 			b.Outcomes = append(b.Outcomes, o)
 			if opts.Progress != nil {
-				fmt.Fprintf(opts.Progress, "[%d/%d] %-22s %-22s %s\n", n, total, s.Name, l.Name, summary(o))
+				fmt.Fprintf(opts.Progress, "%s[%d/%d] %-22s %-22s %s\n", prefix, n, total, s.Name, l.Name, summary(o))
 			}
 			// Let the closed clients' goroutines and connections go, and
 			// start the next run on an empty server.
@@ -197,9 +245,7 @@ func runAll(ctx context.Context, opts options) (*benchmark, error) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	b.Machine.LoadAfter = loadavg()
-	b.Machine.TotalDuration = time.Since(start).Round(time.Second).String()
-	return b, ctx.Err()
+	return ctx.Err()
 }
 
 func summary(o outcome) string {
@@ -216,7 +262,7 @@ func summary(o outcome) string {
 }
 
 // runOne runs one library in one scenario on fresh key names.
-func runOne(ctx context.Context, addr string, admin *redis.Client, s scenario, l lib, n int, opts options) outcome {
+func runOne(ctx context.Context, addr string, admin *redis.Client, s scenario, l lib, id string, opts options) outcome {
 	d := s.Duration
 	switch {
 	case opts.Duration > 0:
@@ -226,7 +272,7 @@ func runOne(ctx context.Context, addr string, admin *redis.Client, s scenario, l
 	}
 	o := outcome{Scenario: s, Lib: l, Duration: d}
 	trips := new(benchkit.RoundTripCounter)
-	base := fmt.Sprintf("bench:%d:%s", n, s.Name)
+	base := fmt.Sprintf("bench:%s:%s", id, s.Name)
 	cfg := benchkit.Config{
 		Clients:      s.Clients,
 		Hold:         s.Hold,
