@@ -258,3 +258,15 @@ func TestGoalMedians(t *testing.T) {
 		t.Errorf("median of an even count: %v", got)
 	}
 }
+
+// TestGoalFormat: a fraction just under its limit does not print as the
+// limit.
+func TestGoalFormat(t *testing.T) {
+	g := goal{Limit: 0.99, AtLeast: true}
+	if got := g.format(0.986); got == "0.99" || g.met(0.986) {
+		t.Errorf("0.986 against ≥ 0.99 reads %q, met %v", got, g.met(0.986))
+	}
+	if got := (goal{Unit: "×"}).format(math.NaN()); got != "–" {
+		t.Errorf("NaN reads %q", got)
+	}
+}

@@ -42,7 +42,7 @@ func (g goal) format(v float64) string {
 	case "count":
 		return fmt.Sprintf("%.0f", v)
 	}
-	return fmt.Sprintf("%.2f", v)
+	return fmt.Sprintf("%.3f", v) // a fraction: 0.986 must not read as 0.99
 }
 
 // div is a/b, or NaN if b is not positive or a is negative (not measured).
