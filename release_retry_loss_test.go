@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,50 +248,63 @@ func TestRetriedUnlockLongAfterFirstSendOfStolenLockReportsLoss(t *testing.T) {
 	}
 	ttl := dlock.WithTTL(time.Minute)
 	multiKeys := func(k string) []string { return []string{"{" + k + "}a", "{" + k + "}b"} }
-	for name, kd := range map[string]struct {
+	type kind struct {
+		name   string
 		take   func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error)
 		stolen func(k string) string // the key ForceRelease steals
 		script string                // the release script failed
-	}{
-		"token lock": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+	}
+	same := func(k string) string { return k }
+	kinds := []kind{
+		{"token lock", func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
 			return c.TryLock(t.Context(), k, ttl)
-		}, func(k string) string { return k }, "release"},
-		"semaphore": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+		}, same, "release"},
+		{"semaphore", func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
 			return c.Semaphore(k, 2).Acquire(t.Context(), 1, ttl)
-		}, func(k string) string { return k }, "semaphore_release"},
-		"reentrant": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+		}, same, "semaphore_release"},
+		{"reentrant", func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
 			return c.Reentrant(k).TryLock(t.Context(), "o", ttl)
-		}, func(k string) string { return k }, "holds_release"},
-		"read": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+		}, same, "holds_release"},
+		{"read", func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
 			return c.RWLock(k).TryRLock(t.Context(), ttl)
-		}, func(k string) string { return k }, "holds_release"},
-		"multi-key": {func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
+		}, same, "holds_release"},
+		{"multi-key", func(t *testing.T, c *dlock.Client, k string) (*dlock.Lock, error) {
 			return c.TryLockMulti(t.Context(), multiKeys(k), ttl)
 		}, func(k string) string { return multiKeys(k)[1] }, "multi_release"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			var lost atomic.Int32
-			a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend, Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
-			b, _ := newClient(t, dlock.Options{})
-			k := key(t)
-			lk, err := kd.take(t, a, k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			inj.Add(faultcmd.Rule{Name: "release lost before it ran", Action: faultcmd.FailBefore,
-				Err: io.ErrUnexpectedEOF, Match: faultcmd.Match{Script: kd.script}})
-			if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrUnavailable) {
-				t.Fatalf("first Unlock = %v, want ErrUnavailable", err)
-			}
-			time.Sleep(9*time.Second + 100*time.Millisecond) // a release's tombstone would have ended
-			if ok, err := adminOf(t, b).ForceRelease(t.Context(), kd.stolen(k)); !ok || err != nil {
-				t.Fatalf("ForceRelease = %v, %v", ok, err)
-			}
-			err = lk.Unlock(t.Context())
-			if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) || lost.Load() != 1 {
-				t.Fatalf("retried Unlock = %v, Lost hook calls %d: want the loss (ErrLost, ErrTaken) and 1: ForceRelease took it before any release ran", err, lost.Load())
-			}
-		})
+	}
+	// Every kind's first Unlock fails first, then one wait past a
+	// tombstone's life for all of them, then each steal and retry.
+	type held struct {
+		kind
+		k    string
+		lk   *dlock.Lock
+		lost *atomic.Int32
+	}
+	b, _ := newClient(t, dlock.Options{})
+	var hs []held
+	for _, kd := range kinds {
+		lost := new(atomic.Int32)
+		a, inj := faultyClient(t, dlock.Options{ReleaseTimeout: oneSend, Hooks: dlock.Hooks{Lost: func(context.Context, dlock.LostInfo) { lost.Add(1) }}})
+		k := key(t) + ":" + strings.ReplaceAll(kd.name, " ", "-")
+		lk, err := kd.take(t, a, k)
+		if err != nil {
+			t.Fatalf("%s: %v", kd.name, err)
+		}
+		inj.Add(faultcmd.Rule{Name: "release lost before it ran", Action: faultcmd.FailBefore,
+			Err: io.ErrUnexpectedEOF, Match: faultcmd.Match{Script: kd.script}})
+		if err := lk.Unlock(t.Context()); !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("%s: first Unlock = %v, want ErrUnavailable", kd.name, err)
+		}
+		hs = append(hs, held{kd, k, lk, lost})
+	}
+	time.Sleep(9*time.Second + 100*time.Millisecond) // a release's tombstone would have ended
+	for _, h := range hs {
+		if ok, err := adminOf(t, b).ForceRelease(t.Context(), h.stolen(h.k)); !ok || err != nil {
+			t.Fatalf("%s: ForceRelease = %v, %v", h.name, ok, err)
+		}
+		err := h.lk.Unlock(t.Context())
+		if !errors.Is(err, dlock.ErrLost) || !errors.Is(err, dlock.ErrTaken) || h.lost.Load() != 1 {
+			t.Errorf("%s: retried Unlock = %v, Lost hook calls %d: want the loss (ErrLost, ErrTaken) and 1: ForceRelease took it before any release ran", h.name, err, h.lost.Load())
+		}
 	}
 }
