@@ -29,7 +29,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		scenarioRE   = fs.String("scenario", "", "run only the scenarios whose name matches this regular expression")
 		libRE        = fs.String("lib", "", "run only the library configurations whose name matches this regular expression")
 		asJSON       = fs.Bool("json", false, "print JSON instead of Markdown")
-		quick        = fs.Bool("quick", false, fmt.Sprintf("every scenario for %v only (a smoke test, well under 30s)", quickDuration))
+		quick        = fs.Bool("quick", false, fmt.Sprintf("every scenario for %v only (a smoke test: about a minute, more when a library misses drain rounds)", quickDuration))
 		list         = fs.Bool("list", false, "list the scenarios and library configurations and exit")
 		quiet        = fs.Bool("q", false, "no progress lines on stderr")
 		runs         = fs.Int("runs", 1, "run every selected scenario and library this many times, in turn, and report the goals' medians")
